@@ -1,0 +1,30 @@
+# make setup  - install everything (idempotent)
+# make lab    - setup, then JupyterLab on labs/00_start_here.ipynb
+# make test   - setup, then the whole test suite
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8888
+
+.PHONY: setup lab test test-fast lint gen bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+lab: setup
+	cd labs && ../$(VENV)/bin/jupyter lab --port=$(PORT) --ip=$${LAB_IP:-127.0.0.1} $${LAB_ARGS:-} 00_start_here.ipynb
+
+test: setup
+	$(PY) -m ruff check labkit tests labs solutions
+	$(PY) -m pytest -v --durations=15
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow" -q
+
+lint:
+	$(PY) -m ruff check labkit tests labs solutions
+
+gen:
+	$(PY) -m labkit.cli gen
+
+clean:
+	rm -rf labs/logs labs/runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Behaviour checks of learners scripts."""

@@ -1,0 +1,108 @@
+"""Starter and step-solution scripts, generated from one annotated template per lab.
+
+A template is plain Python with block markers on lines of their own::
+
+    #% step 3
+    opt = hvd.DistributedOptimizer(opt)   # kept in versions >= 3
+    #% else
+    # TODO: Step 3: ...                    # kept in versions < 3
+    #% end
+
+Version 0 is the learner's starter, version N the solution after step N.
+``labkit gen`` writes every file; ``labkit gen --check`` fails when one is stale.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = re.compile(r"^\s*#% (step (\d+)|else|end)\s*$")
+
+
+@dataclass(frozen=True)
+class Target:
+    template: str  # relative to ROOT
+    version: int
+    output: str  # relative to ROOT
+    title: str
+
+
+def render(text: str, version: int, **fields: str) -> str:
+    """The template with blocks of steps <= ``version`` kept and the others' else-parts."""
+    out: list[str] = []
+    stack: list[tuple[bool, bool]] = []  # (in_else, keep_body)
+    for n, line in enumerate(text.splitlines(keepends=True), 1):
+        m = MARK.match(line)
+        if not m:
+            if all((not in_else) == keep for in_else, keep in stack):
+                out.append(line)
+            continue
+        if m.group(2):
+            stack.append((False, int(m.group(2)) <= version))
+        elif not stack:
+            raise ValueError(f"line {n}: '{m.group(1)}' without '#% step N'")
+        elif m.group(1) == "else":
+            stack[-1] = (True, stack[-1][1])
+        else:
+            stack.pop()
+    if stack:
+        raise ValueError("a '#% step' block is not closed by '#% end'")
+    rendered = "".join(out)
+    for key, value in fields.items():
+        rendered = rendered.replace("{" + key + "}", value)
+    return rendered
+
+
+def _header(t: Target) -> str:
+    return (
+        f"# Generated from {t.template} (version {t.version}) by `labkit gen`.\n"
+        "# Edit the template, not this file; `make gen` rewrites it.\n"
+    )
+
+
+HOROVOD_STEPS = 6
+TARGETS: list[Target] = [
+    Target("solutions/source/fashion_mnist.py.tmpl", 0, "labs/fashion_mnist.py", "the single-process starting point"),
+    *[
+        Target(
+            "solutions/source/fashion_mnist.py.tmpl", k,
+            f"solutions/fashion_mnist_after_step_{k:02d}.py", f"Horovod lab, after step {k}",
+        )
+        for k in range(1, HOROVOD_STEPS + 1)
+    ],
+    Target("solutions/source/fashion_mnist.py.tmpl", 99, "solutions/fashion_mnist_solution.py",
+           "Horovod lab solution, with learning-rate scaling and warm-up"),
+]
+
+
+def expected(t: Target, root: Path = ROOT) -> str:
+    """The full text ``t.output`` should have."""
+    body = render((root / t.template).read_text(), t.version, name=Path(t.output).name, title=t.title)
+    lines = body.splitlines(keepends=True)
+    # Keep a shebang first so the file stays executable.
+    if lines and lines[0].startswith("#!"):
+        return lines[0] + _header(t) + "".join(lines[1:])
+    return _header(t) + body
+
+
+def generate(check: bool = False, root: Path = ROOT, targets: list[Target] | None = None) -> list[str]:
+    """Write (or with ``check`` only compare) every target; return the stale/written paths."""
+    changed = []
+    for t in targets or TARGETS:
+        path = root / t.output
+        text = expected(t, root)
+        if not path.exists() or path.read_text() != text:
+            changed.append(t.output)
+            if not check:
+                if path.exists() and t.output.startswith("labs/"):
+                    # A learner may have edited the starter: keep their version.
+                    backup = path.with_name(f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}.bak")
+                    shutil.copy2(path, backup)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+    return changed

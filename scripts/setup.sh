@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Install everything the lab needs: Debian packages, .venv, labkit, and Horovod
+# 0.28.1 built against TensorFlow 2.21 with the project's patch.
+# Idempotent: a second run checks and skips in a few seconds.
+#
+# Environment knobs:
+#   PYTHON=python3.11          interpreter for .venv (3.10-3.13)
+#   LABKIT_CACHE=~/.cache/labkit   where the built Horovod wheel is kept
+#   LABKIT_HOROVOD_GPU=auto|0|1    build with NCCL (auto: a GPU, nvcc and NCCL found)
+#   LABKIT_SKIP_APT=1          never call apt-get (just report what is missing)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+HVD_VERSION="0.28.1"
+PATCH="$ROOT/patches/horovod-${HVD_VERSION}-tf2.21.patch"
+CACHE="${LABKIT_CACHE:-$HOME/.cache/labkit}"
+STEP=0
+TOTAL=6
+
+say() { printf '\n\033[1m[%d/%d] %s\033[0m\n' "$STEP" "$TOTAL" "$*"; }
+step() { STEP=$((STEP + 1)); say "$@"; }
+die() { printf '\nsetup failed: %s\n' "$*" >&2; exit 1; }
+hash_of() { sha256sum "$@" | sha256sum | cut -c1-12; }
+
+# ---------------------------------------------------------------- 1. system packages
+step "System packages"
+APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "all present: ${APT_PKGS[*]}"
+else
+  echo "missing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null && SUDO="sudo"
+  if [ "${LABKIT_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null && { [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ]; }; then
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  else
+    need=()
+    for p in "${missing[@]}"; do [ "$p" != dataset-fashion-mnist ] && need+=("$p"); done
+    echo "Cannot install system packages here (not root, no passwordless sudo, or no apt-get)."
+    echo "Ask an administrator to run:  sudo apt-get install ${missing[*]}"
+    [ ${#need[@]} -gt 0 ] && die "required packages missing: ${need[*]}"
+    echo "Continuing: the data set can also come from \$LABKIT_DATA or the Keras cache."
+  fi
+fi
+command -v mpirun >/dev/null || die "mpirun not found after installing openmpi-bin"
+
+# ---------------------------------------------------------------- 2. virtual environment
+step "Python virtual environment (.venv)"
+if [ ! -x "$PY" ]; then
+  BASE_PY="${PYTHON:-}"
+  if [ -z "$BASE_PY" ]; then
+    for c in python3.12 python3.11 python3.10 python3.13 python3; do
+      command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(not (3,10) <= sys.version_info[:2] <= (3,13))' && { BASE_PY="$c"; break; }
+    done
+  fi
+  [ -n "$BASE_PY" ] || die "need Python 3.10-3.13 (TensorFlow 2.21 wheels); set PYTHON=/path/to/python3.x"
+  "$BASE_PY" -m venv "$VENV" || die "could not create .venv (on Debian: apt-get install python3-venv)"
+  "$PY" -m pip install -q --upgrade pip
+  echo "created .venv with $("$PY" --version)"
+else
+  echo "using existing .venv ($("$PY" --version))"
+fi
+
+# ---------------------------------------------------------------- 3. Python packages
+step "Python packages (TensorFlow 2.21, tf-keras, JupyterLab, ipyparallel, mpi4py, ...)"
+GPU_WANTED="${LABKIT_HOROVOD_GPU:-auto}"
+if [ "$GPU_WANTED" = "auto" ]; then
+  if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then GPU_WANTED=1; else GPU_WANTED=0; fi
+fi
+EXTRA=""
+[ "$GPU_WANTED" = "1" ] && EXTRA="tensorflow[and-cuda]==2.21.*"
+DEPS_STAMP="$VENV/.labkit-deps-$(hash_of pyproject.toml)-gpu$GPU_WANTED"
+if [ -f "$DEPS_STAMP" ] && "$PY" -c 'import labkit, tensorflow, tf_keras, mpi4py, ipyparallel' 2>/dev/null; then
+  echo "up to date"
+else
+  echo "installing (the first time this downloads about 1 GB and takes a few minutes)..."
+  # shellcheck disable=SC2086
+  "$PY" -m pip install --progress-bar on -e ".[test]" $EXTRA
+  rm -f "$VENV"/.labkit-deps-*
+  touch "$DEPS_STAMP"
+fi
+# Start-up hook: TF_USE_LEGACY_KERAS=1 and quiet logs in every interpreter of .venv.
+"$PY" -c 'import labkit.env as e; print("start-up hook:", e.install_pth())'
+
+# ---------------------------------------------------------------- 4. Horovod
+step "Horovod $HVD_VERSION (TensorFlow, MPI, Gloo$([ "$GPU_WANTED" = 1 ] && echo ', NCCL'))"
+TF_VERSION="$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorflow"))')"
+PY_TAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+KEY="hvd${HVD_VERSION}-tf${TF_VERSION}-${PY_TAG}-gpu${GPU_WANTED}-patch$(hash_of "$PATCH")"
+WHEEL_DIR="$CACHE/wheels/$KEY"
+HVD_STAMP="$VENV/.labkit-$KEY"
+if [ -f "$HVD_STAMP" ] && "$PY" -c 'import horovod.tensorflow.keras' 2>/dev/null; then
+  echo "installed ($KEY)"
+else
+  if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
+    echo "no cached wheel for $KEY: building from source (about 10-20 minutes on 2 cores)"
+    BUILD="$(mktemp -d)"
+    trap 'rm -rf "$BUILD"' EXIT
+    mkdir -p "$CACHE/sdist"
+    [ -f "$CACHE/sdist/horovod-$HVD_VERSION.tar.gz" ] || \
+      "$PY" -m pip download -q --no-deps --no-binary :all: "horovod==$HVD_VERSION" -d "$CACHE/sdist"
+    tar xzf "$CACHE/sdist/horovod-$HVD_VERSION.tar.gz" -C "$BUILD"
+    (cd "$BUILD/horovod-$HVD_VERSION" && patch -p1 --forward < "$PATCH") || die "the Horovod patch did not apply"
+    export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
+    export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+    export MAKEFLAGS="-j$(nproc)" TF_USE_LEGACY_KERAS=1
+    if [ "$GPU_WANTED" = "1" ]; then
+      # NCCL from the nvidia-nccl wheel that tensorflow[and-cuda] installs, unless given.
+      if [ -z "${HOROVOD_NCCL_HOME:-}" ]; then
+        NCCL_PKG="$("$PY" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)"
+        [ -n "$NCCL_PKG" ] || die "GPU build wanted but NCCL not found: set HOROVOD_NCCL_HOME or LABKIT_HOROVOD_GPU=0"
+        export HOROVOD_NCCL_HOME="$BUILD/nccl"
+        mkdir -p "$HOROVOD_NCCL_HOME/lib"
+        ln -s "$NCCL_PKG/include" "$HOROVOD_NCCL_HOME/include"
+        for so in "$NCCL_PKG"/lib/libnccl.so*; do ln -s "$so" "$HOROVOD_NCCL_HOME/lib/"; done
+        [ -e "$HOROVOD_NCCL_HOME/lib/libnccl.so" ] || ln -s "$(ls "$NCCL_PKG"/lib/libnccl.so.* | head -1)" "$HOROVOD_NCCL_HOME/lib/libnccl.so"
+      fi
+      command -v nvcc >/dev/null || die "GPU build wanted but nvcc (CUDA toolkit) not found"
+      export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${HOROVOD_CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}"
+    fi
+    LOG="$CACHE/horovod-build.log"
+    mkdir -p "$CACHE" "$WHEEL_DIR"
+    echo "build log: $LOG"
+    # Show cmake's [ NN%] progress lines; keep the whole log for errors.
+    if ! "$PY" -m pip wheel -v --no-deps --no-build-isolation "$BUILD/horovod-$HVD_VERSION" -w "$WHEEL_DIR" 2>&1 \
+        | tee "$LOG" | grep --line-buffered -oE '^\s*\[ *[0-9]+%\] (Building|Linking) [^ ]+ [^ ]+' | sed -u 's/^ *//'; then
+      :
+    fi
+    ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1 || { tail -40 "$LOG"; die "Horovod build failed (full log: $LOG)"; }
+  else
+    echo "using cached wheel $(ls "$WHEEL_DIR"/horovod-*.whl)"
+  fi
+  "$PY" -m pip install -q --force-reinstall --no-deps "$WHEEL_DIR"/horovod-*.whl
+  "$PY" -m pip install -q cloudpickle psutil pyyaml packaging cffi
+  rm -f "$VENV"/.labkit-hvd*
+  touch "$HVD_STAMP"
+fi
+CHECK="$("$VENV/bin/horovodrun" --check-build 2>&1)" || true
+echo "$CHECK" | sed -n '/Available Frameworks/,$p'
+for want in "\[X\] TensorFlow" "\[X\] MPI" "\[X\] Gloo"; do
+  echo "$CHECK" | grep -q "$want" || { rm -f "$HVD_STAMP"; die "horovodrun --check-build lacks ${want//\\/}"; }
+done
+
+# ---------------------------------------------------------------- 5. data set
+step "Fashion-MNIST (offline)"
+"$VENV/bin/labkit" data --fill-cache || echo "(the lab needs the data set: see the message above)"
+
+# ---------------------------------------------------------------- 6. report
+step "Check"
+"$VENV/bin/labkit" doctor
