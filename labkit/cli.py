@@ -60,12 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="only report files that are out of date")
     g.set_defaults(func=_gen)
 
-    for register in _EXTRA:
+    for register in _EXTRA + _extra():
         register(sub)
     return p
 
 
 # Modules that add their own sub-commands (run, check, bench, ...).
+def _extra() -> list:
+    from labkit import launch
+
+    return [launch.add_cli]
+
+
 _EXTRA: list = []
 
 

@@ -1,0 +1,77 @@
+"""Per-rank wrapper used by :mod:`labkit.launch`: ``python -m labkit.rank LOGDIR -- CMD...``.
+
+It runs ``CMD`` with its output captured, writes every byte to ``LOGDIR/rank.N.log``,
+copies rank 0's output to its own stdout (which the launcher streams), forwards
+termination signals, and makes sure the command dies with it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "LABKIT_RANK")
+
+
+def rank_from_env(environ: dict[str, str] | os._Environ = os.environ) -> int:
+    """This process's rank as set by mpirun/horovodrun/labkit (0 when none is set)."""
+    for var in RANK_VARS:
+        if environ.get(var, "").isdigit():
+            return int(environ[var])
+    return 0
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the wrapper dies, whatever killed it."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m labkit.rank LOGDIR -- CMD [ARGS...]", file=sys.stderr)
+        return 2
+    log_dir, cmd = argv[0], argv[2:]
+    rank = rank_from_env()
+    show = rank == int(os.environ.get("LABKIT_SHOW_RANK", "0"))
+    os.makedirs(log_dir, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", LABKIT_RANK=str(rank))
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+
+    def forward(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, forward)
+    out = sys.stdout.buffer
+    assert child.stdout is not None
+    with open(os.path.join(log_dir, f"rank.{rank}.log"), "wb", buffering=0) as log:
+        fd = child.stdout.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            log.write(chunk)
+            if show:
+                out.write(chunk)
+                out.flush()
+    code = child.wait()
+    if code < 0:  # killed by a signal: report it the shell way
+        code = 128 - code
+    with open(os.path.join(log_dir, f"rank.{rank}.exit"), "w") as f:
+        f.write(str(code))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
