@@ -67,9 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Modules that add their own sub-commands (run, check, bench, ...).
 def _extra() -> list:
-    from labkit import launch
+    from labkit import check, launch
 
-    return [launch.add_cli]
+    return [launch.add_cli, check.add_cli]
 
 
 _EXTRA: list = []
