@@ -1,8 +1,8 @@
 """Fashion-MNIST, found offline, validated, and fed through a tf.data pipeline.
 
 Search order for the four ``*-ubyte.gz`` files: ``$LABKIT_DATA``, the Keras cache
-(``~/.keras/datasets/fashion-mnist``, or ``$KERAS_HOME``), then Debian's
-``dataset-fashion-mnist`` package (``/usr/share/datasets/fashion-mnist``).
+(``~/.keras/datasets/fashion-mnist``; tf-keras ignores ``$KERAS_HOME`` there), then
+Debian's ``dataset-fashion-mnist`` package (``/usr/share/datasets/fashion-mnist``).
 """
 
 from __future__ import annotations
@@ -54,9 +54,21 @@ class Split:
         return len(self.y)
 
 
-def keras_cache_dir() -> Path:
-    """Where ``tf.keras.datasets.fashion_mnist.load_data()`` looks for its files."""
-    base = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras"))
+def keras_cache_dir(create: bool = False) -> Path:
+    """Where ``tf.keras.datasets.fashion_mnist.load_data()`` looks for its files.
+
+    This mirrors tf-keras' ``get_file``: ``~/.keras`` whatever ``$KERAS_HOME`` says,
+    or ``/tmp/.keras`` when ``~/.keras`` is not writable (or does not exist).
+    ``create`` makes ``~/.keras/datasets/fashion-mnist`` first when it can.
+    """
+    base = Path(os.path.expanduser("~")) / ".keras"
+    if create:
+        try:
+            (base / "datasets" / "fashion-mnist").mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
+    if not os.access(base, os.W_OK):
+        base = Path("/tmp") / ".keras"
     return base / "datasets" / "fashion-mnist"
 
 
@@ -115,7 +127,7 @@ def locate() -> Path:
 def fill_keras_cache(source: Path | None = None) -> Path:
     """Copy the files into the Keras cache so ``fashion_mnist.load_data()`` works offline."""
     source = source or locate()
-    dest = keras_cache_dir()
+    dest = keras_cache_dir(create=True)
     dest.mkdir(parents=True, exist_ok=True)
     for name, _, _ in FILES.values():
         target = dest / name
@@ -221,10 +233,12 @@ def _augment(x: Any, seed: int | None) -> Any:
 
     n = tf.shape(x)[0]
     h, w = 28, 28
-    x = tf.where(tf.random.uniform([n, 1, 1, 1], seed=seed) < 0.5, tf.reverse(x, axis=[2]), x)
+    # One op seed each: in a graph, ops with equal seeds draw equal numbers (dx == dy).
+    s_flip, s_dy, s_dx = (None, None, None) if seed is None else (seed, seed + 1, seed + 2)
+    x = tf.where(tf.random.uniform([n, 1, 1, 1], seed=s_flip) < 0.5, tf.reverse(x, axis=[2]), x)
     max_dy, max_dx = int(0.2 * h), int(0.2 * w)
-    dy = tf.random.uniform([n], -max_dy, max_dy + 1, dtype=tf.int32, seed=seed)
-    dx = tf.random.uniform([n], -max_dx, max_dx + 1, dtype=tf.int32, seed=seed)
+    dy = tf.random.uniform([n], -max_dy, max_dy + 1, dtype=tf.int32, seed=s_dy)
+    dx = tf.random.uniform([n], -max_dx, max_dx + 1, dtype=tf.int32, seed=s_dx)
     # Gather rows/columns from clipped, shifted index grids: nearest-edge fill.
     rows = tf.clip_by_value(tf.range(h)[None, :] - dy[:, None], 0, h - 1)
     cols = tf.clip_by_value(tf.range(w)[None, :] - dx[:, None], 0, w - 1)
