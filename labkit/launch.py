@@ -422,6 +422,10 @@ def run(
     if env:
         wenv.update(env)
     wenv[JOB_VAR] = job_id
+    # Run records (labkit.runs): one id per job, the launcher's name, where the logs are.
+    wenv.setdefault("LABKIT_RUN_ID", time.strftime("%Y%m%d-%H%M%S-") + job_id[:6])
+    wenv.setdefault("LABKIT_LAUNCHER", launcher)
+    wenv["LABKIT_LOG_DIR"] = str(logs)
     wenv["LABKIT_SHOW_RANK"] = str(show_rank)
     wenv["LABKIT_NP"] = str(np)
     full = build_command(command, np, launcher, wenv, logs, hosts)
@@ -465,6 +469,15 @@ def run(
     if timed_out or interrupted:
         code = code if code not in (0, None) else 124 if timed_out else 130
     result = JobResult(code, full, logs, np, duration, timed_out, interrupted, exits, errors)
+    if not result.ok:  # the script may have died before it could write its run record
+        try:
+            from labkit import runs
+
+            records = wenv.get("LABKIT_RUNS_FILE") or str(Path(cwd or ".") / runs.runs_file())
+            runs.record_failed_job(result, wenv["LABKIT_RUN_ID"], list(command), records,
+                                   launcher=launcher, threads_per_worker=int(wenv.get("LABKIT_THREADS", "0")) or None)
+        except OSError:
+            pass
     if sink and not result.ok:
         for line in result.summary().splitlines():
             sink.line(line)

@@ -23,6 +23,7 @@ import tensorflow as tf
 from labkit import callbacks as lk
 from labkit import data
 from labkit import model as wrn
+from labkit import runs
 
 import horovod.tensorflow.keras as hvd  # Horovod: the Keras API of Horovod
 
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(args.log_dir, exist_ok=True)
         callbacks.append(tf.keras.callbacks.CSVLogger(os.path.join(args.log_dir, "training.csv")))
     callbacks.append(lk.StopAtAccuracy(args.target_accuracy, args.patience, verbose))
+    callbacks.append(runs.Recorder(__file__, vars(args)))  # labkit: one line in runs/runs.jsonl per run
 
     if verbose:
         print(f"mode={args.mode} widen_factor={args.widen_factor} train={len(train)} test={len(test)} "
