@@ -372,6 +372,7 @@ class _RecorderMixin:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "log_dir": os.environ.get("LABKIT_LOG_DIR"),
+            "bench": os.environ.get("LABKIT_BENCH"),
             "versions": versions(),
             "config": c,
         }
