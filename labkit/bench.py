@@ -298,34 +298,54 @@ def parse_nps(text: str) -> list[int]:
     return out
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
-    """Register ``labkit bench``."""
+def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     from labkit.launch import LAUNCHERS
 
+    d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
+    p.add_argument("--np", type=parse_nps, default=d([1, 2]), help="worker counts, e.g. 1,2,4 (default: 1,2)")
+    p.add_argument("--repeat", type=int, default=d(1), help="runs per worker count; the median is kept (default: 1)")
+    p.add_argument("--threads", type=int, default=d(None),
+                   help="threads per worker (default: cores // workers); 1 gives equal cores per worker")
+    p.add_argument("--launcher", choices=LAUNCHERS, default=d("mpirun"), help="default: mpirun")
+    p.add_argument("--timeout", type=float, default=d(None), help="seconds per run before it is killed")
+    p.add_argument("--runs-file", default=d(None), help="records file (default: $LABKIT_RUNS_FILE or runs/runs.jsonl)")
+    p.add_argument("--json", action="store_true", default=d(False), help="print one JSON object instead of the table")
+    p.add_argument("--plot", default=d(None), metavar="OUT.png", help="also save throughput/speedup plots here")
+    p.add_argument("--verbose", action="store_true", default=d(False), help="stream rank 0's output")
+
+
+def add_cli(sub) -> None:  # noqa: ANN001
+    """Register ``labkit bench SCRIPT [options] -- ARGS``."""
     p = sub.add_parser(
         "bench", help="measure throughput, speedup and efficiency at several worker counts",
         description="Run SCRIPT at each worker count, record every run, print speedup and efficiency. "
                     "Example: labkit bench solutions/fashion_mnist_solution.py --np 1,2 --threads 1 -- --epochs 3",
     )
-    p.add_argument("script", help="training script (it must append labkit.runs.Recorder)")
-    p.add_argument("--np", type=parse_nps, default=[1, 2], help="worker counts, e.g. 1,2,4 (default: 1,2)")
-    p.add_argument("--repeat", type=int, default=1, help="runs per worker count; the median is kept (default: 1)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="threads per worker (default: cores // workers); 1 gives equal cores per worker")
-    p.add_argument("--launcher", choices=LAUNCHERS, default="mpirun", help="default: %(default)s")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per run before it is killed")
-    p.add_argument("--runs-file", default=None, help="records file (default: $LABKIT_RUNS_FILE or runs/runs.jsonl)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--plot", default=None, metavar="OUT.png", help="also save throughput/speedup plots here")
-    p.add_argument("--verbose", action="store_true", help="stream rank 0's output")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="-- ARGS for the script")
+    _options(p)
+    # One REMAINDER positional keeps a lone "--" (argparse drops it when it starts a remainder).
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [options] -- ARGS",
+                   help="training script (it must append labkit.runs.Recorder), then its ARGS after --")
     p.set_defaults(func=_cli)
+
+
+def split_rest(a: argparse.Namespace) -> argparse.Namespace:
+    """The script, options given after it, and the script's ARGS after ``--``."""
+    if not a.command:
+        raise SystemExit("labkit bench: give a training script, e.g. labkit bench train.py --np 1,2 -- --epochs 3")
+    a.script, rest = a.command[0], list(a.command[1:])
+    cut = rest.index("--") if "--" in rest else len(rest)
+    late = argparse.ArgumentParser(prog="labkit bench", add_help=False)
+    _options(late, defaults=False)
+    late.parse_args(rest[:cut], namespace=a)
+    a.args = rest[cut + 1 :]
+    return a
 
 
 def _cli(a) -> int:  # noqa: ANN001
     from labkit.launch import LaunchError
 
-    args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    split_rest(a)
+    args = a.args
     if not Path(a.script).exists():
         print(f"labkit bench: {a.script} not found", file=sys.stderr)
         return 2
