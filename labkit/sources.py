@@ -106,3 +106,16 @@ def generate(check: bool = False, root: Path = ROOT, targets: list[Target] | Non
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
     return changed
+
+
+# tf.distribute labs: one template each; version 0 is the lab's starter, k the solution after step k.
+DISTRIBUTE_LABS: list[tuple[str, str, int, str]] = [
+    ("fashion_mnist_multiworker", "multiworker", 4, "MultiWorkerMirroredStrategy lab"),
+]
+for _stem, _short, _n, _title in DISTRIBUTE_LABS:
+    TARGETS.append(Target(f"solutions/source/{_stem}.py.tmpl", 0, f"labs/{_stem}.py", f"{_title}, starting point"))
+    TARGETS.extend(
+        Target(f"solutions/source/{_stem}.py.tmpl", k, f"solutions/{_stem}_after_step_{k:02d}.py",
+               f"{_title}, after step {k}")
+        for k in range(1, _n + 1)
+    )

@@ -1,0 +1,475 @@
+"""Run a tf.distribute cluster of local processes from a cell or a shell, and tear it down.
+
+Every task (chief, workers, parameter servers) runs the same command with its
+own ``TF_CONFIG``, in its own session, with ``LABKIT_JOB_ID`` in its
+environment so that :func:`labkit.launch.kill_job` finds everything it started.
+The leading task's output (the chief, else worker 0) is streamed live; every
+task is logged to ``LOG_DIR/<type>.<index>.log``.
+
+    >>> result = run(["python", "train.py", "--epochs", "2"], workers=2)   # doctest: +SKIP
+
+For the fault-tolerance demo, :class:`Cluster` kills and restarts single tasks::
+
+    with Cluster(cmd, workers=2) as c:
+        c.start()
+        c.wait_for_output(r"Epoch 2/", timeout=120)
+        c.kill_task("worker", 1)
+        c.restart_dead()
+        result = c.wait(timeout=300)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit import launch, tfconfig
+
+TaskId = tuple[str, int]
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when the process that started it dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Task:
+    """One process of the cluster (its current incarnation)."""
+
+    type: str
+    index: int
+    log: Path
+    cwd: Path | None = None
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+    killed: bool = False  # by kill_task, on purpose
+    returncode: int | None = None
+    pump: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}.{self.index}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class ClusterResult:
+    """What a cluster run did."""
+
+    returncodes: dict[str, int | None]
+    log_dir: Path
+    duration: float
+    timed_out: bool = False
+    interrupted: bool = False
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and not self.interrupted and not self.errors
+
+    def log(self, task: str = "worker.0") -> str:
+        path = self.log_dir / f"{task}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def summary(self) -> str:
+        if self.ok:
+            n = len(self.returncodes)
+            return f"cluster finished OK in {self.duration:.1f} s ({n} tasks); logs in {self.log_dir}"
+        why = (
+            f"timed out after {self.duration:.0f} s" if self.timed_out
+            else "interrupted" if self.interrupted else "failed"
+        )
+        lines = [f"cluster {why}; logs in {self.log_dir}"]
+        for name, err in sorted(self.errors.items()):
+            lines += [f"--- {name} (exit {self.returncodes.get(name)}) ---", err]
+        return "\n".join(lines)
+
+
+class Cluster:
+    """The processes of one tf.distribute cluster on this machine.
+
+    ``command`` runs once per task with ``TF_CONFIG`` set. ``cluster`` is a spec
+    from :func:`labkit.tfconfig.cluster_spec` (default: ``workers`` workers,
+    ``ps`` parameter servers, an optional chief, on free local ports). The run
+    ends when every *leading* task has exited: all workers (and the chief) for
+    all-reduce strategies; only the chief when there are parameter servers
+    (workers and servers then serve forever and are stopped).
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str] | str,
+        workers: int = 2,
+        ps: int = 0,
+        chief: bool = False,
+        cluster: dict[str, list[str]] | None = None,
+        threads: int | None = None,
+        env: dict[str, str] | None = None,
+        log_dir: str | Path | None = None,
+        cwd: str | Path | None = None,
+        task_cwd: Callable[[str, int], str | Path | None] | None = None,
+        sink: launch.ConsoleSink | launch.NotebookSink | None = None,
+        quiet: bool = False,
+        show: TaskId | None = None,
+    ) -> None:
+        if isinstance(command, str):
+            command = shlex.split(command)
+        if not command:
+            raise launch.LaunchError("nothing to run: give a command, e.g. ['python', 'train.py']")
+        self.command = [sys.executable if c in ("python", "python3") else c for c in command]
+        self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
+        self.job_id = uuid.uuid4().hex
+        self.log_dir = Path(log_dir) if log_dir else launch.new_log_dir(Path(cwd or ".") / "runs" / "logs")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = self.log_dir.resolve()
+        n = len(tfconfig.tasks(self.spec))
+        # Parameter servers mostly wait: give the cores to the chief and workers.
+        busy = n - len(self.spec.get("ps", []))
+        self.env = launch.worker_env(max(1, busy), threads)
+        self.env.update(env or {})
+        self.env[launch.JOB_VAR] = self.job_id
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.cwd = cwd
+        self.show = show or tfconfig.chief_task(self.spec)
+        self.sink = None if quiet else (sink or launch.default_sink())
+        self.tasks: dict[TaskId, Task] = {}
+        for t, i in tfconfig.tasks(self.spec):
+            where = task_cwd(t, i) if task_cwd else None
+            self.tasks[(t, i)] = Task(t, i, self.log_dir / f"{t}.{i}.log", Path(where) if where else None)
+        ps_run = "ps" in self.spec
+        self.leading = [k for k in self.tasks if k[0] == "chief"] if ps_run and "chief" in self.spec else [
+            k for k in self.tasks if k[0] in ("chief", "worker")
+        ]
+        self.start_time: float | None = None
+        (self.log_dir / "command.txt").write_text(shlex.join(self.command) + "\n")
+        (self.log_dir / "cluster.json").write_text(tfconfig.tf_config(self.spec, *self.show) + "\n")
+
+    # -- processes -----------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        """Start every task (servers first, so that the others find them)."""
+        self.start_time = time.perf_counter()
+        order = sorted(self.tasks, key=lambda k: {"ps": 0, "worker": 1, "chief": 2}.get(k[0], 3))
+        for key in order:
+            self.start_task(*key)
+        return self
+
+    def start_task(self, task_type: str, index: int) -> Task:
+        """Start (or start again) one task; its log is appended to."""
+        task = self.tasks[(task_type, index)]
+        if task.alive():
+            raise launch.LaunchError(f"{task.name} is already running")
+        env = {**os.environ, **self.env, "TF_CONFIG": tfconfig.tf_config(self.spec, task_type, index),
+               "LABKIT_TASK": task.name}
+        cwd = task.cwd or self.cwd
+        if cwd:
+            Path(cwd).mkdir(parents=True, exist_ok=True)
+        task.proc = subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
+        )
+        task.starts += 1
+        task.killed = False
+        task.returncode = None
+        show = (task_type, index) == self.show and self.sink is not None
+        task.pump = threading.Thread(target=self._pump, args=(task, show), daemon=True)
+        task.pump.start()
+        return task
+
+    def _pump(self, task: Task, show: bool) -> None:
+        proc = task.proc
+        assert proc is not None and proc.stdout is not None
+        renderer = launch.Renderer(self.sink.line, self.sink.progress) if show and self.sink else None
+        with open(task.log, "ab", buffering=0) as log:
+            if task.starts > 1:
+                log.write(f"\n--- {task.name} restarted (start {task.starts}) ---\n".encode())
+                if renderer:
+                    renderer.on_line(f"--- {task.name} restarted ---")
+            fd = proc.stdout.fileno()
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                log.write(chunk)
+                if renderer:
+                    renderer.feed(chunk)
+        if renderer:
+            renderer.close()
+
+    def kill_task(self, task_type: str, index: int, sig: int = signal.SIGKILL) -> None:
+        """Kill one task (SIGKILL by default, like a machine that disappears)."""
+        task = self.tasks[(task_type, index)]
+        if task.proc is None:
+            return
+        task.killed = True
+        try:
+            os.killpg(task.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        task.returncode = task.proc.wait()
+        if task.pump:
+            task.pump.join(5)
+
+    def restart_task(self, task_type: str, index: int) -> Task:
+        """Kill the task if it still runs, then start it again with the same TF_CONFIG."""
+        if self.tasks[(task_type, index)].alive():
+            self.kill_task(task_type, index)
+        return self.start_task(task_type, index)
+
+    def restart_dead(self, settle: float = 0.0) -> list[str]:
+        """Start again every task that is not running (after a kill, the peers often exit too)."""
+        time.sleep(settle)
+        dead = [k for k, t in self.tasks.items() if not t.alive()]
+        for key in dead:
+            self.start_task(*key)
+        return [self.tasks[k].name for k in dead]
+
+    def alive(self) -> list[str]:
+        return [t.name for t in self.tasks.values() if t.alive()]
+
+    def output(self, task_type: str | None = None, index: int | None = None) -> str:
+        """Everything a task printed so far (default: the shown task)."""
+        key = (task_type, index) if task_type is not None else self.show
+        path = self.tasks[(key[0], key[1] if key[1] is not None else 0)].log
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_for_output(
+        self, pattern: str, task_type: str | None = None, index: int | None = None,
+        timeout: float = 300, count: int = 1,
+    ) -> re.Match:
+        """Block until ``pattern`` appears ``count`` times in a task's output; raise on exit or timeout."""
+        rx = re.compile(pattern)
+        key = (task_type, index or 0) if task_type is not None else self.show
+        deadline = time.monotonic() + timeout
+        while True:
+            found = list(rx.finditer(self.output(*key)))
+            if len(found) >= count:
+                return found[count - 1]
+            if not self.tasks[key].alive():
+                raise launch.LaunchError(f"{key[0]}.{key[1]} exited before printing {pattern!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{key[0]}.{key[1]} did not print {pattern!r} within {timeout:.0f} s")
+            time.sleep(0.2)
+
+    def wait(self, timeout: float | None = None) -> ClusterResult:
+        """Wait until the leading tasks exit (or one task fails), then stop everything."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timed_out = interrupted = False
+        try:
+            while True:
+                failed = [
+                    t for t in self.tasks.values()
+                    if t.proc is not None and not t.killed and t.proc.poll() not in (None, 0)
+                ]
+                if failed or all(not self.tasks[k].alive() for k in self.leading):
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            self.stop()
+        result = self._result(timed_out, interrupted)
+        if self.sink and not result.ok:
+            for line in result.summary().splitlines():
+                self.sink.line(line)
+        if interrupted:
+            raise KeyboardInterrupt(result.summary())
+        return result
+
+    def _result(self, timed_out: bool, interrupted: bool) -> ClusterResult:
+        codes: dict[str, int | None] = {}
+        errors: dict[str, str] = {}
+        for key, t in self.tasks.items():
+            code = t.returncode if t.returncode is not None else (t.proc.returncode if t.proc else None)
+            codes[t.name] = code
+            leading_ok = key not in self.leading or code == 0
+            if not leading_ok or (key not in self.leading and code not in (0, None, -signal.SIGTERM,
+                                                                             -signal.SIGKILL) and not t.killed):
+                errors[t.name] = launch._error_tail(t.log.read_text(errors="replace") if t.log.exists() else "")
+        duration = time.perf_counter() - (self.start_time or time.perf_counter())
+        return ClusterResult(codes, self.log_dir, duration, timed_out, interrupted, errors)
+
+    def stop(self, grace: float = 3.0) -> None:
+        """Stop every task of the cluster and anything they started; wait for the output threads."""
+        for t in self.tasks.values():
+            if t.alive():
+                t.killed = t.killed or t not in [self.tasks[k] for k in self.leading]
+                try:
+                    os.killpg(t.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
+                except ProcessLookupError:
+                    pass
+        end = time.monotonic() + grace
+        for t in self.tasks.values():
+            if t.proc is not None:
+                try:
+                    t.proc.wait(max(0.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        launch.kill_job(None, self.job_id)
+        for t in self.tasks.values():
+            if t.proc is not None:
+                if t.proc.poll() is None:
+                    try:
+                        os.killpg(t.proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                t.proc.wait()
+                if t.returncode is None:
+                    t.returncode = t.proc.returncode
+            if t.pump:
+                t.pump.join(5)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run(
+    command: Sequence[str] | str,
+    workers: int = 2,
+    ps: int = 0,
+    chief: bool = False,
+    hosts: Sequence[str] | None = None,
+    timeout: float | None = None,
+    **kw: object,
+) -> ClusterResult:
+    """Start a local cluster running ``command`` on every task, wait, and clean up."""
+    spec = tfconfig.cluster_spec(workers, ps, chief, hosts=hosts) if hosts else None
+    c = Cluster(command, workers=workers, ps=ps, chief=chief, cluster=spec, **kw)  # type: ignore[arg-type]
+    try:
+        c.start()
+        return c.wait(timeout)
+    finally:
+        c.stop()
+
+
+# ----------------------------------------------------------------------------- ipyparallel
+
+
+def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, str], cwd: str | None) -> int:
+    """Run ``script`` as ``__main__`` inside an ipyparallel engine with ``TF_CONFIG`` set."""
+    import os
+    import runpy
+    import sys
+
+    os.environ.update(env)
+    os.environ["TF_CONFIG"] = tf_config
+    if cwd:
+        os.makedirs(cwd, exist_ok=True)
+        os.chdir(cwd)
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    return 0
+
+
+def run_on_engines(
+    script: str | Path,
+    args: Sequence[str] = (),
+    workers: int = 2,
+    timeout: float = 600,
+    threads: int | None = None,
+    cwd: str | Path | None = None,
+) -> dict[str, object]:
+    """Run ``script`` once per ipyparallel engine, each engine a worker of one cluster.
+
+    Starts a controller and ``workers`` engines, gives engine i ``TF_CONFIG`` of
+    worker i, runs the script in every engine at once, prints worker 0's output,
+    and stops the engines and the controller. Returns exit codes and outputs.
+    """
+    import ipyparallel as ipp
+
+    spec = tfconfig.cluster_spec(workers)
+    job_id = uuid.uuid4().hex
+    env = launch.worker_env(workers, threads)
+    script = str(Path(script).resolve())
+    saved = os.environ.get(launch.JOB_VAR)
+    os.environ[launch.JOB_VAR] = job_id  # engines inherit it: kill_job finds them
+    cluster = ipp.Cluster(n=workers, log_level=40)
+    try:
+        client = cluster.start_and_connect_sync(activate=False)
+        client.wait_for_engines(workers, timeout=120)
+        pending = [
+            client[i].apply_async(_engine_main, script, list(args), tfconfig.tf_config(spec, "worker", i), env,
+                                  str(cwd) if cwd else None)
+            for i in range(workers)
+        ]
+        deadline = time.monotonic() + timeout
+        for ar in pending:
+            ar.wait(max(1.0, deadline - time.monotonic()))
+        codes = [ar.get() if ar.ready() else None for ar in pending]
+        out = {f"worker.{i}": ar.stdout for i, ar in enumerate(pending)}
+        print(out["worker.0"], end="", flush=True)
+        return {"returncodes": codes, "outputs": out, "ok": all(c == 0 for c in codes)}
+    finally:
+        try:
+            cluster.stop_cluster_sync()
+        except Exception:  # noqa: BLE001 - whatever happened, the processes must go
+            pass
+        launch.kill_job(None, job_id)
+        if saved is None:
+            os.environ.pop(launch.JOB_VAR, None)
+        else:
+            os.environ[launch.JOB_VAR] = saved
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_cli(sub) -> None:  # noqa: ANN001
+    """Register ``labkit cluster``."""
+    p = sub.add_parser(
+        "cluster", help="run a command as every task of a local tf.distribute cluster",
+        description="Example: labkit cluster --workers 2 -- python fashion_mnist_multiworker.py --epochs 2",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--workers", type=int, default=2, help="number of workers")
+    p.add_argument("--ps", type=int, default=0, help="number of parameter servers")
+    p.add_argument("--chief", action="store_true", help="add a chief task (needed with --ps)")
+    p.add_argument("--hosts", default=None, help="comma-separated host:port per task, in order chief, workers, ps")
+    p.add_argument("--threads", type=int, default=None, help="threads per task (default: cores // tasks)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before every task is killed")
+    p.add_argument("--log-dir", default=None, help="folder for <type>.<index>.log (default: runs/logs/<time>)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    p.set_defaults(func=_cli)
+
+
+def _cli(a) -> int:  # noqa: ANN001
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    try:
+        hosts = a.hosts.split(",") if a.hosts else None
+        result = run(command, workers=a.workers, ps=a.ps, chief=a.chief, hosts=hosts, timeout=a.timeout,
+                     threads=a.threads, log_dir=a.log_dir)
+    except (launch.LaunchError, tfconfig.ClusterError) as e:
+        print(f"labkit cluster: {e}", file=sys.stderr)
+        return 2
+    print(result.summary(), file=sys.stderr)
+    return 0 if result.ok else (124 if result.timed_out else 1)
