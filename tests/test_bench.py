@@ -1,0 +1,151 @@
+"""labkit bench: table math from fake records, warnings, the CLI, and (slow) a real 1- and 2-worker sweep."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import bench, cli, runs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rec(workers: int, ips: float | None, ttt: float | None = None, status: str = "ok", acc: float = 0.8) -> dict:
+    return {"run_id": f"r{workers}-{ips}", "workers": workers, "images_per_sec": ips, "time_to_target_s": ttt,
+            "final_val_accuracy": acc, "status": status, "threads_per_worker": 1}
+
+
+def test_speedup_and_efficiency_from_records() -> None:
+    points = bench.points_from_records([
+        rec(1, 100.0, 50.0), rec(1, 120.0, 40.0), rec(1, 110.0, 45.0),  # median 110
+        rec(2, 200.0, 30.0), rec(2, 209.0, 20.0),                      # median 204.5
+        rec(4, 330.0),
+    ])
+    assert [p.workers for p in points] == [1, 2, 4]
+    one, two, four = points
+    assert one.images_per_sec == 110 and one.speedup == 1 and one.efficiency == 1
+    assert two.images_per_sec == pytest.approx(204.5)
+    assert two.speedup == pytest.approx(204.5 / 110) and two.efficiency == pytest.approx(204.5 / 220)
+    assert four.efficiency == pytest.approx(330 / 440)
+    assert one.time_to_target_s == 45 and two.time_to_target_s == 25 and four.time_to_target_s is None
+
+
+def test_failed_runs_are_listed_not_averaged() -> None:
+    points = bench.points_from_records([rec(1, 100.0), rec(2, None, status="failed"), rec(2, 190.0)])
+    assert points[1].images_per_sec == 190 and points[1].efficiency == pytest.approx(0.95)
+    assert len(points[1].failures) == 1
+    table = bench.format_table(points)
+    assert "failed" in table and "95%" in table and "1.90x" in table
+
+
+def test_baseline_without_a_one_worker_run() -> None:
+    points = bench.points_from_records([rec(2, 200.0), rec(4, 300.0)])
+    assert points[0].efficiency == 1 and points[1].speedup == pytest.approx(1.5)
+    assert points[1].efficiency == pytest.approx(0.75)
+
+
+def test_table_columns() -> None:
+    table = bench.format_table(bench.points_from_records([rec(1, 100.0, 12.5), rec(2, 180.0)]))
+    head, _, first, second = table.splitlines()
+    for word in ("workers", "images/sec", "speedup", "efficiency", "time to acc."):
+        assert word in head
+    assert first.split()[:5] == ["1", "1", "100.0", "1.00x", "100%"] and "12.5 s" in first
+    assert second.split()[:5] == ["2", "1", "180.0", "1.80x", "90%"] and second.split()[5] == "-"
+
+
+def test_warnings_when_workers_outnumber_cores_or_gpus() -> None:
+    assert bench.check_resources([1, 2], threads=1, cores=2) == []
+    assert bench.check_resources([1, 2], threads=None, cores=2) == []
+    (w,) = bench.check_resources([1, 2, 4], threads=None, cores=2)
+    assert "4 workers on 2 cores" in w and "oversubscribed" in w
+    (w,) = bench.check_resources([1, 2], threads=2, cores=2)
+    assert "4 threads on 2 cores" in w and "--threads 1" in w
+    (w,) = bench.check_resources([1, 2, 4], threads=None, cores=64, gpus=2)
+    assert "4 workers but 2 GPU" in w
+
+
+def test_conditions_say_which_comparison_is_fair() -> None:
+    fixed = bench.describe_conditions({"launcher": "mpirun", "cores": 2, "threads": 1, "repeat": 3, "args": []})
+    assert "equal cores per worker" in fixed and "1 thread(s) each" in fixed
+    shared = bench.describe_conditions({"launcher": "mpirun", "cores": 8, "threads": None, "repeat": 1})
+    assert "all 8 cores" in shared and "--threads 1" in shared
+
+
+def test_parse_nps() -> None:
+    assert bench.parse_nps("1,2,4") == [1, 2, 4]
+    assert bench.parse_nps("1-3") == [1, 2, 3]
+    with pytest.raises(Exception):
+        bench.parse_nps("0,2")
+
+
+def test_cli_arguments() -> None:
+    a = bench.split_rest(cli.build_parser().parse_args(
+        ["bench", "train.py", "--np", "1,2", "--threads", "1", "--repeat", "3", "--json", "--", "--epochs", "2"]))
+    assert (a.script, a.np, a.threads, a.repeat, a.json, a.args) == ("train.py", [1, 2], 1, 3, True, ["--epochs", "2"])
+    a = bench.split_rest(cli.build_parser().parse_args(["bench", "--np", "2", "train.py", "--", "--np", "5"]))
+    assert a.np == [2] and a.args == ["--np", "5"]
+
+
+def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench() with a fake launcher: records are matched by run id, the sweep says its conditions."""
+    from labkit import launch
+
+    path = tmp_path / "runs.jsonl"
+    speed = {1: 100.0, 2: 190.0}
+    calls = []
+
+    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd):  # noqa: ANN001, ANN202
+        calls.append((np, threads, env[runs.RUN_ID_VAR]))
+        runs.append({"run_id": "someone-else", "workers": np, "images_per_sec": 1.0, "status": "ok"}, path)
+        runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": speed[np], "status": "ok",
+                     "threads_per_worker": threads}, env[runs.FILE_VAR])
+        return launch.JobResult(0, command, tmp_path, np, 1.0)
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    sweep = bench.bench("train.py", nps=[2, 1], repeat=2, threads=1, runs_file=path, echo=False)
+    assert [c[0] for c in calls] == [1, 1, 2, 2] and all(c[1] == 1 for c in calls)
+    assert len({c[2] for c in calls}) == 4
+    assert [p.images_per_sec for p in sweep.points] == [100.0, 190.0]
+    assert sweep.points[1].efficiency == pytest.approx(0.95)
+    data = json.loads(sweep.to_json())
+    assert data["conditions"]["threads"] == 1 and data["points"][1]["workers"] == 2
+    assert "equal cores per worker" in str(sweep)
+
+
+def test_bench_reports_a_run_without_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit import launch
+
+    monkeypatch.setattr(launch, "run", lambda command, np, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
+    sweep = bench.bench("train.py", nps=[1], runs_file=tmp_path / "r.jsonl", echo=False)
+    assert not sweep.points[0].ok and "no record" in sweep.table()
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_real_sweep_of_the_horovod_solution(tmp_path: Path) -> None:
+    """1 and 2 Horovod workers on tiny data through the real launcher and the CLI (--json, --plot)."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-m", "labkit.cli", "bench", str(ROOT / "solutions" / "fashion_mnist_solution.py"),
+         "--np", "1,2", "--threads", "1", "--json", "--timeout", "300", "--plot", str(tmp_path / "s.png"),
+         "--runs-file", str(tmp_path / "runs.jsonl"),
+         "--", "--epochs", "2", "--train-size", "512", "--test-size", "128", "--log-dir", str(tmp_path / "logs")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    one, two = data["points"]
+    assert (one["workers"], two["workers"]) == (1, 2)
+    assert one["images_per_sec"] > 0 and two["images_per_sec"] > 0
+    assert one["speedup"] == 1 and two["efficiency"] == pytest.approx(two["speedup"] / 2)
+    records = runs.read(tmp_path / "runs.jsonl")
+    assert sorted(r["workers"] for r in records) == [1, 2]
+    assert all(r["launcher"] == "mpirun" and r["strategy"] == "horovod" and r["threads_per_worker"] == 1
+               for r in records)
+    two_rec = next(r for r in records if r["workers"] == 2)
+    assert two_rec["global_batch"] == 2 * two_rec["batch_per_worker"]
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
