@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ def test_conditions_say_which_comparison_is_fair() -> None:
 def test_parse_nps() -> None:
     assert bench.parse_nps("1,2,4") == [1, 2, 4]
     assert bench.parse_nps("1-3") == [1, 2, 3]
-    with pytest.raises(Exception):
+    with pytest.raises(argparse.ArgumentTypeError):
         bench.parse_nps("0,2")
 
 

@@ -114,7 +114,8 @@ def test_failed_job_gets_a_record_unless_the_script_wrote_one(tmp_path: Path) ->
     from labkit.launch import JobResult
 
     path = tmp_path / "runs.jsonl"
-    failed = JobResult(1, ["mpirun"], tmp_path, 2, 3.0, rank_exit={0: 1}, rank_errors={0: "Traceback...\nValueError: x"})
+    errors = {0: "Traceback...\nValueError: x"}
+    failed = JobResult(1, ["mpirun"], tmp_path, 2, 3.0, rank_exit={0: 1}, rank_errors=errors)
     rec = runs.record_failed_job(failed, "r1", ["python", "train.py"], path, launcher="mpirun")
     assert rec is not None and rec["status"] == "failed" and rec["exit_status"] == 1 and rec["workers"] == 2
     assert rec["script"] == "train.py" and "ValueError" in rec["error"]
@@ -132,8 +133,7 @@ def test_failed_job_gets_a_record_unless_the_script_wrote_one(tmp_path: Path) ->
 
 @pytest.fixture(scope="module")
 def keras():
-    import labkit  # noqa: F401
-    import tensorflow as tf
+    import tensorflow as tf  # labkit, imported above, made tf.keras Keras 2
 
     return tf
 
