@@ -1,0 +1,86 @@
+"""labkit.dashboard: follows a fake progress file, as widgets and as text; watch() links the run record."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit import dashboard, runs
+
+
+def state(epochs: int, status: str = "running") -> dict:
+    return {
+        "run_id": "r1", "status": status, "workers": 2, "epochs_requested": 3,
+        "epochs": [{"epoch": i + 1, "train_s": 2.0, "wall_s": 2.5, "images_per_sec": 100.0 + i,
+                    "val_accuracy": 0.5 + i / 10} for i in range(epochs)],
+    }
+
+
+def test_read_state_tolerates_missing_and_damaged_files(tmp_path: Path) -> None:
+    assert dashboard.read_state(tmp_path / "none.json") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    assert dashboard.read_state(tmp_path / "bad.json") is None
+
+
+def test_summary_and_lines() -> None:
+    assert "waiting" in dashboard.summary(None)
+    s = dashboard.summary(state(2))
+    assert "epoch 2/3" in s and "101.0 images/sec" in s and "0.600" in s and "2 worker" in s
+    line = dashboard.epoch_line(state(1)["epochs"][0])
+    assert line == "epoch 1: 2.0 s training, 100.0 images/sec, val accuracy 0.500"
+
+
+def test_widgets_follow_the_progress_file(tmp_path: Path) -> None:
+    pytest.importorskip("ipywidgets")
+    path = tmp_path / "runs.jsonl"
+    board = dashboard.Dashboard("r1", path, text=False)
+    assert board.refresh() is None and board.bar.value == 0  # no file yet
+    runs.write_json_atomic(runs.live_file("r1", path), state(1))
+    board.refresh()
+    assert (board.bar.value, board.bar.max, board.bar.bar_style) == (1, 3, "info")
+    assert "epoch 1/3" in board.status.value and "100.0" in board.table.value
+    runs.write_json_atomic(runs.live_file("r1", path), state(3, "ok"))
+    board.refresh()
+    assert (board.bar.value, board.bar.bar_style) == (3, "success")
+    assert board.table.value.count("<tr>") == 4  # header + 3 epochs
+    runs.write_json_atomic(runs.live_file("r1", path), state(1, "failed"))
+    board.refresh()
+    assert board.bar.bar_style == "danger"
+
+
+def test_text_mode_prints_each_epoch_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "runs.jsonl"
+    board = dashboard.Dashboard("r1", path, text=True)
+    runs.write_json_atomic(runs.live_file("r1", path), state(1))
+    board.refresh()
+    runs.write_json_atomic(runs.live_file("r1", path), state(2))
+    board.refresh()
+    board.refresh()
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["epoch 1", "epoch 2"]
+
+
+def test_watch_runs_the_job_and_shows_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    from labkit import launch
+
+    seen = {}
+
+    def fake_run(command, np, env, quiet, **kw):  # noqa: ANN001, ANN202
+        seen.update(env=env, quiet=quiet, np=np)
+        live = runs.live_file(env[runs.RUN_ID_VAR], env[runs.FILE_VAR])
+        for k in (1, 2, 3):  # a job that trains three epochs
+            runs.write_json_atomic(live, state(k, "ok" if k == 3 else "running"))
+            time.sleep(0.15)
+        runs.append({"run_id": env[runs.RUN_ID_VAR], "status": "ok", "images_per_sec": 101.5}, env[runs.FILE_VAR])
+        return launch.JobResult(0, list(command), tmp_path, np, 0.5)
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    result = dashboard.watch(["python", "train.py"], np=2, every=0.05, text=True,
+                             env={runs.FILE_VAR: str(tmp_path / "runs.jsonl")})
+    assert seen["quiet"] and seen["np"] == 2 and Path(seen["env"][runs.FILE_VAR]).is_absolute()
+    assert result.record["images_per_sec"] == 101.5
+    out = capsys.readouterr().out
+    assert out.count("epoch 1:") == 1 and "epoch 3:" in out and "ok: epoch 3/3" in out
