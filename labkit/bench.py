@@ -198,7 +198,8 @@ def bench(
     """Run ``script ARGS`` at each worker count in ``nps``, ``repeat`` times, and compare.
 
     ``threads`` is threads per worker (None: cores // workers, the launcher's
-    default). Records go to ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or
+    default). ``launcher="cluster"`` runs a tf.distribute script on a local
+    cluster (:mod:`labkit.cluster`) instead of under MPI. Records go to ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or
     ``runs/runs.jsonl``).
     """
     from labkit import launch
@@ -228,8 +229,11 @@ def bench(
                 print(f"labkit bench: {np_} worker(s) x {threads or launch.default_threads(np_, cores)} thread(s), "
                       f"run {i + 1}/{repeat} ...", file=sys.stderr, flush=True)
             env = {runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path), "LABKIT_BENCH": sweep_id}
-            result = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads, env=env,
-                                quiet=quiet, cwd=cwd)
+            if launcher == "cluster":  # tf.distribute: one task per worker with its own TF_CONFIG
+                result = _cluster_run(command, np_, timeout, threads, env, quiet, cwd)
+            else:
+                result = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads, env=env,
+                                    quiet=quiet, cwd=cwd)
             found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
             if not found:  # nothing recorded, e.g. a script without the Recorder
                 found = [runs.record_failed_job(result, run_id, command, records_path) or {
@@ -253,6 +257,20 @@ def bench(
         "cpu": runs.device_info().get("cpu"), "load_avg": _loadavg(),
     }
     return Sweep(script, points, conditions, warn)
+
+
+def _cluster_run(command: list[str], workers: int, timeout: float | None, threads: int | None,
+                 env: dict[str, str], quiet: bool, cwd: str | Path | None) -> Any:
+    """Run a tf.distribute script on a local cluster of ``workers`` workers; a JobResult-like answer."""
+    from types import SimpleNamespace
+
+    from labkit import cluster
+
+    env = {**env, runs.LAUNCHER_VAR: "cluster"}
+    r = cluster.run(command, workers=workers, timeout=timeout, threads=threads, env=env, quiet=quiet, cwd=cwd)
+    code = 0 if r.ok else next((c for c in r.returncodes.values() if c), 1)
+    return SimpleNamespace(ok=r.ok, returncode=code, np=workers, duration=r.duration, timed_out=r.timed_out,
+                           interrupted=r.interrupted, rank_errors=dict(r.errors), log_dir=r.log_dir)
 
 
 def _gpu_count() -> int:
@@ -306,7 +324,9 @@ def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     p.add_argument("--repeat", type=int, default=d(1), help="runs per worker count; the median is kept (default: 1)")
     p.add_argument("--threads", type=int, default=d(None),
                    help="threads per worker (default: cores // workers); 1 gives equal cores per worker")
-    p.add_argument("--launcher", choices=LAUNCHERS, default=d("mpirun"), help="default: mpirun")
+    p.add_argument("--launcher", choices=(*LAUNCHERS, "cluster"), default=d("mpirun"),
+                   help="mpirun/horovodrun/gloo for Horovod scripts, cluster for tf.distribute ones (TF_CONFIG); "
+                        "default: mpirun")
     p.add_argument("--timeout", type=float, default=d(None), help="seconds per run before it is killed")
     p.add_argument("--runs-file", default=d(None), help="records file (default: $LABKIT_RUNS_FILE or runs/runs.jsonl)")
     p.add_argument("--json", action="store_true", default=d(False), help="print one JSON object instead of the table")

@@ -165,6 +165,16 @@ def _tf_config() -> dict[str, Any] | None:
     return conf if isinstance(conf, dict) and conf.get("task") else None
 
 
+# Class names of tf.distribute strategies -> the names learners use.
+STRATEGY_NAMES = {
+    "CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
+    "CollectiveAllReduceStrategyV1": "MultiWorkerMirroredStrategy",
+    "_CollectiveAllReduceStrategyExperimental": "MultiWorkerMirroredStrategy",
+    "ParameterServerStrategyV2": "ParameterServerStrategy",
+    "ParameterServerStrategyV1": "ParameterServerStrategy",
+}
+
+
 def world(strategy: Any = None) -> dict[str, Any]:
     """``rank``, ``workers``, ``is_chief`` and ``launcher``/``strategy`` of this process."""
     from labkit.rank import rank_from_env
@@ -178,6 +188,7 @@ def world(strategy: Any = None) -> dict[str, Any]:
     name = type(strategy).__name__ if strategy is not None else None
     if name and name.startswith("_Default"):
         name = None
+    name = STRATEGY_NAMES.get(name, name) if name else None
     replicas = int(getattr(strategy, "num_replicas_in_sync", 1) or 1) if name else 1
     conf = _tf_config()
     if conf is not None:
