@@ -70,19 +70,13 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def mpirun_command(
-    command: Sequence[str],
-    np: int,
-    env: dict[str, str],
-    hosts: str | None = None,
-    cores: int | None = None,
-    as_root: bool | None = None,
-    mpirun: str = "mpirun",
+def mpirun_flags(
+    np: int, hosts: str | None = None, cores: int | None = None, as_root: bool | None = None
 ) -> list[str]:
-    """``mpirun`` arguments for ``command`` on ``np`` ranks, exporting ``env``'s names."""
+    """The options labkit gives ``mpirun`` (also used for ipyparallel MPI engines)."""
     if np < 1:
         raise ValueError(f"need at least one worker, got np={np}")
-    args = [mpirun, "-np", str(np)]
+    args = []
     if as_root if as_root is not None else _is_root():
         args.append("--allow-run-as-root")
     if hosts:
@@ -94,6 +88,20 @@ def mpirun_command(
     args += ["--bind-to", "none", "--map-by", "slot"]
     # Shared memory within a node, TCP across nodes; no InfiniBand probing noise.
     args += ["--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none"]
+    return args
+
+
+def mpirun_command(
+    command: Sequence[str],
+    np: int,
+    env: dict[str, str],
+    hosts: str | None = None,
+    cores: int | None = None,
+    as_root: bool | None = None,
+    mpirun: str = "mpirun",
+) -> list[str]:
+    """``mpirun`` arguments for ``command`` on ``np`` ranks, exporting ``env``'s names."""
+    args = [mpirun, "-np", str(np), *mpirun_flags(np, hosts, cores, as_root)]
     for name in sorted(env):
         args += ["-x", name]
     return args + list(command)
