@@ -119,3 +119,17 @@ for _stem, _short, _n, _title in DISTRIBUTE_LABS:
                f"{_title}, after step {k}")
         for k in range(1, _n + 1)
     )
+
+
+def backup(path: str | Path) -> Path:
+    """Copy a learner's script to ``<stem>_original<suffix>`` (or a timestamped name if taken)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    target = path.with_name(f"{path.stem}_original{path.suffix}")
+    if target.exists():
+        if target.read_bytes() == path.read_bytes():
+            return target
+        target = path.with_name(f"{path.stem}_{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+    shutil.copy2(path, target)
+    return target
