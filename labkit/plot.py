@@ -45,9 +45,25 @@ def series(data: Any, by: Callable[[dict[str, Any]], str] = framework) -> dict[s
     return {label: bench.points_from_records(recs) for label, recs in sorted(groups.items())}
 
 
+def _notebook_png() -> None:
+    """In a Jupyter kernel, show a Figure returned by a cell as a PNG (without importing pyplot)."""
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "kernel"):
+        try:
+            select_figure_formats(shell, {"png"})
+        except Exception:  # noqa: BLE001 - display is a convenience
+            pass
+
+
 def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6) -> Any:
     from matplotlib.figure import Figure
 
+    _notebook_png()
     fig = Figure(figsize=(width * ncols, height), layout="constrained")
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
     return fig, axes
@@ -170,6 +186,7 @@ def compare(records: list[dict[str, Any]]) -> Any:
 
     groups = series(records)
     n = max(1, len(groups))
+    _notebook_png()
     fig = Figure(figsize=(4.4 * n, 6.4), layout="constrained")
     items = list(groups.items()) or [("no records", [])]
     top = None
