@@ -16,8 +16,9 @@ SETUP_HINT = "run `make setup` in the lab's folder"
 
 def _horovod() -> tuple[dict[str, Any] | None, str | None]:
     try:
-        import horovod
-        import horovod.tensorflow as hvd_tf
+        with env.quiet_native_stderr():
+            import horovod
+            import horovod.tensorflow as hvd_tf
     except Exception as e:  # noqa: BLE001 - any import failure means "not usable"
         return None, f"Horovod cannot be imported ({type(e).__name__}: {e}); {SETUP_HINT} to build it"
     info = {
@@ -56,7 +57,8 @@ def collect() -> dict[str, Any]:
 
     keras_issue = env.keras_problem()
     try:
-        import tensorflow as tf
+        with env.quiet_native_stderr():
+            import tensorflow as tf
 
         report["tensorflow"] = tf.__version__
         name = getattr(tf.keras, "__name__", "")
@@ -70,7 +72,8 @@ def collect() -> dict[str, Any]:
             keras_issue = keras_issue or env.keras_problem() or "tf.keras is Keras 3: set TF_USE_LEGACY_KERAS=1"
         from tensorflow.python.framework import config as tf_config
 
-        report["gpus"] = len(tf_config.list_physical_devices("GPU"))
+        with env.quiet_native_stderr():
+            report["gpus"] = len(tf_config.list_physical_devices("GPU"))
     except Exception as e:  # noqa: BLE001
         problems.append(f"TensorFlow cannot be imported ({type(e).__name__}: {e}); {SETUP_HINT}")
     if keras_issue:

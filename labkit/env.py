@@ -10,9 +10,10 @@ applies them too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 
 DEFAULTS: dict[str, str] = {
     "TF_USE_LEGACY_KERAS": "1",  # tf.keras is Keras 2 (tf-keras), as Horovod needs
@@ -102,3 +103,27 @@ def install_pth(target_dir: str | None = None) -> str:
     with open(path, "w") as f:
         f.write(PTH_LINE)
     return path
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Silence C++ start-up logging (written straight to fd 2) inside the block.
+
+    Python-level errors still surface: they are raised, not printed, inside the block.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no usable fd 2
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            sys.stderr.flush()
+            os.dup2(devnull.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
