@@ -8,11 +8,16 @@
 #   LABKIT_CACHE=~/.cache/labkit   where the built Horovod wheel is kept
 #   LABKIT_HOROVOD_GPU=auto|0|1    build with NCCL (auto: a GPU, nvcc and NCCL found)
 #   LABKIT_SKIP_APT=1          never call apt-get (just report what is missing)
+#   LABKIT_SYSTEM_PYTHON=1     install into the current python3 environment instead of .venv (Binder)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VENV="$ROOT/.venv"
+if [ "${LABKIT_SYSTEM_PYTHON:-0}" = "1" ]; then
+  VENV="$(python3 -c 'import sys; print(sys.prefix)')"
+else
+  VENV="$ROOT/.venv"
+fi
 PY="$VENV/bin/python"
 HVD_VERSION="0.28.1"
 PATCH="$ROOT/patches/horovod-${HVD_VERSION}-tf2.21.patch"
@@ -102,7 +107,7 @@ if [ -f "$HVD_STAMP" ] && "$PY" -c 'import horovod.tensorflow.keras' 2>/dev/null
   echo "installed ($KEY)"
 else
   if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
-    echo "no cached wheel for $KEY: building from source (about 10-20 minutes on 2 cores)"
+    echo "no cached wheel for $KEY: building from source (about 5 minutes on 2 cores)"
     BUILD="$(mktemp -d)"
     trap 'rm -rf "$BUILD"' EXIT
     mkdir -p "$CACHE/sdist"
@@ -132,7 +137,8 @@ else
     echo "build log: $LOG"
     # Show cmake's [ NN%] progress lines; keep the whole log for errors.
     if ! "$PY" -m pip wheel -v --no-deps --no-build-isolation "$BUILD/horovod-$HVD_VERSION" -w "$WHEEL_DIR" 2>&1 \
-        | tee "$LOG" | grep --line-buffered -oE '^\s*\[ *[0-9]+%\] (Building|Linking) [^ ]+ [^ ]+' | sed -u 's/^ *//'; then
+        | tee "$LOG" | grep --line-buffered -E '^\s*\[ *[0-9]+%\] (Building|Linking)' \
+        | awk '{ sub(/^ +/, ""); sub(/\/.*\//, ".../"); print substr($0, 1, 100); fflush() }'; then
       :
     fi
     ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1 || { tail -40 "$LOG"; die "Horovod build failed (full log: $LOG)"; }
