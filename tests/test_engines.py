@@ -1,0 +1,41 @@
+"""labkit.engines: MPI engine config (no MPI needed) and a real 2-engine Horovod allreduce."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from labkit import engines, launch
+
+
+def test_config_passes_thread_limits_and_mpirun_flags() -> None:
+    cfg = engines.config(2, threads=1, job_id="abc")
+    env = cfg.MPIEngineSetLauncher.environment
+    assert env["TF_NUM_INTRAOP_THREADS"] == "1" and env[launch.JOB_VAR] == "abc"
+    args = cfg.MPILauncher.mpi_args
+    assert "--bind-to" in args and ["-x", "TF_USE_LEGACY_KERAS"] == args[args.index("TF_USE_LEGACY_KERAS") - 1:][:2]
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_engines_run_horovod_and_leave_nothing_behind() -> None:
+    rc = engines.start(2, activate=False)
+    job_id = engines._CURRENT["job_id"]
+    try:
+        def allreduce() -> tuple[int, float, str]:
+            import os
+
+            import horovod.tensorflow as hvd
+            import tensorflow as tf
+
+            hvd.init()
+            total = float(hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum))
+            return hvd.rank(), total, os.environ["TF_USE_LEGACY_KERAS"]
+
+        results = sorted(rc[:].apply_sync(allreduce))
+        assert results == [(0, 3.0, "1"), (1, 3.0, "1")]
+    finally:
+        engines.stop()
+    assert launch.job_processes(job_id) == []
