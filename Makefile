@@ -10,8 +10,10 @@ PORT ?= 8888
 setup:
 	@bash scripts/setup.sh
 
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: setup
-	cd labs && ../$(VENV)/bin/jupyter lab --port=$(PORT) --ip=$${LAB_IP:-127.0.0.1} $${LAB_ARGS:-} 00_start_here.ipynb
+	cd labs && ../$(VENV)/bin/jupyter lab --port=$(PORT) --ip=$${LAB_IP:-127.0.0.1} $(ROOT_FLAG) $${LAB_ARGS:-} 00_start_here.ipynb
 
 test: setup
 	$(PY) -m ruff check labkit tests labs solutions
