@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     val_batch = args.val_batch_size
     train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std)
     test_ds = data.dataset(test, val_batch, training=False, mean=mean, std=std)
-    # TODO: Step 2: set the datasets' auto-shard policy to DATA so that each worker reads its own shard
+    # TODO: Step 2: give the training dataset a shuffle seed shared by all workers (data.dataset(..., seed=)),
+    # and set the datasets' auto-shard policy to DATA so that each worker reads its own shard
     steps_per_epoch = data.steps(len(train), global_batch)
     validation_steps = data.steps(len(test), val_batch)
 

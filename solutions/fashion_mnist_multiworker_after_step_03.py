@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wd", type=float, default=0.000005, help="weight decay (L2)")
     p.add_argument("--target-accuracy", type=float, default=0.85, help="stop when val accuracy exceeds this")
     p.add_argument("--patience", type=int, default=2, help="epochs above the target before stopping")
+    p.add_argument("--seed", type=int, default=1234, help="shuffle seed, the same on every worker")
     p.add_argument("--mode", choices=["auto", "small", "full"], default="auto",
                    help="small: narrow net on a subset (CPU); full: WRN-16-10 on all data; auto: full with a GPU")
     p.add_argument("--widen-factor", type=int, default=None, help="WRN widen factor (mode default: small 1, full 10)")
@@ -78,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     # tf.distribute: the batch given to fit is the global batch; each worker gets batch_size of it.
     global_batch = args.batch_size * replicas
     val_batch = args.val_batch_size * replicas
-    train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std)
+    # tf.distribute: every worker shuffles in the same order, so that sharding by DATA splits one permutation.
+    train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std, seed=args.seed)
     test_ds = data.dataset(test, val_batch, training=False, mean=mean, std=std)
-    # tf.distribute: say how the workers split the data: DATA gives each worker every n-th batch element.
+    # tf.distribute: say how the workers split the data: DATA gives each worker every n-th example.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_ds = train_ds.with_options(options)

@@ -1,0 +1,265 @@
+"""Behaviour checks of the tf.distribute labs: mirrored, multiworker, parameter-server.
+
+Each check runs the learner's script under :mod:`labkit.dprobe` on a tiny slice
+of data (a cluster of processes for the multi-worker labs) and judges what the
+processes did: replicas, variables, batches, files written, epochs resumed.
+The source is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from labkit import cluster, launch
+from labkit.check import Report, StepResult
+
+TRAIN, TEST, BATCH = 256, 128, 16
+COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", str(BATCH),
+          "--val-batch-size", str(BATCH), "--widen-factor", "1", "--mode", "small", "--target-accuracy", "2"]
+
+
+class _Failed(Exception):
+    """A step failed; the message says what to change."""
+
+
+def check(lab: str, script: Path, step: int, timeout: float = 180, **kw: Any) -> Report:
+    """Run ``script`` for ``lab`` and judge steps 1..``step``."""
+    script = Path(script)
+    if not script.is_file():
+        raise FileNotFoundError(f"{script} does not exist")
+    start = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix=f"labkit-check-{lab}-"))
+    try:
+        judges = {"multiworker": _multiworker, "mirrored": _mirrored, "parameter-server": _parameter_server}[lab]
+        steps = judges(script.resolve(), step, timeout, work, **kw)
+    finally:
+        if not kw.get("keep"):
+            shutil.rmtree(work, ignore_errors=True)
+    return Report(lab, str(script), steps, time.perf_counter() - start)
+
+
+def _judge(step: int, checks: list[Callable[[], str]], run_error: str | None = None) -> list[StepResult]:
+    """Run step checks 1..step in order; after the first failure the rest are not judged."""
+    results: list[StepResult] = []
+    for k, fn in enumerate(checks[:step], 1):
+        if any(not r.passed for r in results):
+            first = next(r.step for r in results if not r.passed)
+            results.append(StepResult(k, False, f"not checked: fix step {first} first"))
+            continue
+        try:
+            results.append(StepResult(k, True, fn()))
+        except _Failed as e:
+            msg = str(e)
+            if run_error:
+                msg += f"\nThe run failed:\n{run_error}"
+            results.append(StepResult(k, False, msg))
+    return results
+
+
+def _records(probe: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for f in sorted(probe.glob("*.json")):
+        try:
+            out[f.stem] = json.loads(f.read_text())
+        except ValueError:
+            continue
+    return out
+
+
+def _events(probe: Path, task: str) -> list[dict[str, Any]]:
+    path = probe / f"{task}.events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    return launch._error_tail(text, lines)
+
+
+def _fit(rec: dict[str, Any], who: str) -> dict[str, Any]:
+    if rec.get("error"):
+        raise _Failed(f"{who} stopped with an error: {rec['error'][-600:]}")
+    if not rec.get("fits"):
+        raise _Failed(f"{who} never called model.fit(...)")
+    return rec["fits"][-1]
+
+
+def _files(folder: Path) -> list[str]:
+    if not folder.exists():
+        return []
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+# ----------------------------------------------------------------------------- multiworker
+
+WORKERS = 2
+
+
+def _multiworker(script: Path, step: int, timeout: float, work: Path, **kw: Any) -> list[StepResult]:
+    probe = work / "probe"
+    epochs = 3 if step >= 4 else 2
+    cmd = [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON,
+           "--epochs", str(epochs), "--backup-dir", str(work / "backup"),
+           "--model-path", "saved/model.keras", "--log-dir", "logs"]
+    c = cluster.Cluster(cmd, workers=WORKERS, log_dir=work / "logs", task_cwd=lambda t, i: work / f"{t}{i}",
+                        quiet=True, env={"LABKIT_PROBE_LOAD": "saved/model.keras"})
+    kill: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    with c:
+        c.start()
+        if step >= 4:
+            kill = _kill_and_restart(c, probe, deadline)
+        result = c.wait(max(5.0, deadline - time.monotonic()))
+    recs = _records(probe)
+    run_error = None
+    if not result.ok:
+        run_error = result.summary()[-1500:]
+    names = [f"worker.{i}" for i in range(WORKERS)]
+
+    def records() -> list[dict[str, Any]]:
+        missing = [n for n in names if n not in recs]
+        if missing:
+            raise _Failed(f"{', '.join(missing)} did not get to training"
+                          + (" (the run timed out)" if result.timed_out else ""))
+        return [recs[n] for n in names]
+
+    def step1() -> str:
+        fits = [_fit(r, n) for r, n in zip(records(), names, strict=True)]
+        for n, r, f in zip(names, records(), fits, strict=True):
+            made = [s["class"] for s in r.get("strategies", [])]
+            if f["replicas"] == 1 and not made:
+                raise _Failed(f"{n} trained alone (1 replica, no strategy): create "
+                              "tf.distribute.MultiWorkerMirroredStrategy() at the start of main()")
+            if f["strategy"] != "CollectiveAllReduceStrategy":
+                raise _Failed(f"{n}'s model belongs to {f['strategy']}, not the MultiWorkerMirroredStrategy "
+                              f"(strategies created: {', '.join(made) or 'none'}): build and compile the model "
+                              "inside `with strategy.scope():`")
+            if f["replicas"] != WORKERS:
+                raise _Failed(f"{n} had num_replicas_in_sync={f['replicas']} but the cluster has {WORKERS} workers: "
+                              "create the strategy first thing in main(), so that it reads TF_CONFIG")
+            if not any("Mirrored" in t for t in f["variables"]["types"]):
+                raise _Failed(f"{n}'s variables are {f['variables']['types']}, not MirroredVariables: "
+                              "create the model inside strategy.scope()")
+        digests = {f.get("weights") for f in fits}
+        if len(digests) != 1 or None in digests:
+            raise _Failed("the workers finished with different weights: they did not train one model together")
+        return (f"both workers joined one MultiWorkerMirroredStrategy (num_replicas_in_sync={WORKERS}); "
+                "variables are MirroredVariables and identical on every worker after training")
+
+    def step2() -> str:
+        fits = [_fit(r, n) for r, n in zip(records(), names, strict=True)]
+        for n, f in zip(names, fits, strict=True):
+            b = f.get("batches") or {}
+            if not b.get("per_replica_batch"):
+                raise _Failed(f"could not sample {n}'s batches ({f.get('batches_error') or b.get('note')}); "
+                              "pass a tf.data.Dataset to fit")
+            sizes = {s for row in b["per_replica_batch"] for s in row}
+            if sizes != {BATCH}:
+                raise _Failed(f"each replica of {n} received batches of {sorted(sizes)} examples but --batch-size "
+                              f"is {BATCH} per worker: the dataset fit gets is batched by the global batch, "
+                              "batch_size * strategy.num_replicas_in_sync")
+        global_batch = BATCH * WORKERS
+        spe = fits[0].get("steps_per_epoch")
+        if spe and not (TRAIN * 0.9 <= spe * global_batch <= TRAIN + global_batch):
+            raise _Failed(f"steps_per_epoch={spe} with a global batch of {global_batch} is {spe * global_batch} "
+                          f"examples per epoch for {TRAIN} training images: compute it from the global batch")
+        seen = [{x for batch in f["batches"]["ids"] for replica in batch for x in replica} for f in fits]
+        common = seen[0] & seen[1]
+        if len(common) > 0.1 * min(len(s) for s in seen):
+            raise _Failed(f"workers 0 and 1 trained on the same examples ({len(common)} of {len(seen[0])} shared in "
+                          "their first batches): each worker needs its own shard. With AutoShardPolicy.DATA every "
+                          "worker must shuffle in the same order (one seed); or shard the data yourself "
+                          "(data.dataset(..., shard=(workers, index))) and set the policy to OFF")
+        return (f"each replica gets {BATCH} examples per step (global batch {global_batch}), "
+                f"steps_per_epoch={spe} covers the data once, and the workers' shards do not overlap")
+
+    def step3() -> str:
+        recs_ = records()
+        for n, r in zip(names, recs_, strict=True):
+            if r.get("exit") not in (0, None) or r.get("error"):
+                raise _Failed(f"{n} failed: {r.get('error', 'exit ' + str(r.get('exit')))}")
+            if not r.get("saves"):
+                raise _Failed(f"{n} never called model.save: in multi-worker training every worker saves "
+                              "(saving may need all workers); non-chief workers save to a temporary path")
+        chief_files = _files(work / "worker0")
+        if "saved/model.keras" not in chief_files:
+            raise _Failed(f"the chief did not write --model-path (saved/model.keras) in its folder; it wrote "
+                          f"{chief_files or 'nothing'}")
+        load = recs_[0].get("load") or {}
+        if not load.get("ok") or not load.get("same_weights"):
+            raise _Failed(f"the chief's saved model does not reload with the trained weights: {load}")
+        other = _files(work / "worker1")
+        if other:
+            raise _Failed(f"worker 1 left {', '.join(other[:5])} behind: only the chief keeps the model and logs; "
+                          "non-chief workers save to a temporary folder (e.g. workertemp_1) and delete it")
+        out1 = (work / "logs" / "worker.1.log").read_text(errors="replace")
+        if "Epoch 1/" in out1:
+            raise _Failed("worker 1 printed the progress bar too: set verbose=0 on all workers but the chief")
+        return ("every worker saved; only the chief's model (which reloads with the trained weights) and logs "
+                "remain; worker 1 cleaned up its temporary copy and printed nothing")
+
+    def step4() -> str:
+        if not kill.get("killed"):
+            raise _Failed(f"could not kill a worker mid-training: {kill.get('why', 'training ended first')}")
+        ev = _events(probe, "worker.0")
+        pids = list(dict.fromkeys(e["pid"] for e in ev))
+        if len(pids) < 2:
+            raise _Failed("the chief did not train again after the restart")
+        first = [e for e in ev if e["pid"] == pids[0]]
+        last = [e for e in ev if e["pid"] == pids[-1]]
+        done = sorted({e["epoch"] for e in first if e["kind"] == "epoch_end"})
+        again = sorted({e["epoch"] for e in last if e["kind"] == "epoch_begin"})
+        if not again:
+            raise _Failed("after the restart the chief began no epoch")
+        repeated = sorted(set(done) & set(again))
+        if repeated:
+            raise _Failed(f"worker 1 was killed after epoch(s) {[d + 1 for d in done]} had completed, and the "
+                          f"restarted cluster trained epoch(s) {[r + 1 for r in repeated]} again: add "
+                          "tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir) to the callbacks")
+        ended = {e["epoch"] for e in last if e["kind"] == "epoch_end"}
+        if not any(e["kind"] == "fit_end" for e in last) or max(ended, default=-1) != epochs - 1:
+            raise _Failed("after the restart training did not finish all epochs")
+        return (f"worker 1 was killed during epoch {kill['epoch'] + 1}; after the restart training resumed at epoch "
+                f"{again[0] + 1} (epochs {[d + 1 for d in done]} were not repeated) and finished")
+
+    return _judge(step, [step1, step2, step3, step4], run_error)
+
+
+def _kill_and_restart(c: cluster.Cluster, probe: Path, deadline: float) -> dict[str, Any]:
+    """Kill worker 1 once the chief has begun its second epoch; restart whatever died."""
+    while time.monotonic() < deadline - 30:
+        begun = [e for e in _events(probe, "worker.0") if e["kind"] == "epoch_begin" and e["epoch"] >= 1]
+        if begun:
+            break
+        if not all(t.alive() for t in c.tasks.values()):
+            return {"killed": False, "why": "a worker exited before its second epoch"}
+        time.sleep(0.2)
+    else:
+        return {"killed": False, "why": "the second epoch did not begin in time"}
+    c.kill_task("worker", 1, signal.SIGKILL)
+    # The survivors notice the lost peer and stop (a collective fails); give them a moment.
+    end = time.monotonic() + 25
+    while time.monotonic() < end and c.tasks[("worker", 0)].alive():
+        time.sleep(0.2)
+    restarted = c.restart_dead()
+    return {"killed": True, "epoch": begun[0]["epoch"], "restarted": restarted}
+
+
+# ----------------------------------------------------------------------------- mirrored
+
+
+def _mirrored(script: Path, step: int, timeout: float, work: Path, **kw: Any) -> list[StepResult]:
+    raise NotImplementedError
+
+
+def _parameter_server(script: Path, step: int, timeout: float, work: Path, **kw: Any) -> list[StepResult]:
+    raise NotImplementedError

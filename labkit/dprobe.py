@@ -1,0 +1,286 @@
+"""Run a learner's tf.distribute script and record what each process really does.
+
+``python -m labkit.dprobe OUTDIR -- SCRIPT [ARGS...]`` runs ``SCRIPT`` as
+``__main__`` after patching, in this process only:
+
+* :func:`labkit.data.load`: the same sizes, but every training image is a
+  constant grey level equal to its index (0..255), so that a batch tells which
+  examples it holds whatever the shuffling, flipping and shifting;
+* strategies and ``ClusterCoordinator`` objects, as they are created and used;
+* ``tf.keras.Model.fit``: the model's strategy, its variables (types, devices,
+  whether replicas hold the same values), the batches each replica receives,
+  epoch begin/end events (appended to ``OUTDIR/<task>.events.jsonl`` at once, so
+  a killed process leaves them), the weights after training;
+* ``Model.save``: where each process saved.
+
+The record goes to ``OUTDIR/<task>.json`` (``<task>`` from ``LABKIT_TASK`` or
+``TF_CONFIG``, else ``local.0``). ``LABKIT_PROBE_LOAD=PATH`` reloads a saved
+model at the end and compares its weights with the trained ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+PROBE_BATCHES = 6  # batches per replica sampled before training
+
+
+def task_name() -> str:
+    if os.environ.get("LABKIT_TASK"):
+        return os.environ["LABKIT_TASK"]
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG", ""))["task"]
+        return f"{task['type']}.{task['index']}"
+    except (ValueError, KeyError, TypeError):
+        return "local.0"
+
+
+class Recorder:
+    def __init__(self, outdir: Path) -> None:
+        self.outdir = outdir
+        self.task = task_name()
+        self.record: dict[str, Any] = {"task": self.task, "pid": os.getpid(), "start": time.time(), "fits": [],
+                                       "saves": [], "strategies": [], "coordinator": {}}
+        self.strategies: list[Any] = []
+        self.model: Any = None
+        outdir.mkdir(parents=True, exist_ok=True)
+
+    def event(self, **kw: Any) -> None:
+        kw.update(pid=os.getpid(), t=time.time())
+        with open(self.outdir / f"{self.task}.events.jsonl", "a") as f:
+            f.write(json.dumps(kw) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def dump(self) -> None:
+        rec = dict(self.record)
+        rec["strategies"] = [_strategy_info(s) for s in self.strategies]
+        tmp = self.outdir / f"{self.task}.json.part"
+        tmp.write_text(json.dumps(rec, default=str))
+        os.replace(tmp, self.outdir / f"{self.task}.json")
+
+
+def _strategy_info(s: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"class": type(s).__name__}
+    try:
+        info["replicas"] = int(s.num_replicas_in_sync)
+    except Exception as e:  # noqa: BLE001 - parameter-server strategies may refuse
+        info["replicas"] = None
+        info["replicas_error"] = str(e)[:200]
+    try:
+        info["devices"] = list(s.extended.worker_devices)
+    except Exception:  # noqa: BLE001
+        info["devices"] = []
+    return info
+
+
+def _digest(arrays: list[Any]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _ids(x: Any) -> list[float]:
+    """The grey level of each image of a batch: its example id (in standardised units)."""
+    return [round(float(v), 3) for v in x.numpy()[:, 0, 0, 0]]
+
+
+def _sample_batches(model: Any, x: Any, steps: int) -> dict[str, Any]:
+    """What each local replica receives, through the same distribution fit uses."""
+    import tensorflow as tf
+
+    strategy = model.distribute_strategy
+    out: dict[str, Any] = {"per_replica_batch": [], "ids": []}
+    if not isinstance(x, tf.data.Dataset):
+        out["note"] = f"input is {type(x).__name__}, not a tf.data.Dataset"
+        return out
+    dist = strategy.experimental_distribute_dataset(x)
+    it = iter(dist)
+    for _ in range(max(1, min(steps, PROBE_BATCHES))):
+        batch = next(it)
+        xb = batch[0] if isinstance(batch, tuple | list) else batch
+        locals_ = strategy.experimental_local_results(xb)
+        out["per_replica_batch"].append([int(t.shape[0]) for t in locals_])
+        out["ids"].append([_ids(t) for t in locals_])
+    return out
+
+
+def _variables(model: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"types": sorted({type(v).__name__ for v in model.weights}), "devices": [],
+                            "replicas_equal": None, "copies": 1}
+    devices = set()
+    equal = True
+    for v in model.weights:
+        values = getattr(v, "values", None)
+        if values is not None and len(values) > 1:
+            info["copies"] = len(values)
+            first = values[0].numpy()
+            equal = equal and all((first == other.numpy()).all() for other in values[1:])
+            devices.update(str(c.device) for c in values)
+        else:
+            devices.add(str(getattr(v, "device", "")))
+    info["devices"] = sorted(devices)[:20]
+    info["replicas_equal"] = equal if info["copies"] > 1 else None
+    return info
+
+
+def install(rec: Recorder) -> None:
+    """Patch data loading, strategies, the coordinator, fit and save."""
+    import numpy as np
+
+    from labkit import data
+
+    original_load = data.load
+
+    def load(train_size: int | None = None, test_size: int | None = None, offset: int = 0) -> Any:
+        train, test = original_load(train_size, test_size, offset)
+        grey = (np.arange(len(train)) % 256).astype(np.uint8)
+        x = np.broadcast_to(grey[:, None, None], train.x.shape).copy()
+        rec.record["data"] = {"train": len(train), "test": len(test)}
+        return data.Split(x, train.y), test
+
+    data.load = load
+
+    import tensorflow as tf
+    from tensorflow.python.distribute import distribute_lib
+
+    base_init = distribute_lib.StrategyBase.__init__
+
+    def strategy_init(self: Any, *a: Any, **kw: Any) -> None:
+        base_init(self, *a, **kw)
+        if not type(self).__name__.startswith("_Default"):
+            rec.strategies.append(self)
+            rec.dump()
+
+    distribute_lib.StrategyBase.__init__ = strategy_init
+
+    coord = tf.distribute.experimental.coordinator.ClusterCoordinator
+    stats = rec.record["coordinator"]
+    c_init, c_schedule, c_join = coord.__init__, coord.schedule, coord.join
+
+    def cinit(self: Any, *a: Any, **kw: Any) -> None:
+        c_init(self, *a, **kw)
+        stats["created"] = stats.get("created", 0) + 1
+        rec.dump()
+
+    def cschedule(self: Any, *a: Any, **kw: Any) -> Any:
+        stats["scheduled"] = stats.get("scheduled", 0) + 1
+        return c_schedule(self, *a, **kw)
+
+    def cjoin(self: Any, *a: Any, **kw: Any) -> Any:
+        out = c_join(self, *a, **kw)
+        stats["joined"] = stats.get("joined", 0) + 1
+        try:
+            stats["workers"] = int(self._cluster._num_workers)
+        except Exception:  # noqa: BLE001
+            pass
+        return out
+
+    coord.__init__, coord.schedule, coord.join = cinit, cschedule, cjoin
+
+    class Events(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            rec.event(kind="epoch_begin", epoch=int(epoch))
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            rec.event(kind="epoch_end", epoch=int(epoch))
+
+    model_cls = tf.keras.Model
+    original_fit, original_save = model_cls.fit, model_cls.save
+
+    def fit(self: Any, x: Any = None, *a: Any, **kw: Any) -> Any:
+        info: dict[str, Any] = {
+            "strategy": type(self.distribute_strategy).__name__,
+            "replicas": int(self.distribute_strategy.num_replicas_in_sync),
+            "steps_per_epoch": kw.get("steps_per_epoch"),
+            "epochs": kw.get("epochs", 1),
+            "callbacks": [type(c).__name__ for c in kw.get("callbacks") or []],
+            "variables": _variables(self),
+            "input": type(x).__name__,
+        }
+        rec.record["fits"].append(info)
+        rec.dump()
+        if "Parameter" not in info["strategy"]:
+            try:
+                info["batches"] = _sample_batches(self, x, int(kw.get("steps_per_epoch") or PROBE_BATCHES))
+            except Exception as e:  # noqa: BLE001 - report, never break the learner's run
+                info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
+        rec.dump()
+        kw["callbacks"] = [*(kw.get("callbacks") or []), Events()]
+        rec.event(kind="fit_begin")
+        history = original_fit(self, x, *a, **kw)
+        rec.event(kind="fit_end")
+        info["after"] = _variables(self)
+        info["weights"] = _digest(self.get_weights())
+        try:
+            info["iterations"] = int(self.optimizer.iterations.numpy())
+        except Exception:  # noqa: BLE001
+            pass
+        rec.model = self
+        rec.dump()
+        return history
+
+    def save(self: Any, filepath: Any, *a: Any, **kw: Any) -> Any:
+        out = original_save(self, filepath, *a, **kw)
+        rec.record["saves"].append(os.path.abspath(str(filepath)))
+        rec.dump()
+        return out
+
+    model_cls.fit, model_cls.save = fit, save
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m labkit.dprobe OUTDIR -- SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    rec = Recorder(Path(argv[0]))
+    script, args = argv[2], argv[3:]
+    install(rec)
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:  # noqa: BLE001 - record the learner's error, then fail
+        rec.record["error"] = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
+        traceback.print_exc()
+        code = 1
+    model = rec.model
+    load = os.environ.get("LABKIT_PROBE_LOAD")
+    if code == 0 and load and model is not None:
+        rec.record["load"] = _reload(load, rec.record["fits"][-1].get("weights", ""))
+    rec.record["exit"] = code
+    rec.dump()
+    sys.stdout.flush()
+    return code
+
+
+def _reload(path: str, trained: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    if not os.path.exists(path):
+        return {"ok": False, "error": f"{path} does not exist"}
+    try:
+        # A fresh one-device scope: loading must not join the (finished) cluster's collectives.
+        with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+            loaded = tf.keras.models.load_model(path)
+        same = _digest(loaded.get_weights()) == trained
+        return {"ok": True, "same_weights": same}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
