@@ -1,0 +1,67 @@
+"""The lab notebooks run headless from top to bottom, and are committed without outputs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+NOTEBOOKS = {
+    # notebook: text that must appear in its outputs
+    "00_start_here.ipynb": ["labkit doctor", "b was computed on", "CPU:", "GFLOP/s"],
+    "01_baseline.ipynb": ["Images/sec:", "Test accuracy:", "images/sec", "test accuracy:"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_notebook_is_committed_clean(name):
+    nb = nbformat.read(LABS / name, as_version=4)
+    nbformat.validate(nb)
+    assert nb.nbformat == 4
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, "clear the outputs before committing"
+            assert len(cell.source.splitlines()) <= 15, "long code belongs in labkit"
+
+
+def outputs_text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                parts.append(out.text)
+            elif out.output_type in ("execute_result", "display_data"):
+                parts.append(str(out.get("data", {}).get("text/plain", "")))
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def kernel_name():
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    # "python" in a kernel spec means the Python that starts the kernel, i.e. this one (.venv's).
+    if spec.argv[0] not in ("python", "python3", sys.executable):
+        pytest.fail(f"the python3 kernel runs {spec.argv[0]}, not {sys.executable}: "
+                    f"run `{sys.executable} -m ipykernel install --sys-prefix`")
+    return "python3"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_notebook_runs(name, kernel_name, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("LABKIT_NB_FAST", "1")
+    nb = nbformat.read(LABS / name, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name=kernel_name, resources={"metadata": {"path": str(LABS)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    errors = [out for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "error"]
+    assert not errors
+    text = outputs_text(nb)
+    for expected in NOTEBOOKS[name]:
+        assert expected in text, f"{expected!r} not in the outputs of {name}"
+    assert "Traceback" not in text

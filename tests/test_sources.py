@@ -1,0 +1,137 @@
+"""labkit.sources: starter and step-solution scripts generated from annotated templates."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit import sources
+
+TEMPLATE = """\
+#!/usr/bin/env python
+# {title} in {name}
+common = 1
+#% step 1
+a = 1
+#% else
+# TODO: Step 1
+#% end
+#% step 2
+b = 2
+    #% step 3
+c = 3
+    #% else
+# TODO: Step 3
+    #% end
+#% end
+#% step 4
+d = 4
+#% end
+tail = 0
+"""
+
+
+def kept(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith("#!")]
+
+
+def test_version_0_is_the_starter():
+    assert kept(sources.render(TEMPLATE, 0)) == ["# {title} in {name}", "common = 1", "# TODO: Step 1", "tail = 0"]
+
+
+def test_blocks_up_to_the_version_are_kept():
+    assert kept(sources.render(TEMPLATE, 1)) == ["# {title} in {name}", "common = 1", "a = 1", "tail = 0"]
+    assert kept(sources.render(TEMPLATE, 2)) == [
+        "# {title} in {name}", "common = 1", "a = 1", "b = 2", "# TODO: Step 3", "tail = 0",
+    ]
+    assert kept(sources.render(TEMPLATE, 3)) == [
+        "# {title} in {name}", "common = 1", "a = 1", "b = 2", "c = 3", "tail = 0",
+    ]
+    assert "d = 4" in sources.render(TEMPLATE, 99)
+
+
+def test_nested_else_is_dropped_with_its_outer_block():
+    # Step 3's else-part sits inside step 2: without step 2 neither part appears.
+    assert "TODO: Step 3" not in sources.render(TEMPLATE, 1)
+
+
+def test_markers_never_reach_the_output():
+    for version in (0, 1, 2, 3, 99):
+        assert "#%" not in sources.render(TEMPLATE, version)
+
+
+def test_fields_are_filled():
+    out = sources.render(TEMPLATE, 0, title="The lab", name="lab.py")
+    assert "# The lab in lab.py" in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("#% step 1\nx = 1\n", "not closed"),
+        ("x = 1\n#% end\n", "without"),
+        ("#% else\nx = 1\n", "without"),
+        ("#% step 1\n#% step 2\n#% end\n", "not closed"),
+    ],
+)
+def test_unbalanced_markers_raise(text, message):
+    with pytest.raises(ValueError, match=message):
+        sources.render(text, 1)
+
+
+def test_committed_scripts_are_in_sync_with_their_templates():
+    assert sources.generate(check=True) == []
+
+
+def test_every_target_has_the_generated_header():
+    for t in sources.TARGETS:
+        text = sources.expected(t)
+        first = text.splitlines()[:3]
+        assert any(f"Generated from {t.template} (version {t.version})" in line for line in first), t.output
+
+
+def write_template(root, text=TEMPLATE):
+    (root / "solutions" / "source").mkdir(parents=True)
+    (root / "solutions" / "source" / "t.py.tmpl").write_text(text)
+    return [
+        sources.Target("solutions/source/t.py.tmpl", 0, "labs/t.py", "starter"),
+        sources.Target("solutions/source/t.py.tmpl", 1, "solutions/t_after_step_01.py", "after step 1"),
+    ]
+
+
+def test_generate_writes_then_checks(tmp_path):
+    targets = write_template(tmp_path)
+    assert sources.generate(check=True, root=tmp_path, targets=targets) == ["labs/t.py", "solutions/t_after_step_01.py"]
+    assert not (tmp_path / "labs" / "t.py").exists()  # check only compares
+
+    assert sources.generate(root=tmp_path, targets=targets) == ["labs/t.py", "solutions/t_after_step_01.py"]
+    starter = (tmp_path / "labs" / "t.py").read_text()
+    assert starter.startswith("#!/usr/bin/env python\n# Generated from solutions/source/t.py.tmpl (version 0)")
+    assert "# starter in t.py" in starter and "# TODO: Step 1" in starter
+    assert "a = 1" in (tmp_path / "solutions" / "t_after_step_01.py").read_text()
+    assert sources.generate(check=True, root=tmp_path, targets=targets) == []
+    assert sources.generate(root=tmp_path, targets=targets) == []  # up to date: nothing written
+
+
+def test_regenerating_over_an_edited_starter_keeps_a_backup(tmp_path):
+    targets = write_template(tmp_path)
+    sources.generate(root=tmp_path, targets=targets)
+    starter = tmp_path / "labs" / "t.py"
+    edited = starter.read_text().replace("# TODO: Step 1", "a = 1  # my work")
+    starter.write_text(edited)
+
+    assert sources.generate(check=True, root=tmp_path, targets=targets) == ["labs/t.py"]
+    assert sources.generate(root=tmp_path, targets=targets) == ["labs/t.py"]
+    assert starter.read_text() == sources.expected(targets[0], tmp_path)
+    backups = list((tmp_path / "labs").glob("t.py.*.bak"))
+    assert len(backups) == 1
+    assert backups[0].read_text() == edited
+
+
+def test_solutions_are_overwritten_without_backup(tmp_path):
+    targets = write_template(tmp_path)
+    sources.generate(root=tmp_path, targets=targets)
+    solution = tmp_path / "solutions" / "t_after_step_01.py"
+    solution.write_text("stale\n")
+    assert sources.generate(root=tmp_path, targets=targets) == ["solutions/t_after_step_01.py"]
+    assert solution.read_text() == sources.expected(targets[1], tmp_path)
+    assert not list(tmp_path.rglob("*.bak"))
