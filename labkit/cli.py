@@ -26,7 +26,8 @@ def _data(a: argparse.Namespace) -> int:
         return 1
     print(f"Fashion-MNIST: {where} (validated)")
     if a.fill_cache:
-        print(f"Keras cache:   {data.fill_keras_cache(where)}  (tf.keras.datasets.fashion_mnist.load_data() works offline)")
+        cache = data.fill_keras_cache(where)
+        print(f"Keras cache:   {cache}  (tf.keras.datasets.fashion_mnist.load_data() works offline)")
     return 0
 
 

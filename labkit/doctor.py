@@ -47,8 +47,6 @@ def collect() -> dict[str, Any]:
         "dataset": None,
         "startup_hook": None,
     }
-    if sys.version_info < (3, 10):
-        problems.append(f"Python {report['python']} is too old: use 3.10-3.13 ({SETUP_HINT})")
 
     hook = os.path.join(env.site_packages(), env.PTH_NAME)
     report["startup_hook"] = hook if os.path.exists(hook) else None

@@ -14,7 +14,6 @@ steal the peer's core), and OpenMPI is told to yield when idle.
 from __future__ import annotations
 
 import argparse
-
 import os
 import re
 import shutil
@@ -54,13 +53,27 @@ def default_threads(np: int, cores: int | None = None) -> int:
     return max(1, (cores or cpu_count()) // np)
 
 
-def worker_env(np: int, threads: int | None = None, gpus: int = 0) -> dict[str, str]:
+def gpu_count() -> int:
+    """NVIDIA GPUs on this machine, from ``nvidia-smi -L`` (no TensorFlow import)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def worker_env(np: int, threads: int | None = None, gpus: int | None = None) -> dict[str, str]:
     """Environment each worker gets on top of the caller's (documented in the README)."""
     threads = threads or default_threads(np)
     env = dict(lkenv.DEFAULTS)
     env.update(lkenv.thread_env(threads))
     env["LABKIT_THREADS"] = str(threads)
     env["OMPI_MCA_mpi_yield_when_idle"] = "1"  # MPI waits yield the core instead of spinning
+    if gpus is None:
+        gpus = gpu_count()
     if not gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""  # no CUDA probing on CPU-only machines
     return env
@@ -173,6 +186,7 @@ class Renderer:
         self.current: list[str] = []
         self.rewind = False
         self._pending = b""
+        self._shown = ""
 
     def feed(self, chunk: bytes) -> None:
         data = self._pending + chunk
@@ -181,24 +195,36 @@ class Renderer:
             self._pending = b""
         except UnicodeDecodeError as e:  # a multi-byte character split across chunks
             text, self._pending = data[: e.start].decode("utf-8"), data[e.start :]
-        redrawn = False
+        prev, erased = "", False
         for ch in text:
             if ch == "\n":
                 self.on_line("".join(self.current))
-                self.current, self.rewind, redrawn = [], False, False
+                self.current, self.rewind, self._shown = [], False, ""
             elif ch == "\r":
                 self.rewind = True
             elif ch == "\b":
+                if prev != "\b":
+                    self._show()  # the line is about to be erased and redrawn: show its last state
+                erased = True
                 if self.current:
                     self.current.pop()
-                redrawn = True
             else:
                 if self.rewind:
+                    if prev != "\r" or not erased:
+                        self._show()
                     self.current, self.rewind = [], False
-                    redrawn = True
                 self.current.append(ch)
-        if self.current and (redrawn or self.rewind) and self.on_progress:
-            self.on_progress("".join(self.current))
+            if ch not in "\b\r":
+                erased = False
+            prev = ch
+        if prev != "\b":
+            self._show()
+
+    def _show(self) -> None:
+        text = "".join(self.current)
+        if text and text != self._shown and self.on_progress:
+            self.on_progress(text)
+        self._shown = text
 
     def close(self) -> None:
         if self.current:
@@ -498,7 +524,8 @@ def add_cli(sub) -> None:  # noqa: ANN001
     """Register ``labkit run``."""
     p = sub.add_parser(
         "run", help="run a command on N workers",
-        description="Run COMMAND on N workers, stream rank 0, log every rank. Example: labkit run --np 2 -- python train.py",
+        description="Run COMMAND on N workers, stream rank 0, log every rank. "
+        "Example: labkit run --np 2 -- python train.py",
     )
     p.add_argument("--np", type=int, default=2, help="number of workers (default: %(default)s)")
     p.add_argument("--launcher", choices=LAUNCHERS, default="mpirun", help="default: %(default)s")

@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     show = rank == int(os.environ.get("LABKIT_SHOW_RANK", "0"))
     os.makedirs(log_dir, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", LABKIT_RANK=str(rank))
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent
+    )
 
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:

@@ -28,8 +28,9 @@ def test_make_lab_serves_the_start_notebook() -> None:
     jupyter = Path(sys.executable).parent / "jupyter"
     args = ["make", "-s", "-o", "setup", "lab", f"PORT={port}",
             "LAB_ARGS=--no-browser --ServerApp.token= --ServerApp.password="]
+    env = {**os.environ, "PATH": f"{jupyter.parent}:{os.environ['PATH']}"}
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**os.environ, "PATH": f"{jupyter.parent}:{os.environ['PATH']}"})
+                            start_new_session=True, env=env)
     try:
         deadline = time.time() + 90
         body = ""

@@ -30,12 +30,23 @@ def test_default_threads_split_cores() -> None:
 
 
 def test_worker_env_limits_threads_and_keeps_legacy_keras() -> None:
-    env = launch.worker_env(2, threads=3)
+    env = launch.worker_env(2, threads=3, gpus=0)
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert env["TF_NUM_INTRAOP_THREADS"] == env["OMP_NUM_THREADS"] == "3"
     assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert "CUDA_VISIBLE_DEVICES" not in launch.worker_env(2, threads=1, gpus=2)
+
+
+def test_gpu_count_reads_nvidia_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: Tesla (UUID: a)'\necho 'GPU 1: Tesla (UUID: b)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert launch.gpu_count() == 2
+    assert "CUDA_VISIBLE_DEVICES" not in launch.worker_env(2)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert launch.gpu_count() == 0
 
 
 def test_mpirun_command_is_a_list_exporting_env() -> None:
@@ -89,7 +100,7 @@ def test_renderer_turns_progress_bars_into_one_line() -> None:
     r.feed("done é".encode()[:-1])
     r.feed("done é".encode()[-1:] + b"\n")
     assert lines == ["Epoch 1/1", " 3/3 [====] - 1s", "done é"]
-    assert progress and progress[-1].startswith(" 2/3")
+    assert progress[:2] == [" 1/3 [=>...]", " 2/3 [==>..]"], progress
     assert not any("\b" in x or "\r" in x for x in lines + progress)
 
 

@@ -30,6 +30,7 @@ PROBE_ENV = {
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "5",
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
     "LABKIT_MODE": "small",
+    "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
     "LABKIT_RUNS_FILE": "runs.jsonl",
 }
 TITLES = {
@@ -250,12 +251,16 @@ def _step5(run: Run) -> tuple[bool, str]:
                   f"{ep0['val_batches']} validation batches per epoch.")
 
 
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
 def _step6(run: Run) -> tuple[bool, str]:
     finals = [run.states[r]["epochs"][0]["final_logs"] for r in range(NP)]
     keys = sorted(k for k in finals[0] if k.startswith("val_") and all(k in f for f in finals))
     if not keys:
         return False, "no validation metrics were logged: pass validation_data and validation_steps to fit()."
-    averaged = all(abs(finals[0][k] - f[k]) <= 1e-6 * max(1.0, abs(f[k])) for k in keys for f in finals[1:])
+    averaged = all(_same(finals[0][k], f[k]) for k in keys for f in finals[1:])
     if not averaged:
         k = keys[0]
         return False, (
@@ -267,7 +272,7 @@ def _step6(run: Run) -> tuple[bool, str]:
             if rd["callback"].startswith("horovod."):
                 continue
             read = [k for k in rd["read"] if k in keys]
-            stale = [k for k in read if abs(rd["seen"].get(k, np.nan) - finals[r][k]) > 1e-6 * max(1.0, abs(finals[r][k]))]
+            stale = [k for k in read if k in rd["seen"] and not _same(rd["seen"][k], finals[r][k])]
             if stale:
                 name = rd["callback"].rsplit(".", 1)[-1]
                 return False, (
