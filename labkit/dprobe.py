@@ -51,6 +51,7 @@ class Recorder:
                                        "saves": [], "strategies": [], "coordinator": {}}
         self.strategies: list[Any] = []
         self.model: Any = None
+        self.done = False  # the script has returned: stop recording the probe's own objects
         outdir.mkdir(parents=True, exist_ok=True)
 
     def event(self, **kw: Any) -> None:
@@ -123,9 +124,11 @@ def _variables(model: Any) -> dict[str, Any]:
         values = getattr(v, "values", None)
         if values is not None and len(values) > 1:
             info["copies"] = len(values)
+            devices.update(str(c.device) for c in values)
+            if type(v).__name__ != "MirroredVariable":
+                continue  # sync-on-read variables (batch-norm statistics) differ per replica by design
             first = values[0].numpy()
             equal = equal and all((first == other.numpy()).all() for other in values[1:])
-            devices.update(str(c.device) for c in values)
         else:
             devices.add(str(getattr(v, "device", "")))
     info["devices"] = sorted(devices)[:20]
@@ -157,7 +160,7 @@ def install(rec: Recorder) -> None:
 
     def strategy_init(self: Any, *a: Any, **kw: Any) -> None:
         base_init(self, *a, **kw)
-        if not type(self).__name__.startswith("_Default"):
+        if not type(self).__name__.startswith("_Default") and not rec.done:
             rec.strategies.append(self)
             rec.dump()
 
@@ -258,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         code = 1
     model = rec.model
+    rec.done = True
     load = os.environ.get("LABKIT_PROBE_LOAD")
     if code == 0 and load and model is not None:
         rec.record["load"] = _reload(load, rec.record["fits"][-1].get("weights", ""))

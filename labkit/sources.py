@@ -110,6 +110,7 @@ def generate(check: bool = False, root: Path = ROOT, targets: list[Target] | Non
 
 # tf.distribute labs: one template each; version 0 is the lab's starter, k the solution after step k.
 DISTRIBUTE_LABS: list[tuple[str, str, int, str]] = [
+    ("fashion_mnist_mirrored", "mirrored", 4, "MirroredStrategy lab"),
     ("fashion_mnist_multiworker", "multiworker", 4, "MultiWorkerMirroredStrategy lab"),
 ]
 for _stem, _short, _n, _title in DISTRIBUTE_LABS:

@@ -256,9 +256,104 @@ def _kill_and_restart(c: cluster.Cluster, probe: Path, deadline: float) -> dict[
 
 # ----------------------------------------------------------------------------- mirrored
 
+DEVICES = 2
+
+
+def run_single(cmd: list[str], timeout: float, log: Path, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> tuple[int, bool]:
+    """Run one process in its own session with a job marker; kill it and its children on timeout."""
+    import os
+    import subprocess
+    import uuid
+
+    job = uuid.uuid4().hex
+    full_env = {**os.environ, **launch.worker_env(1), **(env or {}), launch.JOB_VAR: job, "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                                cwd=cwd, start_new_session=True)
+        timed_out = False
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            launch.kill_job(proc, job)
+    return proc.returncode, timed_out
+
 
 def _mirrored(script: Path, step: int, timeout: float, work: Path, **kw: Any) -> list[StepResult]:
-    raise NotImplementedError
+    probe = work / "probe"
+    model_path = work / "saved" / "model.keras"
+    cmd = [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON, "--epochs", "1",
+           "--devices", str(DEVICES), "--model-path", str(model_path), "--log-dir", str(work / "logs")]
+    log = work / "output.log"
+    code, timed_out = run_single(cmd, timeout, log, {"LABKIT_PROBE_LOAD": str(model_path)}, cwd=work)
+    rec = _records(probe).get("local.0", {})
+    run_error = None
+    if code != 0 or timed_out:
+        run_error = ("timed out" if timed_out else f"exit code {code}") + "\n" + _tail(log.read_text(errors="replace"))
+
+    def fit() -> dict[str, Any]:
+        if not rec:
+            raise _Failed("the script did not get to training")
+        return _fit(rec, "the script")
+
+    def step1() -> str:
+        made = [s for s in rec.get("strategies", []) if s["class"].startswith("Mirrored")]
+        if not made:
+            others = [s["class"] for s in rec.get("strategies", [])]
+            raise _Failed("no tf.distribute.MirroredStrategy was created"
+                          + (f" (only {', '.join(others)})" if others else "")
+                          + ": split the CPU into --devices logical devices and create MirroredStrategy over them")
+        n = made[-1].get("replicas")
+        if n != DEVICES:
+            raise _Failed(f"the MirroredStrategy has {n} replica(s) for --devices {DEVICES}: call "
+                          "tf.config.set_logical_device_configuration on the CPU with --devices entries before "
+                          "any tensor is created, then give MirroredStrategy those devices")
+        return f"MirroredStrategy with {n} replicas in sync on {', '.join(made[-1].get('devices', []))}"
+
+    def step2() -> str:
+        f = fit()
+        if not f["strategy"].startswith("Mirrored"):
+            raise _Failed(f"the model belongs to {f['strategy']}: build and compile it inside "
+                          "`with strategy.scope():` so that its variables are mirrored")
+        v = f["variables"]
+        if not any("Mirrored" in t for t in v["types"]) or v["copies"] != DEVICES:
+            raise _Failed(f"the model's variables are {v['types']} with {v['copies']} copies; expected "
+                          f"MirroredVariables with {DEVICES} copies: create the model in the strategy's scope")
+        after = f.get("after") or {}
+        if after.get("replicas_equal") is not True:
+            raise _Failed("after training the copies of the variables differ between replicas")
+        return f"variables are MirroredVariables with {DEVICES} copies, identical on every replica after training"
+
+    def step3() -> str:
+        f = fit()
+        b = f.get("batches") or {}
+        if not b.get("per_replica_batch"):
+            raise _Failed(f"could not sample the batches ({f.get('batches_error') or b.get('note')}): "
+                          "pass a tf.data.Dataset to fit")
+        sizes = {s for row in b["per_replica_batch"] for s in row}
+        if sizes != {BATCH}:
+            raise _Failed(f"each replica received batches of {sorted(sizes)} examples but --batch-size is {BATCH} "
+                          "per replica: batch the dataset by batch_size * strategy.num_replicas_in_sync "
+                          "(the strategy splits that global batch over the replicas)")
+        spe, gb = f.get("steps_per_epoch"), BATCH * DEVICES
+        if spe and not (TRAIN * 0.9 <= spe * gb <= TRAIN + gb):
+            raise _Failed(f"steps_per_epoch={spe} with a global batch of {gb} does not cover the {TRAIN} images "
+                          "once per epoch: compute it from the global batch")
+        return f"the global batch of {gb} is split into {DEVICES} x {BATCH}; steps_per_epoch={spe}"
+
+    def step4() -> str:
+        if not model_path.exists():
+            raise _Failed(f"nothing was saved to --model-path ({model_path.name}): call model.save(args.model_path)")
+        load = rec.get("load") or {}
+        if not load.get("ok"):
+            raise _Failed(f"the saved model does not load: {load.get('error')}")
+        if not load.get("same_weights"):
+            raise _Failed("the saved model's weights differ from the trained ones: save after training")
+        return "the saved model reloads with the trained weights"
+
+    return _judge(step, [step1, step2, step3, step4], run_error)
 
 
 def _parameter_server(script: Path, step: int, timeout: float, work: Path, **kw: Any) -> list[StepResult]:
