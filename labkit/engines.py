@@ -12,6 +12,7 @@ step of a lab can run on them without re-importing TensorFlow.
 from __future__ import annotations
 
 import atexit
+import logging
 import uuid
 from typing import Any
 
@@ -39,16 +40,26 @@ def start(n: int = 2, threads: int | None = None, timeout: float = 120, activate
     launch.preflight("mpirun")
     stop()
     job_id = uuid.uuid4().hex
-    cluster = ipp.Cluster(engines="mpi", n=n, config=config(n, threads, job_id))
+    cluster = ipp.Cluster(engines="mpi", n=n, config=config(n, threads, job_id), log_level=logging.WARNING)
     _CURRENT.update(cluster=cluster, job_id=job_id)
     try:
         rc = cluster.start_and_connect_sync(activate=activate)
         rc.wait_for_engines(n, timeout=timeout)
+        rc[:].apply_sync(_import_tensorflow_quietly)
     except BaseException:
         stop()
         raise
     _CURRENT["client"] = rc
     return rc
+
+
+def _import_tensorflow_quietly() -> str:
+    """On each engine: import TensorFlow with its native start-up logging silenced."""
+    from labkit import env
+
+    with env.quiet_native_stderr():
+        import tensorflow as tf
+    return tf.__version__
 
 
 def stop() -> None:
@@ -62,10 +73,12 @@ def stop() -> None:
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
     if cluster is not None:
-        try:
-            cluster.stop_cluster_sync()
-        except Exception:  # noqa: BLE001
-            pass
+        # Engines first: an engine that loses its controller first dies with a traceback.
+        for stop_part in (cluster.stop_engines_sync, cluster.stop_controller_sync):
+            try:
+                stop_part()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
     if job_id:
         launch.kill_job(None, job_id)
 

@@ -71,6 +71,9 @@ class Report:
     def __str__(self) -> str:
         return self.format()
 
+    def __repr__(self) -> str:  # plain-text display in notebooks and consoles
+        return self.format()
+
     def _repr_html_(self) -> str:
         rows = []
         for s in self.steps:
