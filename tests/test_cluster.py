@@ -1,0 +1,129 @@
+"""Local cluster launcher: TF_CONFIG per task, logs, streaming, kill/restart, nothing left behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit import cluster, launch, tfconfig
+
+TASK = textwrap.dedent(
+    """
+    import json, os, sys, time
+    cfg = json.loads(os.environ["TF_CONFIG"])
+    me = f"{cfg['task']['type']}.{cfg['task']['index']}"
+    print("hello from", me, "of", sorted(cfg["cluster"]), flush=True)
+    mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+    if mode == "fail" and me == "worker.1":
+        sys.exit(3)
+    if mode == "serve" and cfg["task"]["type"] != "chief":
+        time.sleep(600)  # a server: runs until stopped
+    if mode == "hang":
+        time.sleep(600)
+    if mode == "child":
+        import subprocess
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        time.sleep(600)
+    print("done", me, flush=True)
+    """
+)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "task.py"
+    path.write_text(TASK)
+    return path
+
+
+def _sink() -> launch.ConsoleSink:
+    return launch.ConsoleSink(io.StringIO())
+
+
+def test_every_task_gets_its_tf_config_and_a_log(script: Path, tmp_path: Path) -> None:
+    sink = _sink()
+    r = cluster.run(["python", str(script)], workers=2, log_dir=tmp_path / "logs", sink=sink, timeout=60)
+    assert r.ok, r.summary()
+    assert "hello from worker.1" in r.log("worker.1")
+    assert "done worker.0" in r.log("worker.0")
+    shown = sink.stream.getvalue()
+    assert "hello from worker.0" in shown and "worker.1" not in shown  # only the chief is streamed
+    spec = json.loads((tmp_path / "logs" / "cluster.json").read_text())["cluster"]
+    assert all(tfconfig.port_is_free(p) for p in tfconfig.ports(spec))
+
+
+def test_a_failing_task_fails_the_run_and_stops_the_rest(script: Path, tmp_path: Path) -> None:
+    c = cluster.Cluster(["python", str(script), "fail"], workers=3, log_dir=tmp_path / "logs", quiet=True)
+    c.start()
+    r = c.wait(timeout=60)
+    assert not r.ok and "worker.1" in r.errors
+    assert r.returncodes["worker.1"] == 3
+    assert launch.job_processes(c.job_id) == []
+
+
+def test_parameter_servers_are_stopped_when_the_chief_ends(script: Path, tmp_path: Path) -> None:
+    c = cluster.Cluster(["python", str(script), "serve"], workers=1, ps=1, chief=True, log_dir=tmp_path / "l",
+                        quiet=True)
+    c.start()
+    r = c.wait(timeout=60)
+    assert r.ok, r.summary()
+    assert "done chief.0" in r.log("chief.0")
+    assert launch.job_processes(c.job_id) == []
+
+
+def test_timeout_kills_everything_including_grandchildren(script: Path, tmp_path: Path) -> None:
+    c = cluster.Cluster(["python", str(script), "child"], workers=2, log_dir=tmp_path / "logs", quiet=True)
+    c.start()
+    time.sleep(1.5)
+    assert len(launch.job_processes(c.job_id)) >= 4
+    r = c.wait(timeout=1)
+    assert r.timed_out and not r.ok
+    assert launch.job_processes(c.job_id) == []
+
+
+def test_kill_and_restart_one_task(script: Path, tmp_path: Path) -> None:
+    with cluster.Cluster(["python", str(script), "hang"], workers=2, log_dir=tmp_path / "logs", quiet=True) as c:
+        c.start()
+        c.wait_for_output(r"hello from worker\.1", "worker", 1, timeout=30)
+        c.kill_task("worker", 1)
+        assert c.alive() == ["worker.0"]
+        assert c.restart_dead() == ["worker.1"]
+        c.wait_for_output(r"hello from worker\.1", "worker", 1, timeout=30, count=2)
+        assert "restarted" in c.output("worker", 1)
+        assert c.tasks[("worker", 1)].starts == 2
+    assert launch.job_processes(c.job_id) == []
+
+
+def test_wait_for_output_raises_when_the_task_exits(script: Path, tmp_path: Path) -> None:
+    with cluster.Cluster(["python", str(script)], workers=1, log_dir=tmp_path / "logs", quiet=True) as c:
+        c.start()
+        with pytest.raises(launch.LaunchError, match="exited before"):
+            c.wait_for_output("never printed", timeout=30)
+
+
+def test_cli_runs_a_cluster(script: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from labkit import cli
+
+    code = cli.main(["cluster", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--", sys.executable,
+                     str(script)])
+    assert code == 0
+    assert "cluster finished OK" in capsys.readouterr().err
+
+
+def test_hosts_must_match_tasks(script: Path) -> None:
+    with pytest.raises(tfconfig.ClusterError):
+        cluster.run(["python", str(script)], workers=2, hosts=["localhost:1"])
+
+
+@pytest.mark.slow
+def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = cluster.run_on_engines(script, [], workers=2, timeout=120, cwd=tmp_path)
+    assert out["ok"], out
+    assert "hello from worker.1" in out["outputs"]["worker.1"]
+    assert "hello from worker.0" in capsys.readouterr().out
