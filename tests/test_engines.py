@@ -24,17 +24,14 @@ def test_engines_run_horovod_and_leave_nothing_behind() -> None:
     rc = engines.start(2, activate=False)
     job_id = engines._CURRENT["job_id"]
     try:
-        def allreduce() -> tuple[int, float, str]:
-            import os
-
-            import horovod.tensorflow as hvd
-            import tensorflow as tf
-
-            hvd.init()
-            total = float(hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum))
-            return hvd.rank(), total, os.environ["TF_USE_LEGACY_KERAS"]
-
-        results = sorted(rc[:].apply_sync(allreduce))
+        # As a %%px cell would: code runs in each engine's namespace.
+        rc[:].execute(
+            "import os\nimport horovod.tensorflow as hvd\nimport tensorflow as tf\nhvd.init()\n"
+            "result = (hvd.rank(), float(hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum)),"
+            " os.environ['TF_USE_LEGACY_KERAS'])",
+            block=True,
+        )
+        results = sorted(rc[:].pull("result", block=True))
         assert results == [(0, 3.0, "1"), (1, 3.0, "1")]
     finally:
         engines.stop()
