@@ -387,7 +387,29 @@ class JobResult:
         for rank, err in sorted(self.rank_errors.items()):
             lines.append(f"--- rank {rank} (exit {self.rank_exit.get(rank, '?')}) ---")
             lines.append(err)
+        advice = dict.fromkeys(a for err in self.rank_errors.values() for a in hints(err))
+        lines += [f"hint: {a}" for a in advice]
         return "\n".join(lines)
+
+
+# Known failures deep inside a rank, and what to do about them.
+HINTS: list[tuple[str, str]] = [
+    ("No module named 'horovod'", "Horovod is not installed in this environment: run `make setup`."),
+    ("Horovod has not been built with", "Horovod lacks this feature: rebuild it with `make setup` "
+     "(it builds with TensorFlow, MPI and Gloo)."),
+    ("was not built with MPI", "Horovod was built without MPI: use launcher='gloo' or rebuild with `make setup`."),
+    ("was not built with Gloo", "Horovod was built without Gloo: use launcher='mpirun' or rebuild with `make setup`."),
+    ("keras.src", "tf.keras looks like Keras 3 here; Horovod needs Keras 2: set TF_USE_LEGACY_KERAS=1 before "
+     "TensorFlow is imported (`make setup` installs a start-up hook that does it)."),
+    ("Fashion-MNIST was not found", "The data set is missing: run `make setup` or `labkit data`."),
+    ("There are not enough slots available", "More workers than cores: labkit adds --oversubscribe only "
+     "without -H; give each host enough slots, e.g. -H localhost:4."),
+]
+
+
+def hints(text: str) -> list[str]:
+    """Advice for the known failures found in ``text``."""
+    return [advice for marker, advice in HINTS if marker in text]
 
 
 def _error_tail(text: str, lines: int = 15) -> str:

@@ -104,6 +104,13 @@ def test_renderer_turns_progress_bars_into_one_line() -> None:
     assert not any("\b" in x or "\r" in x for x in lines + progress)
 
 
+def test_failure_summary_adds_a_hint_for_known_errors(tmp_path: Path) -> None:
+    res = launch.JobResult(1, ["x"], tmp_path, 2, 1.0, rank_exit={1: 1},
+                           rank_errors={1: "ModuleNotFoundError: No module named 'horovod'"})
+    text = res.summary()
+    assert "--- rank 1 (exit 1) ---" in text and "hint: Horovod is not installed" in text
+
+
 def test_console_sink_drops_progress_and_noise_off_a_terminal() -> None:
     buf = io.StringIO()
     sink = launch.ConsoleSink(buf)
