@@ -222,8 +222,10 @@ def bench(
     sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     command = [python or sys.executable, script, *args]
     records: list[dict[str, Any]] = []
-    for np_ in nps:
-        for i in range(repeat):
+    # Repeats are interleaved (1, 2, 1, 2, ...) so that a change in the machine's load
+    # during the sweep affects every worker count alike.
+    for i in range(repeat):
+        for np_ in nps:
             run_id = f"bench-{sweep_id}-np{np_}-r{i + 1}"
             if echo:
                 print(f"labkit bench: {np_} worker(s) x {threads or launch.default_threads(np_, cores)} thread(s), "

@@ -107,7 +107,7 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(launch, "run", fake_run)
     sweep = bench.bench("train.py", nps=[2, 1], repeat=2, threads=1, runs_file=path, echo=False)
-    assert [c[0] for c in calls] == [1, 1, 2, 2] and all(c[1] == 1 for c in calls)
+    assert [c[0] for c in calls] == [1, 2, 1, 2] and all(c[1] == 1 for c in calls)
     assert len({c[2] for c in calls}) == 4
     assert [p.images_per_sec for p in sweep.points] == [100.0, 190.0]
     assert sweep.points[1].efficiency == pytest.approx(0.95)
