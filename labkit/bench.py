@@ -177,7 +177,7 @@ def describe_conditions(c: dict[str, Any]) -> str:
             "with all cores vs. several workers sharing them; this answers 'does distributing help on this "
             "machine?', not 'does it scale?' (use --threads 1 for that).")
     lines.append("images/sec: training steps only (validation excluded), first epoch (graph tracing) left out "
-                 "when there are several, median over repeats.")
+                 "when there are several, median over repeats (interleaved across worker counts).")
     return "\n".join(lines)
 
 
