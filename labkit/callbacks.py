@@ -8,6 +8,16 @@ from typing import Any
 import tensorflow as tf
 
 
+_PRINTED_AT: dict[int, int] = {}
+
+
+def _epoch_print(cb: tf.keras.callbacks.Callback, epoch: int, text: str) -> None:
+    """Print at the end of an epoch; the first such line of the epoch starts below Keras' progress bar."""
+    bar_open = (cb.params or {}).get("verbose") == 1 and _PRINTED_AT.get(id(cb.model)) != epoch
+    _PRINTED_AT[id(cb.model)] = epoch
+    print(("\n" if bar_open else "") + text, flush=True)
+
+
 class Throughput(tf.keras.callbacks.Callback):
     """Print training images/sec each epoch, timing training steps only (not validation)."""
 
@@ -30,7 +40,7 @@ class Throughput(tf.keras.callbacks.Callback):
         train_time = self._train_time or (time.perf_counter() - self._start)
         rate = self.images_per_epoch / train_time
         self.rates.append(rate)
-        print(f"Images/sec: {rate:.1f}", flush=True)
+        _epoch_print(self, epoch, f"Images/sec: {rate:.1f}")
 
 
 class CumulativeTime(tf.keras.callbacks.Callback):
@@ -40,7 +50,8 @@ class CumulativeTime(tf.keras.callbacks.Callback):
         self.start = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        print(f"Cumulative training time after epoch {epoch + 1}: {time.perf_counter() - self.start:.2f}", flush=True)
+        elapsed = time.perf_counter() - self.start
+        _epoch_print(self, epoch, f"Cumulative training time after epoch {epoch + 1}: {elapsed:.2f}")
 
     def on_train_end(self, logs: Any = None) -> None:
         print(f"Cumulative training time: {time.perf_counter() - self.start:.2f}", flush=True)
