@@ -144,6 +144,9 @@ class Cluster:
         # Parameter servers mostly wait: give the cores to the chief and workers.
         busy = n - len(self.spec.get("ps", []))
         self.env = launch.worker_env(max(1, busy), threads)
+        if "ps" in self.spec:
+            # With one inter-op thread, remote steps sent by the coordinator can deadlock on a worker.
+            self.env["TF_NUM_INTEROP_THREADS"] = str(max(2, int(self.env["TF_NUM_INTEROP_THREADS"])))
         self.env.update(env or {})
         self.env[launch.JOB_VAR] = self.job_id
         self.env["PYTHONUNBUFFERED"] = "1"

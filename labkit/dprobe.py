@@ -212,6 +212,16 @@ def install(rec: Recorder) -> None:
         }
         rec.record["fits"].append(info)
         rec.dump()
+        fn = getattr(x, "dataset_fn", None)
+        if callable(fn):  # a DatasetCreator: count the input pipelines built from it (one per worker)
+            info["dataset_fn_calls"] = []
+
+            def counted(context: Any = None, *a: Any, **k: Any) -> Any:
+                info["dataset_fn_calls"].append(getattr(context, "input_pipeline_id", None))
+                rec.dump()
+                return fn(context, *a, **k)
+
+            x.dataset_fn = counted
         if "Parameter" not in info["strategy"]:
             try:
                 info["batches"] = _sample_batches(self, x, int(kw.get("steps_per_epoch") or PROBE_BATCHES))
@@ -249,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     rec = Recorder(Path(argv[0]))
     script, args = argv[2], argv[3:]
     install(rec)
+    rec.dump()
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))
     code = 0

@@ -112,6 +112,7 @@ def generate(check: bool = False, root: Path = ROOT, targets: list[Target] | Non
 DISTRIBUTE_LABS: list[tuple[str, str, int, str]] = [
     ("fashion_mnist_mirrored", "mirrored", 4, "MirroredStrategy lab"),
     ("fashion_mnist_multiworker", "multiworker", 4, "MultiWorkerMirroredStrategy lab"),
+    ("fashion_mnist_ps", "parameter-server", 3, "ParameterServerStrategy lab"),
 ]
 for _stem, _short, _n, _title in DISTRIBUTE_LABS:
     TARGETS.append(Target(f"solutions/source/{_stem}.py.tmpl", 0, f"labs/{_stem}.py", f"{_title}, starting point"))

@@ -357,4 +357,69 @@ def _mirrored(script: Path, step: int, timeout: float, work: Path, **kw: Any) ->
 
 
 def _parameter_server(script: Path, step: int, timeout: float, work: Path, **kw: Any) -> list[StepResult]:
-    raise NotImplementedError
+    probe = work / "probe"
+    epochs = 2
+    cmd = [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON, "--epochs", str(epochs),
+           "--log-dir", str(work / "logs")]
+    c = cluster.Cluster(cmd, workers=2, ps=1, chief=True, log_dir=work / "tasks", quiet=True)
+    with c:
+        c.start()
+        result = c.wait(timeout)
+    recs = _records(probe)
+    run_error = None if result.ok else result.summary()[-1500:]
+    spe = -(-TRAIN // BATCH)
+
+    def chief() -> dict[str, Any]:
+        if "chief.0" not in recs:
+            raise _Failed("the chief did not start the script" + (" (timed out)" if result.timed_out else ""))
+        return recs["chief.0"]
+
+    def step1() -> str:
+        rec = chief()
+        made = [s["class"] for s in rec.get("strategies", [])]
+        if not any(m.startswith("ParameterServerStrategy") for m in made):
+            raise _Failed("the chief created no tf.distribute.ParameterServerStrategy"
+                          + (f" (only {', '.join(made)})" if made else "")
+                          + ": build it from tf.distribute.cluster_resolver.TFConfigClusterResolver()")
+        for name in ("worker.0", "worker.1", "ps.0"):
+            r = recs.get(name)
+            if r is None:
+                raise _Failed(f"{name} did not start")
+            if r.get("fits"):
+                raise _Failed(f"{name} trained a model itself: workers and parameter servers only serve; start a "
+                              "tf.distribute.Server for them and join() it, and let the chief train")
+            if r.get("exit") is not None:
+                raise _Failed(f"{name} exited (code {r['exit']}) instead of serving until the cluster stops: "
+                              "call server.join()")
+        return "the chief created a ParameterServerStrategy; workers and the parameter server served until stopped"
+
+    def step2() -> str:
+        f = _fit(chief(), "the chief")
+        devices = f["variables"]["devices"]
+        if not f["strategy"].startswith("ParameterServerStrategy"):
+            raise _Failed(f"the model belongs to {f['strategy']}: build and compile it inside `with strategy.scope():`")
+        if not devices or not all("/job:ps" in d for d in devices):
+            raise _Failed(f"the model's variables are on {devices[:3]}, not on the parameter server: "
+                          "create the model inside strategy.scope()")
+        return f"every model variable lives on the parameter server ({devices[0]})"
+
+    def step3() -> str:
+        rec = chief()
+        f = _fit(rec, "the chief")
+        co = rec.get("coordinator") or {}
+        if not co.get("created") or co.get("scheduled", 0) < epochs * spe:
+            raise _Failed(f"the ClusterCoordinator scheduled {co.get('scheduled', 0)} steps, expected at least "
+                          f"{epochs * spe}: train with model.fit(..., steps_per_epoch=...) or coordinator.schedule")
+        if f.get("iterations") is not None and f["iterations"] < epochs * spe:
+            raise _Failed(f"only {f['iterations']} of {epochs * spe} scheduled steps updated the variables")
+        calls = f.get("dataset_fn_calls")
+        if calls is None:
+            raise _Failed(f"fit got a {f['input']} built once on the chief: give it "
+                          "tf.keras.utils.experimental.DatasetCreator(dataset_fn) so that every worker builds its "
+                          "own input pipeline")
+        if not calls:
+            raise _Failed("the dataset function given to DatasetCreator was never called")
+        return (f"a ClusterCoordinator ran {co.get('scheduled')} steps on the workers (variables updated "
+                f"{f.get('iterations')} times); the workers' input pipelines come from a dataset function")
+
+    return _judge(step, [step1, step2, step3], run_error)
