@@ -1,0 +1,152 @@
+"""Behaviour checks of the tf.distribute labs: solutions pass their step, earlier ones fail the next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labkit import check
+from labkit.check import _distribute as dist
+
+ROOT = Path(__file__).resolve().parent.parent
+SOL = ROOT / "solutions"
+LABS = ROOT / "labs"
+
+
+def _script(lab_stem: str, version: int) -> Path:
+    if version == 0:
+        return LABS / f"{lab_stem}.py"
+    return SOL / f"{lab_stem}_after_step_{version:02d}.py"
+
+
+def _variant(tmp_path: Path, source: Path, *replacements: tuple[str, str]) -> Path:
+    text = source.read_text()
+    for old, new in replacements:
+        assert old in text, f"{old!r} not in {source.name}"
+        text = text.replace(old, new)
+    out = tmp_path / source.name.replace("_after_step_", "_variant_")
+    out.write_text(text)
+    return out
+
+
+def test_step_counts_match_the_templates() -> None:
+    for lab, n in dist.STEPS.items():
+        assert check.LABS[lab] == ("labkit.check._distribute", n)
+
+
+def test_missing_script_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        check.run_check("mirrored", tmp_path / "nope.py")
+
+
+def test_judge_stops_at_the_first_failure() -> None:
+    def ok() -> str:
+        return "fine"
+
+    def bad() -> str:
+        raise dist._Failed("change this")
+
+    results = dist._judge(3, [ok, bad, ok], run_error="boom")
+    assert [r.passed for r in results] == [True, False, False]
+    assert "change this" in results[1].message and "boom" in results[1].message
+    assert "fix step 2 first" in results[2].message
+
+
+def test_cache_answers_for_an_unchanged_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    calls = []
+
+    def fake(script: Path, step: int, timeout: float, work: Path, **kw: object) -> list:
+        calls.append(step)
+        return [check.StepResult(1, True, "ok"), check.StepResult(2, False, "no"), check.StepResult(3, False, "-")]
+
+    monkeypatch.setattr(dist, "_multiworker", fake)
+    monkeypatch.setattr(dist, "_CACHE", {})
+    assert check.run_check("multiworker", script, 1).passed
+    assert check.run_check("multiworker", script, 3).first_failing_step == 2
+    report = check.run_check("multiworker", script, 4)  # a failure at step 2: no kill run needed
+    assert [s.step for s in report.steps] == [1, 2, 3, 4] and calls == [3]
+    script.write_text("print('changed')\n")
+    check.run_check("multiworker", script, 2)
+    assert calls == [3, 3]
+
+
+# ----------------------------------------------------------------------------- slow: real runs
+
+
+def _expect(report: check.Report, version: int, n_steps: int) -> None:
+    for s in report.steps:
+        assert s.passed == (s.step <= version), report.format()
+    if version < n_steps:
+        assert report.first_failing_step == version + 1, report.format()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_mirrored_solutions(version: int) -> None:
+    report = check.run_check("mirrored", _script("fashion_mnist_mirrored", version), timeout=300, fresh=True)
+    _expect(report, version, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_parameter_server_solutions(version: int) -> None:
+    report = check.run_check("parameter-server", _script("fashion_mnist_ps", version), timeout=300, fresh=True)
+    _expect(report, version, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_multiworker_solutions(version: int) -> None:
+    # Steps 1-3 need one run; step 4 adds the kill-and-resume run, only worth it when step 3 passes.
+    step = 4 if version >= 3 else 3
+    report = check.run_check("multiworker", _script("fashion_mnist_multiworker", version), step, timeout=400,
+                             fresh=True)
+    _expect(report, version, step)
+    if version == 3:
+        assert "BackupAndRestore" in report.steps[3].message
+
+
+@pytest.mark.slow
+def test_mirrored_wrong_device_count_fails_step_1(tmp_path: Path) -> None:
+    wrong = _variant(tmp_path, _script("fashion_mnist_mirrored", 4),
+                     ("[tf.config.LogicalDeviceConfiguration()] * n_cpu", "[tf.config.LogicalDeviceConfiguration()]"))
+    report = check.run_check("mirrored", wrong, timeout=300, fresh=True)
+    assert report.first_failing_step == 1 and "1 replica" in report.steps[0].message, report.format()
+
+
+@pytest.mark.slow
+def test_mirrored_variant_written_differently_passes(tmp_path: Path) -> None:
+    variant = _variant(
+        tmp_path, _script("fashion_mnist_mirrored", 4),
+        ("global_batch = args.batch_size * replicas",
+         "global_batch = len(strategy.extended.worker_devices) * args.batch_size"),
+        ("    model.save(args.model_path)\n", "    tf.keras.models.save_model(model, args.model_path)\n"),
+        ("    with strategy.scope():\n        restored", "    if True:\n        restored"),
+    )
+    report = check.run_check("mirrored", variant, timeout=300, fresh=True)
+    assert report.passed, report.format()
+
+
+@pytest.mark.slow
+def test_multiworker_without_sharding_fails_step_2(tmp_path: Path) -> None:
+    wrong = _variant(tmp_path, _script("fashion_mnist_multiworker", 2),
+                     ("AutoShardPolicy.DATA", "AutoShardPolicy.OFF"))
+    report = check.run_check("multiworker", wrong, 3, timeout=300, fresh=True)
+    assert report.first_failing_step == 2 and "same examples" in report.steps[1].message, report.format()
+
+
+@pytest.mark.slow
+def test_multiworker_manual_sharding_passes_steps_1_to_3(tmp_path: Path) -> None:
+    variant = _variant(
+        tmp_path, _script("fashion_mnist_multiworker", 4),
+        ("train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std, seed=args.seed)",
+         "train_ds = data.dataset(train, args.batch_size, training=True, mean=mean, std=std,\n"
+         "                            shard=(replicas, strategy.cluster_resolver.task_id or 0))"),
+        ("options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA",
+         "options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF"),
+    )
+    report = check.run_check("multiworker", variant, 3, timeout=300, fresh=True)
+    assert report.passed, report.format()
