@@ -40,6 +40,7 @@ class Point:
     efficiency: float | None = None
     time_to_target_s: float | None = None
     final_val_accuracy: float | None = None
+    cpu_cores: float | None = None  # cores rank 0 actually got while training (CPU s / wall s)
     repeats: list[float | None] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -118,6 +119,7 @@ def points_from_records(records: list[dict[str, Any]], threads: int | None = Non
         p.images_per_sec = _median(p.repeats)
         p.time_to_target_s = _median([r.get("time_to_target_s") for r in ok])
         p.final_val_accuracy = _median([r.get("final_val_accuracy") for r in ok])
+        p.cpu_cores = _median([r.get("cpu_cores") for r in ok])
         points.append(p)
     return compute(points)
 
@@ -129,14 +131,15 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 def format_table(points: list[Point]) -> str:
     """A plain-text table: workers, threads, images/sec, speedup, efficiency, time to accuracy."""
     head = f"{'workers':>7}  {'threads':>7}  {'images/sec':>10}  {'speedup':>7}  {'efficiency':>10}  " \
-           f"{'time to acc.':>12}  {'val acc.':>8}"
+           f"{'time to acc.':>12}  {'val acc.':>8}  {'cores/worker':>12}"
     rows = [head, "-" * len(head)]
     for p in points:
         eff = None if p.efficiency is None else 100 * p.efficiency
         rows.append(
             f"{p.workers:>7}  {_fmt(p.threads, 'd') if p.threads else 'auto':>7}  {_fmt(p.images_per_sec, '.1f'):>10}  "
             f"{_fmt(p.speedup, '.2f', 'x'):>7}  {_fmt(eff, '.0f', '%'):>10}  "
-            f"{_fmt(p.time_to_target_s, '.1f', ' s'):>12}  {_fmt(p.final_val_accuracy, '.3f'):>8}"
+            f"{_fmt(p.time_to_target_s, '.1f', ' s'):>12}  {_fmt(p.final_val_accuracy, '.3f'):>8}  "
+            f"{_fmt(p.cpu_cores, '.2f'):>12}"
         )
         for f in p.failures:
             rows.append(f"         failed: {f}")
@@ -158,6 +161,17 @@ def check_resources(nps: Sequence[int], threads: int | None, cores: int, gpus: i
         elif used > cores:
             out.append(f"{np_} workers x {threads} threads = {used} threads on {cores} cores: oversubscribed, "
                        "so this point understates scaling; use --threads {t}.".format(t=max(1, cores // np_)))
+    return out
+
+
+def check_busy(points: list[Point], cores: int, gpus: int = 0) -> list[str]:
+    """Warnings for points whose workers got much less CPU than they were given (a busy machine)."""
+    out = []
+    for p in points:
+        given = p.threads or max(1, cores // p.workers)
+        if not gpus and p.cpu_cores is not None and p.cpu_cores < 0.75 * given:
+            out.append(f"at {p.workers} worker(s) rank 0 got {p.cpu_cores:.2f} cores of the {given} it was given: "
+                       "other processes were using the CPU, so this point is slowed by them, not by scaling.")
     return out
 
 
@@ -252,6 +266,10 @@ def bench(
     for p in points:
         if p.threads is None:
             p.threads = threads or launch.default_threads(p.workers, cores)
+    busy = check_busy(points, cores, gpus)
+    for w in busy if echo else []:
+        print(f"labkit bench: warning: {w}", file=sys.stderr, flush=True)
+    warn += busy
     conditions = {
         "sweep_id": sweep_id, "launcher": launcher, "threads": threads, "cores": cores,
         "device": f"{gpus} GPU(s)" if gpus else "cpu", "repeat": repeat, "args": list(args),

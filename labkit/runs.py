@@ -259,9 +259,9 @@ def lab_and_step(script: str) -> tuple[str | None, str | None]:
     return ("horovod" if name.startswith("fashion_mnist") else None), step
 
 
-def summarize(epochs: list[dict[str, Any]]) -> float | None:
-    """Steady-state images/sec: the median over epochs, leaving out the first (graph tracing) if there are more."""
-    rates = [e["images_per_sec"] for e in epochs if e.get("images_per_sec")]
+def summarize(epochs: list[dict[str, Any]], key: str = "images_per_sec") -> float | None:
+    """Steady state of ``key``: the median over epochs, leaving out the first (graph tracing) if there are more."""
+    rates = [e[key] for e in epochs if e.get(key)]
     if len(rates) >= 2:
         rates = rates[1:]
     return statistics.median(rates) if rates else None
@@ -301,8 +301,9 @@ class _RecorderMixin:
         self.record: dict[str, Any] | None = None
         self.written = False
         self.active = False
-        self._t_train = self._t_epoch = 0.0
+        self._t_train = self._t_epoch = self._c_epoch = 0.0
         self._train_time: float | None = None
+        self._train_cpu: float | None = None
         self._error: str | None = None
 
     # -- Keras hooks
@@ -322,16 +323,19 @@ class _RecorderMixin:
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._t_epoch = time.perf_counter()
-        self._train_time = None
+        self._c_epoch = time.process_time()
+        self._train_time = self._train_cpu = None
 
     def on_test_begin(self, logs: Any = None) -> None:
         if self._t_epoch and self._train_time is None:
             self._train_time = time.perf_counter() - self._t_epoch
+            self._train_cpu = time.process_time() - self._c_epoch
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         now = time.perf_counter()
         wall = now - self._t_epoch
         train = self._train_time if self._train_time is not None else wall
+        cpu = self._train_cpu if self._train_cpu is not None else time.process_time() - self._c_epoch
         steps = int((self.params or {}).get("steps") or 0)
         images = steps * int(self.batch_size or 0) * int(self.world["workers"])
         logs = dict(logs or {})
@@ -342,6 +346,9 @@ class _RecorderMixin:
             "steps": steps,
             "images": images,
             "images_per_sec": round(images / train, 2) if images and train > 0 else None,
+            # CPU seconds this process (all its threads) used per second of training: about the
+            # number of cores it got. Far below the threads it was given means a busy machine.
+            "cpu_cores": round(cpu / train, 3) if train > 0 else None,
             "elapsed_s": round(now - self._t_train, 4),
         }
         for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
@@ -403,6 +410,7 @@ class _RecorderMixin:
             "val_accuracy": accs,
             "final_val_accuracy": accs[-1] if accs else None,
             "images_per_sec": summarize(self.epochs),
+            "cpu_cores": summarize(self.epochs, "cpu_cores"),
             "time_to_target_s": ttt,
             "epochs_to_target": epochs_to,
             "train_time_s": round(sum(e["train_s"] for e in self.epochs), 4),

@@ -68,6 +68,14 @@ def test_warnings_when_workers_outnumber_cores_or_gpus() -> None:
     assert "4 workers but 2 GPU" in w
 
 
+def test_busy_machine_warning() -> None:
+    points = bench.points_from_records([{**rec(1, 100.0), "cpu_cores": 1.1}, {**rec(2, 150.0), "cpu_cores": 0.4}])
+    assert points[1].cpu_cores == 0.4
+    (w,) = bench.check_busy(points, cores=2)
+    assert "at 2 worker(s) rank 0 got 0.40 cores of the 1" in w and "other processes" in w
+    assert "0.40" in bench.format_table(points).splitlines()[-1]
+
+
 def test_conditions_say_which_comparison_is_fair() -> None:
     fixed = bench.describe_conditions({"launcher": "mpirun", "cores": 2, "threads": 1, "repeat": 3, "args": []})
     assert "equal cores per worker" in fixed and "1 thread(s) each" in fixed

@@ -189,6 +189,7 @@ def test_recorder_writes_one_complete_record(keras, tmp_path: Path, monkeypatch:
         # Validation (made 0.3 s slower) is in the epoch's wall time but not in the training time.
         assert e["wall_s"] - e["train_s"] >= 0.3
         assert e["images_per_sec"] == pytest.approx(64 / e["train_s"], rel=0.01)
+        assert 0 < e["cpu_cores"] < 8  # CPU seconds per training second of this process
     # Steady state: the first epoch (tracing) is left out.
     assert r["images_per_sec"] == pytest.approx(sorted(e["images_per_sec"] for e in r["epochs"][1:])[0], rel=0.6)
     live = json.loads(runs.live_file("rid-1", path).read_text())
