@@ -208,13 +208,15 @@ def bench(
     cwd: str | Path | None = None,
     python: str | None = None,
     echo: bool = True,
+    env: dict[str, str] | None = None,
 ) -> Sweep:
     """Run ``script ARGS`` at each worker count in ``nps``, ``repeat`` times, and compare.
 
     ``threads`` is threads per worker (None: cores // workers, the launcher's
     default). ``launcher="cluster"`` runs a tf.distribute script on a local
-    cluster (:mod:`labkit.cluster`) instead of under MPI. Records go to ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or
-    ``runs/runs.jsonl``).
+    cluster (:mod:`labkit.cluster`) instead of under MPI. ``env`` adds variables for
+    every worker (e.g. ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting).
+    Records go to ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``).
     """
     from labkit import launch
 
@@ -244,12 +246,13 @@ def bench(
             if echo:
                 print(f"labkit bench: {np_} worker(s) x {threads or launch.default_threads(np_, cores)} thread(s), "
                       f"run {i + 1}/{repeat} ...", file=sys.stderr, flush=True)
-            env = {runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path), "LABKIT_BENCH": sweep_id}
+            job_env = {**(env or {}), runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path),
+                       "LABKIT_BENCH": sweep_id}
             if launcher == "cluster":  # tf.distribute: one task per worker with its own TF_CONFIG
-                result = _cluster_run(command, np_, timeout, threads, env, quiet, cwd)
+                result = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd)
             else:
-                result = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads, env=env,
-                                    quiet=quiet, cwd=cwd)
+                result = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads,
+                                    env=job_env, quiet=quiet, cwd=cwd)
             found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
             if not found:  # nothing recorded, e.g. a script without the Recorder
                 found = [runs.record_failed_job(result, run_id, command, records_path) or {
@@ -273,7 +276,7 @@ def bench(
     conditions = {
         "sweep_id": sweep_id, "launcher": launcher, "threads": threads, "cores": cores,
         "device": f"{gpus} GPU(s)" if gpus else "cpu", "repeat": repeat, "args": list(args),
-        "nps": nps, "runs_file": str(records_path), "host": _host(),
+        "nps": nps, "runs_file": str(records_path), "host": _host(), "env": dict(env or {}),
         "cpu": runs.device_info().get("cpu"), "load_avg": _loadavg(),
     }
     return Sweep(script, points, conditions, warn)
