@@ -104,14 +104,27 @@ def patch_data(tf: Any) -> None:
         train, test = load()
         return (train.x.copy(), train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
 
+    _set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
+
+
+def _set_everywhere(tf: Any, sub: str, name: str, value: Any) -> None:
+    """Set ``name`` in every module a script may import ``sub`` from.
+
+    ``from tensorflow.keras.layers import X`` loads a module object of its own
+    (registered as ``tensorflow.keras.layers``), distinct from ``tf.keras.layers``
+    until then, so each path is imported first and patched.
+    """
     import importlib
 
-    for name in ("tf_keras.datasets.fashion_mnist", "tf_keras.src.datasets.fashion_mnist"):
+    for prefix in ("tensorflow.keras", "tf_keras", "tf_keras.api._v2.keras"):
         try:
-            importlib.import_module(name).load_data = load_data
+            setattr(importlib.import_module(f"{prefix}.{sub}"), name, value)
         except ImportError:
             pass
-    tf.keras.datasets.fashion_mnist.load_data = load_data
+    module = tf.keras
+    for part in sub.split("."):
+        module = getattr(module, part)
+    setattr(module, name, value)
 
 
 def shrink(filters: int) -> int:
@@ -127,13 +140,7 @@ def patch_model(tf: Any) -> None:
             super().__init__(shrink(int(filters)), *args, **kwargs)
 
     Conv2D.__name__ = "Conv2D"
-    tf.keras.layers.Conv2D = Conv2D
-    try:
-        import tf_keras
-
-        tf_keras.layers.Conv2D = Conv2D
-    except ImportError:
-        pass
+    _set_everywhere(tf, "layers", "Conv2D", Conv2D)
 
 
 def patch_devices(tf: Any) -> None:
@@ -297,6 +304,7 @@ def make_probe_callback(tf: Any, record: dict) -> Any:
                 milestone("batch0_end")
             if self.epoch == 0 and batch == 1:
                 WEIGHTS["b1_end"] = _flat_weights(self.model)
+                _save_weights()  # evidence for steps 3-4 even if the run is cut short later
                 milestone("batch1_end")
 
         def on_test_batch_end(self, batch: int, logs: Any = None) -> None:

@@ -74,7 +74,7 @@ WRONG = {
         ("    callbacks.append(lk.StopAtAccuracy(args.target_accuracy, args.patience, verbose))\n",
          "    callbacks.append(lk.StopAtAccuracy(args.target_accuracy, args.patience, verbose))\n"
          "    callbacks.append(hvd.callbacks.MetricAverageCallback())\n"),
-    ], "before StopAtAccuracy"),
+    ], "read val_"),
     "crash_on_rank1": (1, [("    args = parse_args(argv)\n",
                             "    args = parse_args(argv)\n    if hvd.rank() == 1:\n"
                             "        raise RuntimeError('boom on rank 1')\n")], "rank 1 crashed"),

@@ -303,7 +303,9 @@ def evaluate(run: Run, step: int) -> list[StepResult]:
             continue
         missing = [r for r in range(NP) if not run.reached(r, NEEDS[k])]
         if missing:
-            results.append(StepResult(k, False, f"{TITLES[k]}: {run.why_not(missing[0], NEEDS[k])}"))
+            # A rank that crashed explains the others, which were only stopped or left waiting.
+            culprit = next((r for r in missing if run.states.get(r, {}).get("error")), missing[0])
+            results.append(StepResult(k, False, f"{TITLES[k]}: {run.why_not(culprit, NEEDS[k])}"))
             continue
         try:
             ok, msg = CHECKS[k](run)
