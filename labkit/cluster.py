@@ -318,9 +318,9 @@ class Cluster:
 
     def stop(self, grace: float = 3.0) -> None:
         """Stop every task of the cluster and anything they started; wait for the output threads."""
-        for t in self.tasks.values():
+        for key, t in self.tasks.items():
             if t.alive():
-                t.killed = t.killed or t not in [self.tasks[k] for k in self.leading]
+                t.killed = t.killed or key not in self.leading  # servers are stopped on purpose
                 try:
                     os.killpg(t.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
                 except ProcessLookupError:
