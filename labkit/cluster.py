@@ -489,6 +489,7 @@ class ResumeReport:
     before: list[int]  # epochs (1-based) the chief began before the kill
     after: list[int]  # epochs it began after the restart
     result: ClusterResult | None = None
+    job_id: str = ""
 
     @property
     def completed_before(self) -> list[int]:
@@ -557,4 +558,5 @@ def kill_and_resume(
     after_text = after_text[marker:] if marker >= 0 else after_text
     before = [int(m) for m in EPOCH_LINE.findall(before_text)]
     after = [int(m) for m in EPOCH_LINE.findall(after_text)]
-    return ResumeReport(f"{kill[0]}.{kill[1]}", sorted(dict.fromkeys(before)), sorted(dict.fromkeys(after)), result)
+    return ResumeReport(f"{kill[0]}.{kill[1]}", sorted(dict.fromkeys(before)), sorted(dict.fromkeys(after)), result,
+                        c.job_id)

@@ -127,3 +127,21 @@ def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest
     assert out["ok"], out
     assert "hello from worker.1" in out["outputs"]["worker.1"]
     assert "hello from worker.0" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_kill_and_resume_repeats_no_completed_epoch(tmp_path: Path) -> None:
+    solution = Path(__file__).resolve().parent.parent / "solutions" / "fashion_mnist_multiworker_after_step_04.py"
+    cmd = ["python", str(solution), "--epochs", "3", "--train-size", "256", "--test-size", "128", "--batch-size",
+           "16", "--target-accuracy", "2", "--backup-dir", str(tmp_path / "backup"),
+           "--model-path", str(tmp_path / "m.keras"), "--log-dir", str(tmp_path / "csv")]
+    report = cluster.kill_and_resume(cmd, workers=2, kill_in_epoch=2, timeout=600, log_dir=tmp_path / "logs",
+                                     quiet=True)
+    assert report.ok, str(report)
+    assert report.completed_before == [1] and report.after == [2, 3] and report.repeated == []
+    assert report.result is not None
+    assert "restarted" in report.result.log("worker.1")
+    assert launch.job_processes(report.job_id) == []
+    spec = json.loads((tmp_path / "logs" / "cluster.json").read_text())["cluster"]
+    assert all(tfconfig.port_is_free(p) for p in tfconfig.ports(spec))
+    assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())
