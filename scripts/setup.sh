@@ -28,7 +28,7 @@ TOTAL=6
 say() { printf '\n\033[1m[%d/%d] %s\033[0m\n' "$STEP" "$TOTAL" "$*"; }
 step() { STEP=$((STEP + 1)); say "$@"; }
 die() { printf '\nsetup failed: %s\n' "$*" >&2; exit 1; }
-hash_of() { sha256sum "$@" | sha256sum | cut -c1-12; }
+hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 
 # ---------------------------------------------------------------- 1. system packages
 step "System packages"
