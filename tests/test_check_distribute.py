@@ -76,6 +76,29 @@ def test_cache_answers_for_an_unchanged_script(tmp_path: Path, monkeypatch: pyte
 # ----------------------------------------------------------------------------- slow: real runs
 
 
+def _probe_processes() -> list[int]:
+    """Live processes running labkit.dprobe (only these checks start it)."""
+    import os
+
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"labkit.dprobe" in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind(request: pytest.FixtureRequest) -> object:
+    yield
+    if request.node.get_closest_marker("slow"):
+        assert _probe_processes() == [], "a checked script's process is still running"
+
+
 def _expect(report: check.Report, version: int, n_steps: int) -> None:
     for s in report.steps:
         assert s.passed == (s.step <= version), report.format()
