@@ -529,7 +529,7 @@ def run(
         try:
             from labkit import runs
 
-            records = wenv.get("LABKIT_RUNS_FILE") or str(Path(cwd or ".") / runs.runs_file())
+            records = str(Path(cwd or ".") / (wenv.get("LABKIT_RUNS_FILE") or runs.runs_file()))
             runs.record_failed_job(result, wenv["LABKIT_RUN_ID"], list(command), records,
                                    launcher=launcher, threads_per_worker=int(wenv.get("LABKIT_THREADS", "0")) or None)
         except OSError:

@@ -31,7 +31,6 @@ PROBE_ENV = {
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
     "LABKIT_MODE": "small",
     "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
-    "LABKIT_RUNS_FILE": "runs.jsonl",
 }
 TITLES = {
     1: "initialise Horovod and pin one GPU per process by local rank",
@@ -351,7 +350,8 @@ def check(
         job = launch.run(
             [sys.executable, "-m", "labkit.probe", str(out), "--", str(script), *ARGS],
             np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=work / "logs",
-            env=PROBE_ENV, quiet=True, cwd=work,
+            env={**PROBE_ENV, "LABKIT_RUNS_FILE": str(work / "runs.jsonl")},  # not the learner's records
+            quiet=True, cwd=work,
         )
         run = Run(out, job)
         if not job.timed_out and not job.interrupted:
