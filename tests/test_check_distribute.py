@@ -163,10 +163,11 @@ def test_multiworker_without_sharding_fails_step_2(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_multiworker_manual_sharding_passes_steps_1_to_3(tmp_path: Path) -> None:
+    # Shard by hand (each worker its own slice, unseeded shuffle) and switch auto-sharding off.
     variant = _variant(
         tmp_path, _script("fashion_mnist_multiworker", 4),
         ("train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std, seed=args.seed)",
-         "train_ds = data.dataset(train, args.batch_size, training=True, mean=mean, std=std,\n"
+         "train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std,\n"
          "                            shard=(replicas, strategy.cluster_resolver.task_id or 0))"),
         ("options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA",
          "options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF"),
