@@ -7,7 +7,6 @@ from typing import Any
 
 import tensorflow as tf
 
-
 _PRINTED_AT: dict[int, int] = {}
 
 
