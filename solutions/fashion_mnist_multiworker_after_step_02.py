@@ -25,6 +25,7 @@ import tensorflow as tf
 from labkit import callbacks as lk
 from labkit import data
 from labkit import model as wrn
+from labkit import runs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(args.log_dir, exist_ok=True)
         callbacks.append(tf.keras.callbacks.CSVLogger(os.path.join(args.log_dir, "training.csv"), append=True))
     callbacks.append(lk.StopAtAccuracy(args.target_accuracy, args.patience, verbose))
+    callbacks.append(runs.Recorder(__file__, vars(args)))  # labkit: one line in runs/runs.jsonl per run (chief only)
 
     if verbose:
         print(f"mode={args.mode} widen_factor={args.widen_factor} train={len(train)} test={len(test)} "

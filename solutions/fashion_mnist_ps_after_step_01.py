@@ -26,6 +26,7 @@ import tensorflow as tf
 from labkit import callbacks as lk
 from labkit import data
 from labkit import model as wrn
+from labkit import runs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         lk.CumulativeTime(),
         tf.keras.callbacks.CSVLogger(os.path.join(args.log_dir, "training.csv")),
         lk.StopAtAccuracy(args.target_accuracy, args.patience, 1),
+        runs.Recorder(__file__, vars(args)),  # labkit: one line in runs/runs.jsonl per run
     ]
     print(f"mode={args.mode} widen_factor={args.widen_factor} train={len(train)} test={len(test)} "
           f"batch={args.batch_size} steps/epoch={steps_per_epoch}", flush=True)
