@@ -91,7 +91,14 @@ class Report:
         return f"<div>{title}<table>{''.join(rows)}</table>{verdict}</div>"
 
 
-def run_check(lab: str, script: str | Path, step: int | None = None, timeout: float = 120, **kw: Any) -> Report:
+# Seconds a whole check may take before every process is stopped (the multi-worker
+# check also kills and restarts a worker, so it gets longer).
+TIMEOUTS = {"horovod": 120.0, "mirrored": 120.0, "multiworker": 300.0, "parameter-server": 180.0}
+
+
+def run_check(
+    lab: str, script: str | Path, step: int | None = None, timeout: float | None = None, **kw: Any
+) -> Report:
     """Check steps 1..``step`` (default: all) of ``script`` for ``lab``."""
     if lab not in LABS:
         raise ValueError(f"unknown lab {lab!r}: choose one of {', '.join(LABS)}")
@@ -100,28 +107,33 @@ def run_check(lab: str, script: str | Path, step: int | None = None, timeout: fl
     if not 1 <= step <= n_steps:
         raise ValueError(f"the {lab} lab has steps 1..{n_steps}, got {step}")
     module = importlib.import_module(module_name)
+    timeout = TIMEOUTS[lab] if timeout is None else timeout
     return module.check(lab=lab, script=Path(script), step=step, timeout=timeout, **kw)
 
 
-def horovod(step: int | None = None, script: str | Path = "fashion_mnist.py", timeout: float = 120) -> Report:
+def horovod(
+    step: int | None = None, script: str | Path = "fashion_mnist.py", timeout: float | None = None
+) -> Report:
     """Check steps 1..``step`` of the Horovod lab."""
     return run_check("horovod", script, step, timeout)
 
 
-def mirrored(step: int | None = None, script: str | Path = "fashion_mnist_mirrored.py", timeout: float = 120) -> Report:
+def mirrored(
+    step: int | None = None, script: str | Path = "fashion_mnist_mirrored.py", timeout: float | None = None
+) -> Report:
     """Check steps 1..``step`` of the MirroredStrategy lab."""
     return run_check("mirrored", script, step, timeout)
 
 
 def multiworker(
-    step: int | None = None, script: str | Path = "fashion_mnist_multiworker.py", timeout: float = 180
+    step: int | None = None, script: str | Path = "fashion_mnist_multiworker.py", timeout: float | None = None
 ) -> Report:
     """Check steps 1..``step`` of the MultiWorkerMirroredStrategy lab."""
     return run_check("multiworker", script, step, timeout)
 
 
 def parameter_server(
-    step: int | None = None, script: str | Path = "fashion_mnist_ps.py", timeout: float = 180
+    step: int | None = None, script: str | Path = "fashion_mnist_ps.py", timeout: float | None = None
 ) -> Report:
     """Check steps 1..``step`` of the ParameterServerStrategy lab."""
     return run_check("parameter-server", script, step, timeout)
@@ -134,7 +146,8 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.add_argument("script", help="the learner's script")
     p.add_argument("--step", type=int, default=None, help="check steps 1..N (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--timeout", type=float, default=120, help="seconds for the whole check (default: %(default)s)")
+    defaults = ", ".join(f"{k} {v:.0f}" for k, v in TIMEOUTS.items())
+    p.add_argument("--timeout", type=float, default=None, help=f"seconds for the whole check (default: {defaults})")
     p.set_defaults(func=_cli)
 
 
