@@ -21,7 +21,6 @@ For the fault-tolerance demo, :class:`Cluster` kills and restarts single tasks::
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import re
 import shlex
@@ -36,16 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import launch, tfconfig
+from labkit.rank import die_with_parent
 
 TaskId = tuple[str, int]
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the process that started it dies."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 @dataclass
@@ -187,7 +179,7 @@ class Cluster:
             Path(cwd).mkdir(parents=True, exist_ok=True)
         task.proc = subprocess.Popen(
             self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=cwd, start_new_session=True, preexec_fn=_die_with_parent,
+            env=env, cwd=cwd, start_new_session=True, preexec_fn=die_with_parent,
         )
         task.starts += 1
         task.killed = False

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import env as lkenv
+from labkit.rank import die_with_parent
 
 LAUNCHERS = ("mpirun", "horovodrun", "gloo")
 JOB_VAR = "LABKIT_JOB_ID"
@@ -493,6 +494,7 @@ def run(
     proc = subprocess.Popen(
         full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, **wenv}, cwd=cwd, start_new_session=True,
+        preexec_fn=die_with_parent,  # even if this process is killed outright, the job goes with it
     )
     timed_out = interrupted = False
 

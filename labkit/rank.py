@@ -24,7 +24,7 @@ def rank_from_env(environ: dict[str, str] | os._Environ = os.environ) -> int:
     return 0
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGKILL when the wrapper dies, whatever killed it."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(log_dir, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", LABKIT_RANK=str(rank))
     child = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
     )
 
     def forward(signum: int, _frame: object) -> None:

@@ -194,6 +194,29 @@ def test_interrupt_kills_every_process(tmp_path: Path) -> None:
 
 @needs_mpi
 @pytest.mark.slow
+def test_job_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL of the Python that launched the job (no cleanup code runs) still ends every rank."""
+    script = _script(tmp_path, JOB.replace("{extra}", "time.sleep(300)"))
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "from labkit import launch\n"
+        f"launch.run(['python', {str(script)!r}], np=2, log_dir={str(tmp_path / 'logs')!r}, quiet=True)"
+    )])
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tmp_path / "logs" / "rank.1.log").exists():
+        time.sleep(0.5)
+    time.sleep(2)
+    parent.kill()
+    parent.wait()
+    for _ in range(40):
+        out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        if str(script) not in out:
+            break
+        time.sleep(0.5)
+    assert str(script) not in out
+
+
+@needs_mpi
+@pytest.mark.slow
 @pytest.mark.horovod
 def test_horovod_allreduce_over_mpi_and_gloo(tmp_path: Path) -> None:
     script = _script(tmp_path, """

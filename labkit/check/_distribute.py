@@ -21,6 +21,7 @@ from typing import Any
 
 from labkit import cluster, launch
 from labkit.check import Report, StepResult
+from labkit.rank import die_with_parent
 
 TRAIN, TEST, BATCH = 256, 128, 16
 COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", str(BATCH),
@@ -296,7 +297,7 @@ def run_single(cmd: list[str], timeout: float, log: Path, env: dict[str, str] | 
     full_env = {**os.environ, **launch.worker_env(1), **(env or {}), launch.JOB_VAR: job, "PYTHONUNBUFFERED": "1"}
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                                cwd=cwd, start_new_session=True)
+                                cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)
         timed_out = False
         try:
             proc.wait(timeout)
