@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "LABKIT_RANK")
 
@@ -30,6 +32,16 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _orphan_watch(child: subprocess.Popen, every: float = 1.0) -> None:
+    """If the launcher (our parent) dies without stopping us, stop the command: no orphans."""
+    parent = os.getppid()
+    while child.poll() is None:
+        if os.getppid() != parent:
+            child.kill()
+            return
+        time.sleep(every)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, forward)
+    threading.Thread(target=_orphan_watch, args=(child,), daemon=True).start()
     out = sys.stdout.buffer
     assert child.stdout is not None
     with open(os.path.join(log_dir, f"rank.{rank}.log"), "wb", buffering=0) as log:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_launch import _running
 
 from labkit import check, launch
 from labkit.check import _horovod
@@ -21,8 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.horovod]
 
 def _no_leftovers() -> None:
     """No probe or rank process of a check is still running."""
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "labkit.probe" not in out, out
+    assert not _running("labkit.probe")
 
 
 def _variant(tmp_path: Path, name: str, edits: list[tuple[str, str]], base: str = "fashion_mnist_after_step_06.py"

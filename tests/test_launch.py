@@ -126,6 +126,19 @@ def test_rank_from_env() -> None:
     assert rank_from_env({}) == 0
 
 
+def _running(needle: str) -> bool:
+    """Is a process whose full command line contains ``needle`` alive? (ps would truncate it)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if needle.encode() in f.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 def _script(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "job.py"
     path.write_text(textwrap.dedent(body))
@@ -175,8 +188,7 @@ def test_timeout_kills_every_process(tmp_path: Path) -> None:
     assert time.perf_counter() - t < 30
     job_id = (tmp_path / "logs" / "command.txt").read_text()  # the job existed
     assert job_id
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert str(script) not in out and "time.sleep(300)" not in out
+    assert not _running(str(script)) and not _running("time.sleep(300)")
 
 
 @needs_mpi
@@ -188,8 +200,7 @@ def test_interrupt_kills_every_process(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=120)
     timer.cancel()
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert str(script) not in out
+    assert not _running(str(script))
 
 
 @needs_mpi
@@ -208,11 +219,10 @@ def test_job_dies_with_a_parent_killed_outright(tmp_path: Path) -> None:
     parent.kill()
     parent.wait()
     for _ in range(40):
-        out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        if str(script) not in out:
+        if not _running(str(script)):
             break
         time.sleep(0.5)
-    assert str(script) not in out
+    assert not _running(str(script))
 
 
 @needs_mpi
