@@ -64,7 +64,7 @@ if [ ! -x "$PY" ]; then
   BASE_PY="${PYTHON:-}"
   if [ -z "$BASE_PY" ]; then
     for c in python3.12 python3.11 python3.10 python3.13 python3; do
-      command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(not (3,10) <= sys.version_info[:2] <= (3,13))' && { BASE_PY="$c"; break; }
+      command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(not (3,10) <= sys.version_info[:2] <= (3,13))' 2>/dev/null && { BASE_PY="$c"; break; }
     done
   fi
   [ -n "$BASE_PY" ] || die "need Python 3.10-3.13 (TensorFlow 2.21 wheels); set PYTHON=/path/to/python3.x"
