@@ -6,20 +6,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_notebooks import outputs_text
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NB = LABS / "02_horovod.ipynb"
-
-
-def _text(nb: nbformat.NotebookNode) -> str:
-    parts = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.output_type == "stream":
-                parts.append(out.text)
-            elif out.output_type in ("execute_result", "display_data"):
-                parts.append(str(out.get("data", {}).get("text/plain", "")))
-    return "".join(parts)
 
 
 def test_committed_clean_with_short_cells() -> None:
@@ -41,7 +31,7 @@ def test_notebook_runs_headless(monkeypatch: pytest.MonkeyPatch) -> None:
     before = (LABS / "fashion_mnist.py").read_bytes()
     nb = nbformat.read(NB, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(LABS)}}).execute()
-    text = _text(nb)
+    text = outputs_text(nb)
     # The untouched starter trains, and its check says what to do first.
     assert "job finished OK" in text and "Images/sec" in text
     assert "Horovod was not initialised" in text and "hvd.init()" in text
