@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="only report files that are out of date")
     g.set_defaults(func=_gen)
 
-    for register in _EXTRA + _extra():
+    for register in _extra():
         register(sub)
     return p
 
@@ -72,8 +72,6 @@ def _extra() -> list:
 
     return [launch.add_cli, check.add_cli, bench.add_cli, plot.add_cli, cluster.add_cli]
 
-
-_EXTRA: list = []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -115,9 +115,9 @@ def find(validate: bool = True) -> Path | None:
     return None
 
 
-def locate() -> Path:
+def locate(validate: bool = True) -> Path:
     """Like :func:`find` but raises a :class:`DataError` saying how to get the data."""
-    d = find()
+    d = find(validate)
     if d is None:
         looked = "\n".join(f"  - {p}" for p in candidate_dirs())
         raise DataError(f"Fashion-MNIST was not found. Looked in:\n{looked}\n{HOW_TO_GET}")
@@ -140,7 +140,7 @@ def fill_keras_cache(source: Path | None = None) -> Path:
     return dest
 
 
-def download(dest: Path | None = None) -> Path:
+def download() -> Path:
     """Fetch the files with Keras' own downloader (needs internet access)."""
     import tensorflow as tf
 
@@ -159,10 +159,17 @@ def load(train_size: int | None = None, test_size: int | None = None, offset: in
 
     The files are shuffled by their authors, so a leading slice is class balanced.
     """
-    d = locate()
+    # Reading validates each file, so the folder is not validated (decompressed) twice;
+    # only when its files turn out damaged is a fully validated folder looked for.
+    d = locate(validate=False)
     key = str(d)
     if key not in _CACHE:
-        arrays = {k: _read_idx(d / name, magic, shape) for k, (name, magic, shape) in FILES.items()}
+        try:
+            arrays = {k: _read_idx(d / name, magic, shape) for k, (name, magic, shape) in FILES.items()}
+        except DataError:
+            d = locate()
+            key = str(d)
+            arrays = {k: _read_idx(d / name, magic, shape) for k, (name, magic, shape) in FILES.items()}
         _CACHE[key] = (
             Split(arrays["train_images"], arrays["train_labels"].astype(np.int64)),
             Split(arrays["test_images"], arrays["test_labels"].astype(np.int64)),

@@ -401,7 +401,6 @@ def main(argv: list[str] | None = None) -> int:
     patch_devices(tf)
     patch_horovod()
     patch_keras(tf)
-    STATE["cuda_visible_devices_start"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     milestone("patched")
 
     sys.argv = [script, *script_args]

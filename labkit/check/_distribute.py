@@ -37,6 +37,25 @@ STEPS = {"mirrored": 4, "multiworker": 4, "parameter-server": 3}
 _CACHE: dict[tuple[str, str, int], list[StepResult]] = {}
 
 
+
+def _check_global_batch(f: dict, global_batch: int, who: str) -> int | None:
+    """Each replica got --batch-size examples and steps_per_epoch covers the data once; returns it."""
+    b = f.get("batches") or {}
+    if not b.get("per_replica_batch"):
+        raise _Failed(f"could not sample the batches ({f.get('batches_error') or b.get('note')}): "
+                      "pass a tf.data.Dataset to fit")
+    sizes = {s for row in b["per_replica_batch"] for s in row}
+    if sizes != {BATCH}:
+        raise _Failed(f"{who} received batches of {sorted(sizes)} examples but --batch-size is {BATCH} per replica: "
+                      "batch the dataset by the global batch, batch_size * strategy.num_replicas_in_sync "
+                      "(the strategy splits it over the replicas)")
+    spe = f.get("steps_per_epoch")
+    if spe and not (TRAIN * 0.9 <= spe * global_batch <= TRAIN + global_batch):
+        raise _Failed(f"steps_per_epoch={spe} with a global batch of {global_batch} is {spe * global_batch} "
+                      f"examples per epoch for {TRAIN} training images: compute it from the global batch")
+    return spe
+
+
 def check(lab: str, script: Path, step: int, timeout: float = 180, **kw: Any) -> Report:
     """Run ``script`` for ``lab`` and judge steps 1..``step`` (``fresh=True`` ignores earlier results)."""
     script = Path(script)
@@ -184,21 +203,9 @@ def _multiworker(script: Path, step: int, timeout: float, work: Path, **kw: Any)
 
     def step2() -> str:
         fits = [_fit(r, n) for r, n in zip(records(), names, strict=True)]
-        for n, f in zip(names, fits, strict=True):
-            b = f.get("batches") or {}
-            if not b.get("per_replica_batch"):
-                raise _Failed(f"could not sample {n}'s batches ({f.get('batches_error') or b.get('note')}); "
-                              "pass a tf.data.Dataset to fit")
-            sizes = {s for row in b["per_replica_batch"] for s in row}
-            if sizes != {BATCH}:
-                raise _Failed(f"each replica of {n} received batches of {sorted(sizes)} examples but --batch-size "
-                              f"is {BATCH} per worker: the dataset fit gets is batched by the global batch, "
-                              "batch_size * strategy.num_replicas_in_sync")
         global_batch = BATCH * WORKERS
-        spe = fits[0].get("steps_per_epoch")
-        if spe and not (TRAIN * 0.9 <= spe * global_batch <= TRAIN + global_batch):
-            raise _Failed(f"steps_per_epoch={spe} with a global batch of {global_batch} is {spe * global_batch} "
-                          f"examples per epoch for {TRAIN} training images: compute it from the global batch")
+        spe = [_check_global_batch(f, global_batch, f"each replica of {n}")
+               for n, f in zip(names, fits, strict=True)][0]
         seen = [{x for batch in f["batches"]["ids"] for replica in batch for x in replica} for f in fits]
         common = seen[0] & seen[1]
         if len(common) > 0.1 * min(len(s) for s in seen):
@@ -355,19 +362,8 @@ def _mirrored(script: Path, step: int, timeout: float, work: Path, **kw: Any) ->
 
     def step3() -> str:
         f = fit()
-        b = f.get("batches") or {}
-        if not b.get("per_replica_batch"):
-            raise _Failed(f"could not sample the batches ({f.get('batches_error') or b.get('note')}): "
-                          "pass a tf.data.Dataset to fit")
-        sizes = {s for row in b["per_replica_batch"] for s in row}
-        if sizes != {BATCH}:
-            raise _Failed(f"each replica received batches of {sorted(sizes)} examples but --batch-size is {BATCH} "
-                          "per replica: batch the dataset by batch_size * strategy.num_replicas_in_sync "
-                          "(the strategy splits that global batch over the replicas)")
-        spe, gb = f.get("steps_per_epoch"), BATCH * DEVICES
-        if spe and not (TRAIN * 0.9 <= spe * gb <= TRAIN + gb):
-            raise _Failed(f"steps_per_epoch={spe} with a global batch of {gb} does not cover the {TRAIN} images "
-                          "once per epoch: compute it from the global batch")
+        gb = BATCH * DEVICES
+        spe = _check_global_batch(f, gb, "each replica")
         return f"the global batch of {gb} is split into {DEVICES} x {BATCH}; steps_per_epoch={spe}"
 
     def step4() -> str:
