@@ -6,10 +6,13 @@ From a shell::
 
 From a cell: ``labkit.bench.bench("fashion_mnist.py", nps=[1, 2], args=["--epochs", "3"])``.
 
-Every run goes through :func:`labkit.launch.run` and writes its run record
-(:mod:`labkit.runs`); the benchmark finds each run's record by the run id it gave
-the job. Throughput is the record's steady-state images/sec (training steps only,
-first epoch left out when there are several); over repeats the median is kept.
+Every run goes through :func:`labkit.launch.run` (or :mod:`labkit.cluster`), which
+observes the script from outside and writes its run record (:mod:`labkit.jobrecord`);
+the benchmark finds each run's record by the run id it gave the job. Any Keras
+script works, unchanged. ``--ceiling`` adds, per worker count N, N independent
+copies at once: what this machine gives N workers without communication.
+Throughput is the record's steady-state images/sec (training steps only, first
+epoch left out when there are several); over repeats the median is kept.
 Speedup is throughput over the 1-worker run's, efficiency is speedup / workers.
 """
 
@@ -41,6 +44,11 @@ class Point:
     time_to_target_s: float | None = None
     final_val_accuracy: float | None = None
     cpu_cores: float | None = None  # cores rank 0 actually got while training (CPU s / wall s)
+    # The machine's ceiling for this many workers: as many independent single-worker copies
+    # at once (same threads, no communication); None when not measured.
+    ceiling_images_per_sec: float | None = None
+    ceiling_efficiency: float | None = None  # images/sec / ceiling: what communication and sync cost
+    ceiling_repeats: list[float | None] = field(default_factory=list)
     repeats: list[float | None] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -99,14 +107,26 @@ def compute(points: list[Point]) -> list[Point]:
         if p.images_per_sec:
             p.speedup = p.images_per_sec / base.images_per_sec
             p.efficiency = p.speedup / (p.workers / base.workers)
+            if p.ceiling_images_per_sec:
+                p.ceiling_efficiency = p.images_per_sec / p.ceiling_images_per_sec
     return points
 
 
+def is_ceiling(record: dict[str, Any]) -> bool:
+    """A record of independent copies (``--ceiling``), not of a distributed job."""
+    return record.get("launcher") == "independent"
+
+
 def points_from_records(records: list[dict[str, Any]], threads: int | None = None) -> list[Point]:
-    """Group run records by worker count into points (median over repeats); speedup filled in."""
+    """Group run records by worker count into points (median over repeats); speedup and ceiling filled in."""
     by_np: dict[int, list[dict[str, Any]]] = {}
+    ceilings: dict[int, list[float | None]] = {}
     for r in records:
-        if r.get("workers"):
+        if is_ceiling(r):
+            if r.get("workers"):
+                ceilings.setdefault(int(r["workers"]), []).append(
+                    r.get("images_per_sec") if r.get("status", "ok") == "ok" else None)
+        elif r.get("workers"):
             by_np.setdefault(int(r["workers"]), []).append(r)
     points = []
     for np_, recs in sorted(by_np.items()):
@@ -120,6 +140,8 @@ def points_from_records(records: list[dict[str, Any]], threads: int | None = Non
         p.time_to_target_s = _median([r.get("time_to_target_s") for r in ok])
         p.final_val_accuracy = _median([r.get("final_val_accuracy") for r in ok])
         p.cpu_cores = _median([r.get("cpu_cores") for r in ok])
+        p.ceiling_repeats = ceilings.get(np_, [])
+        p.ceiling_images_per_sec = _median(p.ceiling_repeats)
         points.append(p)
     return compute(points)
 
@@ -129,18 +151,24 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 
 
 def format_table(points: list[Point]) -> str:
-    """A plain-text table: workers, threads, images/sec, speedup, efficiency, time to accuracy."""
-    head = f"{'workers':>7}  {'threads':>7}  {'images/sec':>10}  {'speedup':>7}  {'efficiency':>10}  " \
-           f"{'time to acc.':>12}  {'val acc.':>8}  {'cores/worker':>12}"
+    """A plain-text table: workers, threads, images/sec, speedup, efficiency (against linear scaling and,
+    when measured, against the machine's ceiling), time to the target accuracy."""
+    ceiling = any(p.ceiling_images_per_sec for p in points)
+    head = f"{'workers':>7}  {'threads':>7}  {'images/sec':>10}  {'speedup':>7}  {'efficiency':>10}  "
+    if ceiling:
+        head += f"{'ceiling':>8}  {'of ceiling':>10}  "
+    head += f"{'time to acc.':>12}  {'val acc.':>8}  {'cores/worker':>12}"
     rows = [head, "-" * len(head)]
     for p in points:
         eff = None if p.efficiency is None else 100 * p.efficiency
-        rows.append(
-            f"{p.workers:>7}  {_fmt(p.threads, 'd') if p.threads else 'auto':>7}  {_fmt(p.images_per_sec, '.1f'):>10}  "
-            f"{_fmt(p.speedup, '.2f', 'x'):>7}  {_fmt(eff, '.0f', '%'):>10}  "
-            f"{_fmt(p.time_to_target_s, '.1f', ' s'):>12}  {_fmt(p.final_val_accuracy, '.3f'):>8}  "
-            f"{_fmt(p.cpu_cores, '.2f'):>12}"
-        )
+        row = (f"{p.workers:>7}  {_fmt(p.threads, 'd') if p.threads else 'auto':>7}  "
+               f"{_fmt(p.images_per_sec, '.1f'):>10}  {_fmt(p.speedup, '.2f', 'x'):>7}  {_fmt(eff, '.0f', '%'):>10}  ")
+        if ceiling:
+            ceff = None if p.ceiling_efficiency is None else 100 * p.ceiling_efficiency
+            row += f"{_fmt(p.ceiling_images_per_sec, '.1f'):>8}  {_fmt(ceff, '.0f', '%'):>10}  "
+        row += (f"{_fmt(p.time_to_target_s, '.1f', ' s'):>12}  {_fmt(p.final_val_accuracy, '.3f'):>8}  "
+                f"{_fmt(p.cpu_cores, '.2f'):>12}")
+        rows.append(row)
         for f in p.failures:
             rows.append(f"         failed: {f}")
     return "\n".join(rows)
@@ -192,6 +220,17 @@ def describe_conditions(c: dict[str, Any]) -> str:
             "machine?', not 'does it scale?' (use --threads 1 for that).")
     lines.append("images/sec: training steps only (validation excluded), first epoch (graph tracing) left out "
                  "when there are several, median over repeats (interleaved across worker counts).")
+    if c.get("ceiling"):
+        lines.append("ceiling: N independent single-worker copies of the script running at the same time with the "
+                     "same threads each and no communication (their images/sec added up); 'of ceiling' is the "
+                     "distributed run's images/sec over it, i.e. what communication and synchronisation cost here.")
+    if c.get("target") is not None or c.get("ceiling") is not None:
+        lines.append(f"time to acc.: wall time from the job's start (process start-up included) to the end of the "
+                     f"first epoch whose validation accuracy reached {c.get('target') or 'the script target'}.")
+    shrink = c.get("shrink")
+    if shrink:
+        lines.append(f"shrunk from outside (the script is unchanged): first {shrink[0]} training and {shrink[1]} test "
+                     f"images of load_data(), Conv2D filters divided by {shrink[2]} (at least 16).")
     return "\n".join(lines)
 
 
@@ -209,22 +248,34 @@ def bench(
     python: str | None = None,
     echo: bool = True,
     env: dict[str, str] | None = None,
+    ceiling: bool = False,
+    shrink: Sequence[int] | None = None,
+    target: float | None = None,
 ) -> Sweep:
     """Run ``script ARGS`` at each worker count in ``nps``, ``repeat`` times, and compare.
 
+    Any training script works: the runs are observed from outside (:mod:`labkit.observe`).
     ``threads`` is threads per worker (None: cores // workers, the launcher's
     default). ``launcher="cluster"`` runs a tf.distribute script on a local
-    cluster (:mod:`labkit.cluster`) instead of under MPI. ``env`` adds variables for
-    every worker (e.g. ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting).
-    Records go to ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``).
+    cluster (:mod:`labkit.cluster`) instead of under MPI. ``ceiling`` also runs, for
+    each worker count N > 1, N independent copies at once (same threads, no
+    communication): the throughput this machine gives N workers at best.
+    ``shrink=(TRAIN, TEST, DIVISOR)`` trains on the first TRAIN/TEST images with
+    Conv2D filters divided by DIVISOR, without touching the script. ``target`` is the
+    validation accuracy the time to accuracy is measured for (default: the script's
+    ``--target-accuracy``). ``env`` adds variables for every worker (e.g.
+    ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting). Records go to
+    ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``).
     """
-    from labkit import launch
+    from labkit import launch, observe
 
     nps = sorted({int(n) for n in nps})
     if not nps or nps[0] < 1:
         raise ValueError(f"worker counts must be >= 1, got {nps}")
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
+    if shrink is not None and (len(shrink) != 3 or min(shrink) < 0 or shrink[2] < 1):
+        raise ValueError(f"shrink is TRAIN,TEST,DIVISOR with DIVISOR >= 1, got {shrink}")
     script = str(script)
     base = Path(cwd or ".")
     records_path = Path(runs_file) if runs_file else runs.runs_file()
@@ -234,66 +285,70 @@ def bench(
     gpus = _gpu_count()
     warn = check_resources(nps, threads, cores, gpus)
     for w in warn if echo else []:
-        print(f"labkit bench: warning: {w}", file=sys.stderr, flush=True)
+        _say(f"warning: {w}")
     sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     command = [python or sys.executable, script, *args]
+    extra = dict(env or {})
+    if shrink is not None:
+        extra[observe.SHRINK_VAR] = ",".join(str(int(v)) for v in shrink)
+    plan = [(i, np_, False) for i in range(repeat) for np_ in nps]
+    if ceiling:  # each repeat: the distributed runs, then the copies, so load changes hit both alike
+        plan = [(i, np_, c) for i in range(repeat) for c in (False, True) for np_ in nps if not c or np_ > 1]
     records: list[dict[str, Any]] = []
-    # Repeats are interleaved (1, 2, 1, 2, ...) so that a change in the machine's load
-    # during the sweep affects every worker count alike.
-    for i in range(repeat):
-        for np_ in nps:
-            run_id = f"bench-{sweep_id}-np{np_}-r{i + 1}"
-            if echo:
-                print(f"labkit bench: {np_} worker(s) x {threads or launch.default_threads(np_, cores)} thread(s), "
-                      f"run {i + 1}/{repeat} ...", file=sys.stderr, flush=True)
-            job_env = {**(env or {}), runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path),
-                       "LABKIT_BENCH": sweep_id}
-            if launcher == "cluster":  # tf.distribute: one task per worker with its own TF_CONFIG
-                result = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd)
-            else:
-                result = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads,
-                                    env=job_env, quiet=quiet, cwd=cwd)
-            found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
-            if not found:  # nothing recorded, e.g. a script without the Recorder
-                found = [runs.record_failed_job(result, run_id, command, records_path) or {
-                    "run_id": run_id, "workers": np_, "status": "no record",
-                    "error": "the job wrote no run record: does the script append labkit.runs.Recorder?"}]
-            rec = found[-1]
-            records.append({**rec, "workers": rec.get("workers") or np_})
-            if echo:
-                ips = rec.get("images_per_sec")
-                print(f"labkit bench:   {rec.get('status')}, "
-                      f"{'-' if ips is None else f'{ips:.1f}'} images/sec ({result.duration:.0f} s)",
-                      file=sys.stderr, flush=True)
+    for k, (i, np_, copies) in enumerate(plan, 1):
+        run_id = f"bench-{sweep_id}-np{np_}-r{i + 1}" + ("-ceiling" if copies else "")
+        if echo:
+            what = f"{np_} independent copies" if copies else f"{np_} worker(s)"
+            _say(f"run {k}/{len(plan)}: {what} x {threads or launch.default_threads(np_, cores)} thread(s), "
+                 f"repeat {i + 1}/{repeat} ...")
+        job_env = {**extra, runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path), "LABKIT_BENCH": sweep_id}
+        if copies or launcher == "cluster":
+            duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies)
+        else:
+            duration = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads,
+                                  env=job_env, quiet=quiet, cwd=cwd, target=target).duration
+        found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
+        rec = found[-1] if found else {"run_id": run_id, "workers": np_, "status": "no record",
+                                       "error": "the job left no run record"}
+        records.append({**rec, "workers": np_ if copies else rec.get("workers") or np_})
+        if echo:
+            ips = rec.get("images_per_sec")
+            _say(f"  {rec.get('status')}, {'-' if ips is None else f'{ips:.1f}'} images/sec ({duration:.0f} s)")
     points = points_from_records(records, threads)
     for p in points:
         if p.threads is None:
             p.threads = threads or launch.default_threads(p.workers, cores)
     busy = check_busy(points, cores, gpus)
     for w in busy if echo else []:
-        print(f"labkit bench: warning: {w}", file=sys.stderr, flush=True)
+        _say(f"warning: {w}")
     warn += busy
     conditions = {
         "sweep_id": sweep_id, "launcher": launcher, "threads": threads, "cores": cores,
         "device": f"{gpus} GPU(s)" if gpus else "cpu", "repeat": repeat, "args": list(args),
         "nps": nps, "runs_file": str(records_path), "host": _host(), "env": dict(env or {}),
-        "cpu": runs.device_info().get("cpu"), "load_avg": _loadavg(),
+        "cpu": runs.device_info().get("cpu"), "load_avg": _loadavg(), "ceiling": ceiling,
+        "shrink": list(shrink) if shrink is not None else None, "target": target,
     }
     return Sweep(script, points, conditions, warn)
 
 
-def _cluster_run(command: list[str], workers: int, timeout: float | None, threads: int | None,
-                 env: dict[str, str], quiet: bool, cwd: str | Path | None) -> Any:
-    """Run a tf.distribute script on a local cluster of ``workers`` workers; a JobResult-like answer."""
-    from types import SimpleNamespace
+def _say(text: str) -> None:
+    """Progress of a sweep: stderr in a terminal (stdout may be --json), stdout in a notebook
+    (which shows stderr as an error)."""
+    from labkit.launch import in_notebook
 
+    print(f"labkit bench: {text}", file=sys.stdout if in_notebook() else sys.stderr, flush=True)
+
+
+def _cluster_run(command: list[str], workers: int, timeout: float | None, threads: int | None,
+                 env: dict[str, str], quiet: bool, cwd: str | Path | None, target: float | None,
+                 independent: bool) -> float:
+    """Run a tf.distribute cluster of ``workers`` workers (or that many independent copies); its duration."""
     from labkit import cluster
 
-    env = {**env, runs.LAUNCHER_VAR: "cluster"}
-    r = cluster.run(command, workers=workers, timeout=timeout, threads=threads, env=env, quiet=quiet, cwd=cwd)
-    code = 0 if r.ok else next((c for c in r.returncodes.values() if c), 1)
-    return SimpleNamespace(ok=r.ok, returncode=code, np=workers, duration=r.duration, timed_out=r.timed_out,
-                           interrupted=r.interrupted, rank_errors=dict(r.errors), log_dir=r.log_dir)
+    r = cluster.run(command, workers=workers, timeout=timeout, threads=threads, env=env, quiet=quiet, cwd=cwd,
+                    target=target, independent=independent)
+    return r.duration
 
 
 def _gpu_count() -> int:
@@ -339,6 +394,17 @@ def parse_nps(text: str) -> list[int]:
     return out
 
 
+def parse_shrink(text: str) -> list[int]:
+    """``"6000,1000,10"`` to ``[6000, 1000, 10]``."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3 or min(values) < 0 or values[2] < 1:
+        raise argparse.ArgumentTypeError(f"bad --shrink {text!r}: use TRAIN,TEST,DIVISOR, e.g. 6000,1000,10")
+    return values
+
+
 def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     from labkit.launch import LAUNCHERS
 
@@ -355,6 +421,13 @@ def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     p.add_argument("--json", action="store_true", default=d(False), help="print one JSON object instead of the table")
     p.add_argument("--plot", default=d(None), metavar="OUT.png", help="also save throughput/speedup plots here")
     p.add_argument("--verbose", action="store_true", default=d(False), help="stream rank 0's output")
+    p.add_argument("--ceiling", action="store_true", default=d(False),
+                   help="also run N independent single-worker copies at once: the machine's ceiling for N workers")
+    p.add_argument("--shrink", type=parse_shrink, default=d(None), metavar="TRAIN,TEST,DIVISOR",
+                   help="train on the first TRAIN/TEST images with Conv2D filters divided by DIVISOR, "
+                        "without editing the script (e.g. 6000,1000,10 for the full WRN-16-10 on a CPU)")
+    p.add_argument("--target", type=float, default=d(None),
+                   help="validation accuracy for the time to accuracy (default: the script's --target-accuracy)")
 
 
 def add_cli(sub) -> None:  # noqa: ANN001
@@ -367,7 +440,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     _options(p)
     # One REMAINDER positional keeps a lone "--" (argparse drops it when it starts a remainder).
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [options] -- ARGS",
-                   help="training script (it must append labkit.runs.Recorder), then its ARGS after --")
+                   help="any Keras training script, then its ARGS after --")
     p.set_defaults(func=_cli)
 
 
@@ -394,7 +467,7 @@ def _cli(a) -> int:  # noqa: ANN001
         return 2
     try:
         sweep = bench(a.script, a.np, a.repeat, args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
-                      runs_file=a.runs_file)
+                      runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target)
     except (LaunchError, ValueError) as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import launch, tfconfig
+from labkit import jobrecord, launch, observe, runs, tfconfig
 from labkit.rank import die_with_parent
 
 TaskId = tuple[str, int]
@@ -121,6 +121,9 @@ class Cluster:
         sink: launch.ConsoleSink | launch.NotebookSink | None = None,
         quiet: bool = False,
         show: TaskId | None = None,
+        record: bool = True,
+        target: float | None = None,
+        independent: bool = False,
     ) -> None:
         if isinstance(command, str):
             command = shlex.split(command)
@@ -142,6 +145,16 @@ class Cluster:
         self.env.update(env or {})
         self.env[launch.JOB_VAR] = self.job_id
         self.env["PYTHONUNBUFFERED"] = "1"
+        # independent: the same command N times without TF_CONFIG, i.e. N single-worker copies
+        # (the ceiling a machine gives N workers when they do not communicate).
+        self.independent = independent
+        self.record, self.target = record, target
+        self.records = (Path(cwd or ".") / (self.env.get(runs.FILE_VAR) or runs.runs_file())).resolve()
+        self.env.setdefault(runs.RUN_ID_VAR, runs.new_run_id())
+        self.env.setdefault(runs.LAUNCHER_VAR, "independent" if independent else "cluster")
+        if record:
+            self.env[observe.OBSERVE_VAR] = str(self.log_dir / "observed")
+            self.env[runs.FILE_VAR] = str(self.records)
         self.cwd = cwd
         self.show = show or tfconfig.chief_task(self.spec)
         self.sink = None if quiet else (sink or launch.default_sink())
@@ -154,6 +167,7 @@ class Cluster:
             k for k in self.tasks if k[0] in ("chief", "worker")
         ]
         self.start_time: float | None = None
+        self.start_wall: float | None = None
         (self.log_dir / "command.txt").write_text(shlex.join(self.command) + "\n")
         (self.log_dir / "cluster.json").write_text(tfconfig.tf_config(self.spec, *self.show) + "\n")
 
@@ -162,6 +176,7 @@ class Cluster:
     def start(self) -> Cluster:
         """Start every task (servers first, so that the others find them)."""
         self.start_time = time.perf_counter()
+        self.start_wall = time.time()
         order = sorted(self.tasks, key=lambda k: {"ps": 0, "worker": 1, "chief": 2}.get(k[0], 3))
         for key in order:
             self.start_task(*key)
@@ -172,8 +187,11 @@ class Cluster:
         task = self.tasks[(task_type, index)]
         if task.alive():
             raise launch.LaunchError(f"{task.name} is already running")
-        env = {**os.environ, **self.env, "TF_CONFIG": tfconfig.tf_config(self.spec, task_type, index),
-               "LABKIT_TASK": task.name}
+        env = {**os.environ, **self.env, "LABKIT_TASK": task.name}
+        if self.independent:
+            env.pop("TF_CONFIG", None)
+        else:
+            env["TF_CONFIG"] = tfconfig.tf_config(self.spec, task_type, index)
         cwd = task.cwd or self.cwd
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
@@ -288,12 +306,28 @@ class Cluster:
         finally:
             self.stop()
         result = self._result(timed_out, interrupted)
+        if self.record:
+            self._write_record(result)
         if self.sink and not result.ok:
             for line in result.summary().splitlines():
                 self.sink.line(line)
         if interrupted:
             raise KeyboardInterrupt(result.summary())
         return result
+
+    def _write_record(self, result: ClusterResult) -> None:
+        status = "ok" if result.ok else "timeout" if result.timed_out else (
+            "interrupted" if result.interrupted else "failed")
+        code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
+        workers = len(self.spec.get("worker", [])) + len(self.spec.get("chief", []))
+        jobrecord.finish(
+            self.env[runs.RUN_ID_VAR], self.log_dir / "observed", command=self.command,
+            launcher=self.env[runs.LAUNCHER_VAR], workers=workers, threads=int(self.env.get("LABKIT_THREADS", 0))
+            or None, start=self.start_wall or time.time(), duration=result.duration, exit_status=code or 0,
+            status=status, error=next(iter(result.errors.values()), None), log_dir=self.log_dir,
+            target=self.target, path=self.records, copies=self.independent, bench=self.env.get("LABKIT_BENCH"),
+            tasks={t: len(v) for t, v in self.spec.items()},
+        )
 
     def _result(self, timed_out: bool, interrupted: bool) -> ClusterResult:
         codes: dict[str, int | None] = {}

@@ -22,10 +22,14 @@ DEFAULTS: dict[str, str] = {
 
 PTH_NAME = "labkit_env.pth"
 # One line, executed by site.py at interpreter start-up.
+# When a launcher asks for it (``LABKIT_OBSERVE``), the process is observed for its run
+# record (:mod:`labkit.observe`); a failure there must never stop the interpreter.
 PTH_LINE = (
     "import os; [os.environ.setdefault(k, v) for k, v in "
     + repr(sorted(DEFAULTS.items()))
-    + "]\n"
+    + "]; os.environ.get('LABKIT_OBSERVE') and exec("
+    + repr("try:\n import labkit.observe as o; o.install()\nexcept Exception as e: print('labkit:', e)")
+    + ")\n"
 )
 
 # Lines TensorFlow and friends print at start-up that say nothing to a learner.

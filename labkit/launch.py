@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import env as lkenv
+from labkit import jobrecord, observe, runs
 from labkit.rank import die_with_parent
 
 LAUNCHERS = ("mpirun", "horovodrun", "gloo")
@@ -460,11 +461,16 @@ def run(
     sink: ConsoleSink | NotebookSink | None = None,
     quiet: bool = False,
     cwd: str | Path | None = None,
+    record: bool = True,
+    target: float | None = None,
 ) -> JobResult:
     """Run ``command`` on ``np`` workers and wait; never leaves a process behind.
 
     ``command`` is a list (``["python", "train.py", "--epochs", "1"]``); a string
-    is split like a shell would, but never run through a shell.
+    is split like a shell would, but never run through a shell. With ``record``
+    the processes are observed and the job's run record is appended when it ends
+    (:mod:`labkit.jobrecord`); ``target`` is the validation accuracy its time to
+    target is measured for (default: the script's ``--target-accuracy``).
     """
     import shlex
 
@@ -485,12 +491,17 @@ def run(
     wenv["LABKIT_LOG_DIR"] = str(logs)
     wenv["LABKIT_SHOW_RANK"] = str(show_rank)
     wenv["LABKIT_NP"] = str(np)
+    records = (Path(cwd or ".") / (wenv.get(runs.FILE_VAR) or runs.runs_file())).resolve()
+    if record:
+        wenv[observe.OBSERVE_VAR] = str(logs / "observed")
+        wenv[runs.FILE_VAR] = str(records)
     full = build_command(command, np, launcher, wenv, logs, hosts)
     (logs / "command.txt").write_text(" ".join(shlex.quote(c) for c in full) + "\n")
     sink = None if quiet else (sink or default_sink())
     renderer = Renderer(sink.line, sink.progress) if sink else None
 
     start = time.perf_counter()
+    started = time.time()
     proc = subprocess.Popen(
         full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, **wenv}, cwd=cwd, start_new_session=True,
@@ -527,15 +538,14 @@ def run(
     if timed_out or interrupted:
         code = code if code not in (0, None) else 124 if timed_out else 130
     result = JobResult(code, full, logs, np, duration, timed_out, interrupted, exits, errors)
-    if not result.ok:  # the script may have died before it could write its run record
-        try:
-            from labkit import runs
-
-            records = str(Path(cwd or ".") / (wenv.get("LABKIT_RUNS_FILE") or runs.runs_file()))
-            runs.record_failed_job(result, wenv["LABKIT_RUN_ID"], list(command), records,
-                                   launcher=launcher, threads_per_worker=int(wenv.get("LABKIT_THREADS", "0")) or None)
-        except OSError:
-            pass
+    if record:
+        status = "ok" if result.ok else "timeout" if timed_out else "interrupted" if interrupted else "failed"
+        jobrecord.finish(
+            wenv["LABKIT_RUN_ID"], logs / "observed", command=list(command), launcher=wenv["LABKIT_LAUNCHER"],
+            workers=np, threads=int(wenv.get("LABKIT_THREADS", "0")) or None, start=started, duration=duration,
+            exit_status=code, status=status, error=next(iter(errors.values()), None), log_dir=logs,
+            target=target, path=records, bench=wenv.get("LABKIT_BENCH"),
+        )
     if sink and not result.ok:
         for line in result.summary().splitlines():
             sink.line(line)

@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m labkit.rank LOGDIR -- CMD [ARGS...]", file=sys.stderr)
         return 2
     log_dir, cmd = argv[0], argv[2:]
+    from labkit import observe
+
+    observe.stop()  # the wrapper is not the script: only the command it runs is observed
     rank = rank_from_env()
     show = rank == int(os.environ.get("LABKIT_SHOW_RANK", "0"))
     os.makedirs(log_dir, exist_ok=True)

@@ -1,20 +1,18 @@
 """Run records: one JSON line per training run, in ``runs/runs.jsonl``.
 
-A training script appends :class:`Recorder` last to its Keras callbacks::
-
-    callbacks.append(runs.Recorder(__file__, vars(args)))
-
-and every run (alone, under ``labkit run``/``labkit bench``, Horovod or
-tf.distribute) adds one record: what ran, on how many workers and threads, how
-fast it trained (images/sec timed on training steps only, validation excluded),
-the validation accuracy of each epoch, the time to the target accuracy, and how
-it ended. Only rank 0 (Horovod) or the chief (tf.distribute) writes.
+Every run that labkit starts (``labkit run``/``bench``/``cluster``, the same from a
+cell) adds one record, although the script carries no labkit code: the processes
+are observed from outside (:mod:`labkit.observe`) and the launcher writes the
+record when the job ends (:mod:`labkit.jobrecord`): what ran, on how many workers
+and threads, how fast it trained (images/sec timed on training steps only,
+validation excluded), the validation accuracy of each epoch, the time to the
+target accuracy, and how it ended.
 
 Records are appended with one ``write`` of a whole line to a file opened in append
 mode under an exclusive lock, so a record is never half-written and concurrent
 runs do not interleave; :func:`read` skips (and counts) any damaged line.
 
-While training, the recorder also keeps ``runs/live/RUN_ID.json`` up to date (the
+While training, the chief process also keeps ``runs/live/RUN_ID.json`` up to date (the
 progress of the current run, replaced atomically each epoch) for
 :mod:`labkit.dashboard`.
 
@@ -24,12 +22,10 @@ Where records go: the ``path`` argument, else ``$LABKIT_RUNS_FILE``, else
 
 from __future__ import annotations
 
-import atexit
 import json
 import math
 import os
 import platform
-import socket
 import statistics
 import sys
 import time
@@ -43,7 +39,7 @@ DEFAULT_FILE = "runs/runs.jsonl"
 FILE_VAR = "LABKIT_RUNS_FILE"
 RUN_ID_VAR = "LABKIT_RUN_ID"
 LAUNCHER_VAR = "LABKIT_LAUNCHER"
-SCHEMA = 1
+SCHEMA = 2
 
 
 def runs_file(path: str | os.PathLike | None = None) -> Path:
@@ -267,235 +263,6 @@ def summarize(epochs: list[dict[str, Any]], key: str = "images_per_sec") -> floa
     return statistics.median(rates) if rates else None
 
 
-# ----------------------------------------------------------------------------- the callback
-
-
-class _RecorderMixin:
-    """Keras callback that appends one run record when training ends (rank 0 / chief only).
-
-    ``script`` is the training script (pass ``__file__``) and ``config`` its settings
-    (``vars(args)``): ``batch_size`` (per worker), ``widen_factor``, ``train_size``,
-    ``test_size``, ``epochs``, ``target_accuracy`` are read from it when present.
-    Put it last in the callbacks so it sees averaged metrics.
-    """
-
-    def __init__(
-        self,
-        script: str,
-        config: dict[str, Any] | None = None,
-        lab: str | None = None,
-        path: str | os.PathLike | None = None,
-        target: float | None = None,
-        batch_size: int | None = None,
-    ) -> None:
-        super().__init__()
-        self.script = str(script)
-        self.config = dict(config or {})
-        guess_lab, self.step = lab_and_step(self.script)
-        self.lab = lab or os.environ.get("LABKIT_LAB") or guess_lab
-        self.path = runs_file(path)
-        self.run_id = os.environ.get(RUN_ID_VAR) or new_run_id()
-        self.target = target if target is not None else self.config.get("target_accuracy")
-        self.batch_size = batch_size or self.config.get("batch_size")
-        self.epochs: list[dict[str, Any]] = []
-        self.record: dict[str, Any] | None = None
-        self.written = False
-        self.active = False
-        self._t_train = self._t_epoch = self._c_epoch = 0.0
-        self._train_time: float | None = None
-        self._train_cpu: float | None = None
-        self._error: str | None = None
-
-    # -- Keras hooks
-    def on_train_begin(self, logs: Any = None) -> None:
-        strategy = getattr(self.model, "distribute_strategy", None) if getattr(self, "model", None) else None
-        self.world = world(strategy)
-        self.active = bool(self.world["is_chief"])
-        self.start = time.time()
-        self._t_train = time.perf_counter()
-        self.epochs = []
-        self.written = False
-        if self.active:
-            self.record = self._base_record()
-            self._write_live("running")
-            atexit.register(self._at_exit)
-            self._hook_excepthook()
-
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self._t_epoch = time.perf_counter()
-        self._c_epoch = time.process_time()
-        self._train_time = self._train_cpu = None
-
-    def on_test_begin(self, logs: Any = None) -> None:
-        if self._t_epoch and self._train_time is None:
-            self._train_time = time.perf_counter() - self._t_epoch
-            self._train_cpu = time.process_time() - self._c_epoch
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        now = time.perf_counter()
-        wall = now - self._t_epoch
-        train = self._train_time if self._train_time is not None else wall
-        cpu = self._train_cpu if self._train_cpu is not None else time.process_time() - self._c_epoch
-        steps = int((self.params or {}).get("steps") or 0)
-        images = steps * int(self.batch_size or 0) * int(self.world["workers"])
-        logs = dict(logs or {})
-        entry = {
-            "epoch": epoch + 1,
-            "wall_s": round(wall, 4),
-            "train_s": round(train, 4),
-            "steps": steps,
-            "images": images,
-            "images_per_sec": round(images / train, 2) if images and train > 0 else None,
-            # CPU seconds this process (all its threads) used per second of training: about the
-            # number of cores it got. Far below the threads it was given means a busy machine.
-            "cpu_cores": round(cpu / train, 3) if train > 0 else None,
-            "elapsed_s": round(now - self._t_train, 4),
-        }
-        for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
-            if key in logs:
-                entry[key] = float(logs[key])
-        self.epochs.append(entry)
-        if self.active:
-            self._write_live("running")
-
-    def on_train_end(self, logs: Any = None) -> None:
-        if self.active and not self.written:
-            self._finish(0, "ok")
-
-    # -- record building
-    def _base_record(self) -> dict[str, Any]:
-        c, w = self.config, self.world
-        per_worker = int(self.batch_size) if self.batch_size else None
-        threads = os.environ.get("LABKIT_THREADS") or os.environ.get("TF_NUM_INTRAOP_THREADS")
-        return {
-            "schema": SCHEMA,
-            "run_id": self.run_id,
-            "script": self.script,
-            "lab": self.lab,
-            "step": self.step,
-            "launcher": w["launcher"],
-            "strategy": w["strategy"],
-            "workers": w["workers"],
-            "threads_per_worker": int(threads) if threads and threads.isdigit() else None,
-            "device": device_info(),
-            "batch_per_worker": per_worker,
-            "global_batch": per_worker * w["workers"] if per_worker else None,
-            "widen_factor": c.get("widen_factor"),
-            "train_size": c.get("train_size"),
-            "test_size": c.get("test_size"),
-            "mode": c.get("mode"),
-            "epochs_requested": c.get("epochs"),
-            "target_accuracy": self.target,
-            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.start)),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "log_dir": os.environ.get("LABKIT_LOG_DIR"),
-            "bench": os.environ.get("LABKIT_BENCH"),
-            "versions": versions(),
-            "config": c,
-        }
-
-    def results(self) -> dict[str, Any]:
-        """The measured part of the record so far."""
-        accs = [e.get("val_accuracy") for e in self.epochs]
-        ttt = epochs_to = None
-        if self.target is not None:
-            for e in self.epochs:
-                if e.get("val_accuracy") is not None and e["val_accuracy"] >= float(self.target):
-                    ttt, epochs_to = e["elapsed_s"], e["epoch"]
-                    break
-        return {
-            "epochs": self.epochs,
-            "epochs_run": len(self.epochs),
-            "val_accuracy": accs,
-            "final_val_accuracy": accs[-1] if accs else None,
-            "images_per_sec": summarize(self.epochs),
-            "cpu_cores": summarize(self.epochs, "cpu_cores"),
-            "time_to_target_s": ttt,
-            "epochs_to_target": epochs_to,
-            "train_time_s": round(sum(e["train_s"] for e in self.epochs), 4),
-            "duration_s": round(time.perf_counter() - self._t_train, 4),
-        }
-
-    def _finish(self, exit_status: int, status: str, error: str | None = None) -> None:
-        if self.written or self.record is None:
-            return
-        self.written = True
-        rec = {**self.record, **self.results(), "exit_status": exit_status, "status": status, "error": error}
-        try:
-            append(rec, self.path)
-        finally:
-            self._write_live(status, rec)
-
-    def _write_live(self, status: str, rec: dict[str, Any] | None = None) -> None:
-        try:
-            base = rec or {**(self.record or {}), **self.results()}
-            write_json_atomic(live_file(self.run_id, self.path), {**base, "status": status, "updated": time.time()})
-        except OSError:
-            pass  # progress display is best effort; the record is what counts
-
-    # -- failures: the process dies before on_train_end
-    def _hook_excepthook(self) -> None:
-        previous = sys.excepthook
-
-        def hook(kind: Any, value: Any, tb: Any) -> None:
-            self._error = f"{kind.__name__}: {value}"
-            previous(kind, value, tb)
-
-        sys.excepthook = hook
-
-    def _at_exit(self) -> None:
-        if self.active and not self.written:
-            status = "interrupted" if (self._error or "").startswith("KeyboardInterrupt") else "failed"
-            self._finish(1, status, self._error or "the process exited before training ended")
-
-
-def __getattr__(name: str) -> Any:
-    """``Recorder`` is built on ``tf.keras.callbacks.Callback`` on first use, so that
-    reading records, benchmarks and plots never import TensorFlow."""
-    if name == "Recorder":
-        import tensorflow as tf
-
-        cls = type("Recorder", (_RecorderMixin, tf.keras.callbacks.Callback), {
-            "__doc__": _RecorderMixin.__doc__, "__module__": __name__})
-        globals()["Recorder"] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # ----------------------------------------------------------------------------- jobs
 
 
-def record_failed_job(
-    result: Any, run_id: str, command: list[str] | None = None, path: str | os.PathLike | None = None,
-    **fields: Any,
-) -> dict[str, Any] | None:
-    """After a launched job: if it failed and its script wrote no record, append one that says so.
-
-    ``result`` is a :class:`labkit.launch.JobResult`. Returns the record written, or None.
-    """
-    if getattr(result, "ok", False):
-        return None
-    if select(read(path, warn=False), run_id=run_id):
-        return None
-    status = "timeout" if result.timed_out else "interrupted" if result.interrupted else "failed"
-    error = next(iter(result.rank_errors.values()), None) if result.rank_errors else None
-    rec = {
-        "schema": SCHEMA,
-        "run_id": run_id,
-        "script": next((c for c in (command or []) if c.endswith(".py")), None),
-        "workers": result.np,
-        "exit_status": result.returncode,
-        "status": status,
-        "error": (error or "")[-2000:] or None,
-        "log_dir": str(result.log_dir),
-        "duration_s": round(result.duration, 3),
-        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - result.duration)),
-        "host": socket.gethostname(),
-        "epochs": [],
-        "images_per_sec": None,
-        "versions": versions(),
-        **fields,
-    }
-    append(rec, path)
-    return rec

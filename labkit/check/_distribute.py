@@ -156,7 +156,8 @@ def _multiworker(script: Path, step: int, timeout: float, work: Path, **kw: Any)
     cmd = [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON,
            "--epochs", str(epochs), "--backup-dir", str(work / "backup"),
            "--model-path", "saved/model.keras", "--log-dir", "logs"]
-    c = cluster.Cluster(cmd, workers=WORKERS, log_dir=work / "logs", task_cwd=lambda t, i: work / f"{t}{i}",
+    c = cluster.Cluster(cmd, workers=WORKERS, log_dir=work / "logs", record=False,
+                        task_cwd=lambda t, i: work / f"{t}{i}",
                         quiet=True, env={"LABKIT_PROBE_LOAD": "saved/model.keras"})
     kill: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
@@ -384,7 +385,7 @@ def _parameter_server(script: Path, step: int, timeout: float, work: Path, **kw:
     epochs = 2
     cmd = [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON, "--epochs", str(epochs),
            "--log-dir", str(work / "logs")]
-    c = cluster.Cluster(cmd, workers=2, ps=1, chief=True, log_dir=work / "tasks", quiet=True)
+    c = cluster.Cluster(cmd, workers=2, ps=1, chief=True, log_dir=work / "tasks", quiet=True, record=False)
     with c:
         c.start()
         result = c.wait(timeout)

@@ -350,8 +350,7 @@ def check(
         job = launch.run(
             [sys.executable, "-m", "labkit.probe", str(out), "--", str(script), *ARGS],
             np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=work / "logs",
-            env={**PROBE_ENV, "LABKIT_RUNS_FILE": str(work / "runs.jsonl")},  # not the learner's records
-            quiet=True, cwd=work,
+            env=dict(PROBE_ENV), quiet=True, cwd=work, record=False,  # probe runs are not the learner's runs
         )
         run = Run(out, job)
         if not job.timed_out and not job.interrupted:
