@@ -106,7 +106,7 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
     speed = {1: 100.0, 2: 190.0}
     calls = []
 
-    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd):  # noqa: ANN001, ANN202
+    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd, target):  # noqa: ANN001, ANN202
         calls.append((np, threads, env[runs.RUN_ID_VAR]))
         runs.append({"run_id": "someone-else", "workers": np, "images_per_sec": 1.0, "status": "ok"}, path)
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": speed[np], "status": "ok",
@@ -130,6 +130,53 @@ def test_bench_reports_a_run_without_record(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(launch, "run", lambda command, np, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
     sweep = bench.bench("train.py", nps=[1], runs_file=tmp_path / "r.jsonl", echo=False)
     assert not sweep.points[0].ok and "no record" in sweep.table()
+
+
+def test_ceiling_points_and_table() -> None:
+    ceiling = {"launcher": "independent", "status": "ok"}
+    points = bench.points_from_records([
+        rec(1, 100.0), rec(2, 180.0), {**ceiling, "workers": 2, "images_per_sec": 190.0},
+        {**ceiling, "workers": 2, "images_per_sec": 200.0}, {**ceiling, "workers": 2, "images_per_sec": None,
+                                                               "status": "failed"},
+    ])
+    assert [p.workers for p in points] == [1, 2]  # the copies are not a point of their own
+    assert points[1].ceiling_images_per_sec == 195.0 and points[1].ceiling_efficiency == pytest.approx(180 / 195)
+    assert points[0].ceiling_images_per_sec is None
+    head, _, first, second = bench.format_table(points).splitlines()
+    assert "ceiling" in head and "of ceiling" in head
+    assert "195.0" in second and "92%" in second
+
+
+def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit import launch
+
+    path = tmp_path / "runs.jsonl"
+    calls = []
+
+    def fake_run(command, np, env, **kw):  # noqa: ANN001, ANN202
+        calls.append(("mpi", np, env.get("LABKIT_SHRINK")))
+        runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": 90.0 * np, "status": "ok"},
+                    env[runs.FILE_VAR])
+        return launch.JobResult(0, command, tmp_path, np, 1.0)
+
+    def fake_cluster(command, workers, timeout, threads, env, quiet, cwd, target, independent):  # noqa: ANN001, ANN202
+        calls.append(("copies" if independent else "cluster", workers, env.get("LABKIT_SHRINK")))
+        runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": workers, "images_per_sec": 100.0 * workers,
+                     "status": "ok", "launcher": "independent"}, env[runs.FILE_VAR])
+        return 1.0
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(bench, "_cluster_run", fake_cluster)
+    sweep = bench.bench("train.py", nps=[1, 2], threads=1, runs_file=path, echo=False, ceiling=True,
+                        shrink=(6000, 1000, 10))
+    assert calls == [("mpi", 1, "6000,1000,10"), ("mpi", 2, "6000,1000,10"), ("copies", 2, "6000,1000,10")]
+    assert sweep.points[1].ceiling_efficiency == pytest.approx(0.9)
+    text = str(sweep)
+    assert "independent single-worker copies" in text and "Conv2D filters divided by 10" in text
+    with pytest.raises(ValueError, match="shrink"):
+        bench.bench("train.py", shrink=(1, 2), echo=False)
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench.parse_shrink("6000,1000")
 
 
 @pytest.mark.slow

@@ -1,0 +1,189 @@
+"""Scripts without labkit code are observed from outside: the start-up hook, fit, argparse, --shrink."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit import jobrecord, observe
+
+SCRIPT = textwrap.dedent('''
+    import argparse, time
+    import numpy as np
+    import tensorflow as tf
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--target-accuracy", type=float, default=0.0)
+    args = p.parse_args()
+    (x, y), (xt, yt) = tf.keras.datasets.fashion_mnist.load_data()
+    print("sizes", len(x), len(xt), flush=True)
+    x = x[:64, :, :, None] / 255.0
+    y = y[:64]
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size).repeat()
+
+    class SlowValidation(tf.keras.callbacks.Callback):
+        def on_test_end(self, logs=None):
+            time.sleep(0.3)
+
+    model = tf.keras.Sequential([tf.keras.layers.Input((28, 28, 1)), tf.keras.layers.Conv2D(160, 3),
+                                 tf.keras.layers.GlobalAveragePooling2D(), tf.keras.layers.Dense(10)])
+    print("filters", model.layers[0].filters, flush=True)
+    model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.fit(ds, steps_per_epoch=8, epochs=3, validation_data=(x, y), callbacks=[SlowValidation()], verbose=0)
+''')
+
+
+def _run(tmp_path: Path, env: dict[str, str], script: str = SCRIPT) -> subprocess.CompletedProcess:
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_") and k != "TF_CONFIG"}
+    return subprocess.run([sys.executable, str(path)], env={**clean, **env}, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path, float]:
+    tmp = tmp_path_factory.mktemp("observed")
+    start = time.time()
+    out = _run(tmp, {observe.OBSERVE_VAR: str(tmp / "obs"), observe.SHRINK_VAR: "1000,100,10"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, tmp / "obs", start
+
+
+def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:  # noqa: ANN001
+    out, folder, start = observed
+    (obs,) = observe.read_folder(folder)
+    assert obs["config"] == {"batch_size": 8, "target_accuracy": 0.0}  # its own argparse, seen from outside
+    assert obs["fits"][0]["batch_per_step"] == 8 and obs["world"]["is_chief"]
+    assert len(obs["epochs"]) == 3 and obs["ended"] >= obs["train_end"]
+    rec = jobrecord.measured([obs], t0=start)
+    assert rec["batch_per_worker"] == 8 and rec["target_accuracy"] == 0.0
+    assert rec["epochs_to_target"] == 1 and rec["time_to_target_s"] == rec["epochs"][0]["elapsed_s"]
+    for e in rec["epochs"]:
+        assert e["steps"] == 8 and e["images"] == 64
+        # Validation (made 0.3 s slower) is in the epoch's wall time but not in the training time.
+        assert e["wall_s"] - e["train_s"] >= 0.3
+        assert e["images_per_sec"] == pytest.approx(64 / e["train_s"], rel=0.01)
+        assert e["val_accuracy"] is not None and 0 < e["cpu_cores"] < 8
+    assert rec["versions"]["tensorflow"] and rec["device"]["kind"] in ("cpu", "gpu")
+
+
+def test_shrink_narrows_convolutions_and_data_from_outside(observed) -> None:  # noqa: ANN001
+    out, _, _ = observed
+    assert "sizes 1000 100" in out.stdout and "filters 16" in out.stdout
+    assert observe.shrink_filters(160, 10) == 16 and observe.shrink_filters(640, 10) == 64
+    assert observe.shrink_filters(16, 10) == 16 and observe.shrink_filters(8, 10) == 8
+
+
+def test_without_a_launcher_nothing_is_patched_or_written(tmp_path: Path) -> None:
+    out = _run(tmp_path, {})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sizes 60000 10000" in out.stdout and "filters 160" in out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_when_imported_runs_before_anyone_imports_from_the_module(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "lk_target_mod.py").write_text("VALUE = 1\n")
+    (tmp_path / "lk_user_mod.py").write_text("from lk_target_mod import VALUE\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    observe.when_imported("lk_target_mod", lambda m: setattr(m, "VALUE", 2))
+    import lk_user_mod  # noqa: F401
+
+    assert sys.modules["lk_user_mod"].VALUE == 2
+    seen = []
+    observe.when_imported("lk_target_mod", lambda m: seen.append(m.VALUE))  # already loaded: at once
+    assert seen == [2]
+
+
+def test_batch_of_every_kind_of_input() -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    x = np.zeros((10, 3), np.float32)
+    ds = tf.data.Dataset.from_tensor_slices((x, x))
+    assert observe.batch_of(ds.batch(4, drop_remainder=True)) == (4, "dataset")
+    assert observe.batch_of(ds.batch(4)) == (4, "dataset element")  # batch dimension not static
+
+    class Iterator:  # keras Sequence / ImageDataGenerator.flow
+        batch_size = 16
+
+    assert observe.batch_of(Iterator()) == (16, "iterator")
+    assert observe.batch_of(x, 5) == (5, "arrays") and observe.batch_of(x) == (32, "arrays")
+    assert observe.batch_of(object()) == (None, "unknown")
+
+
+# ----------------------------------------------------------------------------- records from observations
+
+
+def _obs(world: dict, batch: int = 16, epochs: int = 3, started: float = 100.0, acc: tuple = (0.5, 0.7, 0.9),
+         **kw: object) -> dict:
+    return {"started": started, "train_begin": started + 2, "world": world, "config": {"epochs": epochs},
+            "fits": [{"batch_per_step": batch, "batch_from": "dataset"}],
+            "epochs": [{"epoch": i + 1, "end": started + 2 + 10 * (i + 1), "wall_s": 10.0, "train_s": 8.0,
+                        "steps": 10, "batch_per_step": batch, "cpu_s": 8.0, "val_accuracy": acc[i]}
+                       for i in range(epochs)], **kw}
+
+
+HVD = {"rank": 0, "workers": 2, "is_chief": True, "strategy": "horovod"}
+
+
+def test_horovod_ranks_each_train_their_own_batch() -> None:
+    rec = jobrecord.measured([_obs(HVD), _obs({**HVD, "rank": 1, "is_chief": False})], target=0.7, t0=100.0)
+    assert rec["batch_per_worker"] == 16 and rec["global_batch"] == 32
+    assert rec["epochs"][0]["images"] == 320 and rec["images_per_sec"] == 40.0
+    assert rec["time_to_target_s"] == 22.0 and rec["epochs_to_target"] == 2  # from the job's start
+
+
+def test_tf_distribute_fit_gets_the_global_batch() -> None:
+    world = {"rank": 0, "workers": 2, "is_chief": True, "strategy": "MultiWorkerMirroredStrategy"}
+    rec = jobrecord.measured([_obs(world, batch=64)])
+    assert rec["global_batch"] == 64 and rec["batch_per_worker"] == 32 and rec["epochs"][0]["images"] == 640
+
+
+def test_the_chief_that_trained_is_used_and_a_restart_is_merged() -> None:
+    launcher = {"started": 99.0, "world": {"rank": 0, "workers": 1, "is_chief": True}, "fits": [], "epochs": []}
+    first = _obs(HVD, epochs=2, acc=(0.1, 0.2))
+    again = _obs(HVD, epochs=3, started=200.0, acc=(0.1, 0.3, 0.4))
+    again["epochs"] = again["epochs"][1:]  # resumed at epoch 2
+    rec = jobrecord.measured([launcher, first, again])
+    assert [e["epoch"] for e in rec["epochs"]] == [1, 2, 3] and rec["val_accuracy"] == [0.1, 0.3, 0.4]
+
+
+def test_target_comes_from_the_scripts_arguments_unless_given() -> None:
+    obs = _obs(HVD)
+    obs["config"]["target_accuracy"] = 0.85
+    assert jobrecord.measured([obs])["time_to_target_s"] == 30.0  # from its training start: no job start given
+    assert jobrecord.measured([obs], target=0.4)["epochs_to_target"] == 1
+
+
+def test_finish_records_a_job_that_never_called_fit(tmp_path: Path) -> None:
+    (tmp_path / "obs").mkdir()
+    (tmp_path / "obs" / "observed.1.json").write_text(json.dumps(
+        {"started": 5.0, "world": {"rank": 0, "workers": 1, "is_chief": True}, "fits": [], "epochs": []}))
+    rec = jobrecord.finish("r1", tmp_path / "obs", command=["python", "loop.py"], launcher="mpirun", workers=1,
+                           threads=1, start=4.0, duration=12.5, exit_status=0, status="ok",
+                           path=tmp_path / "runs.jsonl")
+    assert (rec["script"], rec["status"], rec["duration_s"], rec["called_fit"]) == ("loop.py", "ok", 12.5, False)
+    assert rec["images_per_sec"] is None and rec["epochs"] == []
+
+
+def test_independent_copies_add_up(tmp_path: Path) -> None:
+    folder = tmp_path / "obs"
+    folder.mkdir()
+    single = {"rank": 0, "workers": 1, "is_chief": True, "strategy": "horovod"}
+    for i in range(2):
+        (folder / f"observed.{i}.json").write_text(json.dumps(_obs(single, started=100.0 + i)))
+    rec = jobrecord.finish("c", folder, command=["python", "t.py"], launcher="independent", workers=2, threads=1,
+                           start=100.0, duration=40.0, exit_status=0, status="ok", path=tmp_path / "r.jsonl",
+                           copies=True)
+    assert rec["images_per_sec"] == 40.0 and len(rec["copies"]) == 2 and rec["workers"] == 2
+    assert rec["time_to_target_s"] is None  # copies do not train one model together
