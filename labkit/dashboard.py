@@ -5,7 +5,7 @@
 
 :func:`watch` starts the job with :func:`labkit.launch.run` and shows an
 ipywidgets panel that follows the run's progress file (``runs/live/RUN_ID.json``,
-which :class:`labkit.runs.Recorder` replaces atomically after every epoch). Where
+which the observed chief process replaces atomically after every epoch). Where
 widgets cannot render (a terminal, a notebook executed headless) the same
 information is printed as text, one line per epoch.
 """
