@@ -3,7 +3,7 @@
 Used by :mod:`labkit.check` under a 2-rank launch. It never edits the script; it
 patches library entry points in this process only:
 
-* data: ``labkit.data.load`` and ``fashion_mnist.load_data`` return a tiny slice
+* data: ``fashion_mnist.load_data`` returns a tiny slice
   that differs per rank (so unaveraged gradients and metrics differ);
 * model: ``Conv2D`` filters are shrunk so a full WideResNet runs in seconds;
 * devices: two simulated GPUs are listed and pinning calls are recorded, and the
@@ -93,21 +93,15 @@ def patch_data(tf: Any) -> None:
     from labkit import data
 
     rank = STATE["rank_env"]
-    real_load = data.load
-
-    def load(train_size: int | None = None, test_size: int | None = None, offset: int = 0) -> Any:
-        return real_load(TRAIN_PER_RANK, TEST_PER_RANK, offset=rank * (TRAIN_PER_RANK + TEST_PER_RANK))
-
-    data.load = load
 
     def load_data(*_a: Any, **_k: Any) -> Any:
-        train, test = load()
+        train, test = data.load(TRAIN_PER_RANK, TEST_PER_RANK, offset=rank * (TRAIN_PER_RANK + TEST_PER_RANK))
         return (train.x.copy(), train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
 
-    _set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
+    set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
 
 
-def _set_everywhere(tf: Any, sub: str, name: str, value: Any) -> None:
+def set_everywhere(tf: Any, sub: str, name: str, value: Any) -> None:
     """Set ``name`` in every module a script may import ``sub`` from.
 
     ``from tensorflow.keras.layers import X`` loads a module object of its own
@@ -140,7 +134,7 @@ def patch_model(tf: Any) -> None:
             super().__init__(shrink(int(filters)), *args, **kwargs)
 
     Conv2D.__name__ = "Conv2D"
-    _set_everywhere(tf, "layers", "Conv2D", Conv2D)
+    set_everywhere(tf, "layers", "Conv2D", Conv2D)
 
 
 def patch_devices(tf: Any) -> None:

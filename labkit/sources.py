@@ -8,6 +8,10 @@ A template is plain Python with block markers on lines of their own::
     # TODO: Step 3: ...                    # kept in versions < 3
     #% end
 
+A line ``#% include NAME`` is replaced by ``solutions/source/parts/NAME.py`` (the
+WideResNet, the data helpers, the callbacks): the generated scripts are flat and
+self-contained, while each shared part is written once.
+
 Version 0 is the learner's starter, version N the solution after step N.
 ``labkit gen`` writes every file; ``labkit gen --check`` fails when one is stale.
 """
@@ -22,6 +26,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = re.compile(r"^\s*#% (step (\d+)|else|end)\s*$")
+INCLUDE = re.compile(r"^#% include (\w+)\s*$", re.MULTILINE)
+PARTS = "solutions/source/parts"
+
+
+def include(text: str, root: Path = ROOT) -> str:
+    """The template with every ``#% include NAME`` line replaced by that part's text."""
+
+    def part(m: re.Match) -> str:
+        path = root / PARTS / f"{m.group(1)}.py"
+        if not path.is_file():
+            raise ValueError(f"'#% include {m.group(1)}': no such part {path}")
+        return path.read_text().rstrip("\n")
+
+    return INCLUDE.sub(part, text)
 
 
 @dataclass(frozen=True)
@@ -82,7 +100,7 @@ TARGETS: list[Target] = [
 
 def expected(t: Target, root: Path = ROOT) -> str:
     """The full text ``t.output`` should have."""
-    body = render((root / t.template).read_text(), t.version, name=Path(t.output).name, title=t.title)
+    body = render(include((root / t.template).read_text(), root), t.version, name=Path(t.output).name, title=t.title)
     lines = body.splitlines(keepends=True)
     # Keep a shebang first so the file stays executable.
     if lines and lines[0].startswith("#!"):

@@ -1,4 +1,4 @@
-"""The learner's single-process starting point, labs/fashion_mnist.py, trains in small mode."""
+"""The learner's single-process starting point, labs/fashion_mnist.py, trains in small mode without labkit."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "labs" / "fashion_mnist.py"
+NO_LABKIT = str(Path(__file__).resolve().parent / "no_labkit.py")
 ARGS = ["--epochs", "1", "--train-size", "3000", "--test-size", "500", "--batch-size", "32", "--mode", "small"]
 
 
@@ -19,8 +20,8 @@ def run_once(folder: Path) -> float:
     """Run the script in ``folder``, check its output and log, and return the test accuracy."""
     folder.mkdir()
     log_dir = folder / "logs"
-    env = {k: v for k, v in os.environ.items() if k != "LABKIT_MODE"}
-    out = subprocess.run([sys.executable, str(SCRIPT), *ARGS, "--log-dir", str(log_dir)],
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
+    out = subprocess.run([sys.executable, NO_LABKIT, str(SCRIPT), *ARGS, "--log-dir", str(log_dir)],
                          cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     output = out.stdout.replace("\r", "\n")
     assert out.returncode == 0, output[-3000:] + out.stderr[-3000:]
