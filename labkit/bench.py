@@ -287,7 +287,8 @@ def bench(
     for w in warn if echo else []:
         _say(f"warning: {w}")
     sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
-    command = [python or sys.executable, script, *args]
+    # Absolute: independent copies run in folders of their own.
+    command = [python or sys.executable, str((base / script).resolve()), *args]
     extra = dict(env or {})
     if shrink is not None:
         extra[observe.SHRINK_VAR] = ",".join(str(int(v)) for v in shrink)

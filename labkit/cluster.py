@@ -159,6 +159,10 @@ class Cluster:
         self.show = show or tfconfig.chief_task(self.spec)
         self.sink = None if quiet else (sink or launch.default_sink())
         self.tasks: dict[TaskId, Task] = {}
+        if independent and task_cwd is None:
+            # Copies must not share what a script writes relative to its folder (backups, logs, models).
+            def task_cwd(t: str, i: int) -> Path:
+                return self.log_dir / f"copy.{i}"
         for t, i in tfconfig.tasks(self.spec):
             where = task_cwd(t, i) if task_cwd else None
             self.tasks[(t, i)] = Task(t, i, self.log_dir / f"{t}.{i}.log", Path(where) if where else None)

@@ -226,7 +226,8 @@ def _observer(per_step: int | None) -> Any:
             self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.batches += 1
+            # With steps_per_execution=K Keras calls this once per K steps, with the last step's index.
+            self.batches = max(self.batches + 1, batch + 1)
 
         def on_test_begin(self, logs: Any = None) -> None:
             if self.t0 and self.train_s is None:
