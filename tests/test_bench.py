@@ -237,3 +237,46 @@ def test_scaling_notebook_runs_headless(tmp_path: Path) -> None:
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     records = runs.read(labs / "runs" / "scaling.jsonl")
     assert {r["workers"] for r in records if r.get("strategy") == "horovod" and r["status"] == "ok"} >= {1, 2}
+
+
+SEED = next(iter(sorted((ROOT.parent / "shared" / "seeds").glob("004_*.txt"))), None)
+
+
+def _original_lab_solution(tmp_path: Path) -> Path:
+    """The original lab's solution script, exactly as printed in the course material."""
+    if SEED is None:
+        pytest.skip("course material not present")
+    text = SEED.read_text()
+    start = "fashion_mnist_solution.py\n"
+    i = text.index(start) + len(start)
+    path = tmp_path / "fashion_mnist_solution.py"
+    path.write_text(text[i:text.index("参考资料", i)].strip("\n") + "\n")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.parametrize("which", ["horovod-example", "original-lab-solution"])
+def test_bench_measures_an_unchanged_script_against_the_ceiling(tmp_path: Path, which: str) -> None:
+    """Scripts that know nothing of labkit are benchmarked, shrunk from outside, with the ceiling."""
+    import subprocess
+
+    script = (ROOT / "tests" / "fixtures" / "horovod_keras_example.py" if which == "horovod-example"
+              else _original_lab_solution(tmp_path))
+    before = script.read_bytes()
+    out = subprocess.run(
+        [sys.executable, "-m", "labkit.cli", "bench", str(script), "--np", "2", "--threads", "1", "--ceiling",
+         "--shrink", "512,128,10", "--json", "--timeout", "300", "--runs-file", str(tmp_path / "runs.jsonl"),
+         "--", "--epochs", "2"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert script.read_bytes() == before
+    (point,) = json.loads(out.stdout)["points"]
+    assert point["workers"] == 2 and point["images_per_sec"] > 0
+    assert point["ceiling_images_per_sec"] > 0
+    assert point["ceiling_efficiency"] == pytest.approx(point["images_per_sec"] / point["ceiling_images_per_sec"])
+    records = runs.read(tmp_path / "runs.jsonl")
+    assert sorted(r["launcher"] for r in records) == ["independent", "mpirun"]
+    assert all(r["status"] == "ok" and r["epochs"] for r in records)
+    assert all(r["train_images"] == 512 for r in records if "train_images" in r)
