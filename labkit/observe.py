@@ -97,7 +97,9 @@ def _save() -> None:
     if not folder:
         return
     try:
-        STATE["world"] = _who()
+        world, seen = _who(), STATE.get("world") or {}
+        # Horovod shuts down in an exit handler that runs before this one: keep what was seen while it ran.
+        STATE["world"] = seen if seen.get("strategy") == "horovod" and world.get("strategy") != "horovod" else world
         STATE["argv"] = list(sys.argv)
         STATE["updated"] = time.time()
         path = Path(folder) / f"observed.{os.getpid()}.json"

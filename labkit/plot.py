@@ -91,6 +91,10 @@ def draw_throughput(ax: Any, groups: dict[str, list[Any]]) -> None:
         base = pts[0]
         ax.plot(xs, [base.images_per_sec * x / base.workers for x in xs], **{**IDEAL_STYLE, "color": line.get_color()},
                 label=f"{label}: ideal (linear)")
+        ceil = [p for p in pts if getattr(p, "ceiling_images_per_sec", None)]
+        if ceil:
+            ax.plot([p.workers for p in ceil], [p.ceiling_images_per_sec for p in ceil], marker="^", linestyle=":",
+                    color=line.get_color(), label=f"{label}: ceiling (independent copies)")
     ax.set_ylabel("training images/sec")
     ax.set_title("Throughput")
     ax.set_ylim(bottom=0)
@@ -116,13 +120,18 @@ def draw_speedup(ax: Any, groups: dict[str, list[Any]]) -> None:
 def draw_efficiency(ax: Any, groups: dict[str, list[Any]]) -> None:
     workers = _all_workers(groups)
     for label, pts in groups.items():
-        pts = [p for p in pts if p.efficiency]
-        ax.plot([p.workers for p in pts], [100 * p.efficiency for p in pts], marker="o", label=label)
+        eff = [p for p in pts if p.efficiency]
+        line = ax.plot([p.workers for p in eff], [100 * p.efficiency for p in eff], marker="o",
+                       label=f"{label}: of linear")[0]
+        ceil = [p for p in pts if getattr(p, "ceiling_efficiency", None)]
+        if ceil:
+            ax.plot([p.workers for p in ceil], [100 * p.ceiling_efficiency for p in ceil], marker="^",
+                    linestyle=":", color=line.get_color(), label=f"{label}: of the ceiling")
     if workers:
         ax.plot(workers, [100] * len(workers), **IDEAL_STYLE, label="ideal")
     ax.set_ylabel("scaling efficiency (%)")
     ax.set_title("Efficiency = speedup / workers")
-    ax.set_ylim(0, 110)
+    ax.set_ylim(0, 120)
     _workers_axis(ax, workers)
     ax.legend(fontsize="small")
 
@@ -171,12 +180,14 @@ def time_to_accuracy(data: Any) -> Any:
 
 
 def scaling(data: Any) -> Any:
-    """Throughput, speedup and efficiency in one figure (what ``labkit bench --plot`` saves)."""
-    fig, (a, b, c) = _figure(3, width=4.4)
+    """Throughput (with the ceiling when measured), speedup, efficiency and time to accuracy in one
+    figure (what ``labkit bench --plot`` saves)."""
+    fig, (a, b, c, d) = _figure(4, width=4.4)
     groups = series(data)
     draw_throughput(a, groups)
     draw_speedup(b, groups)
     draw_efficiency(c, groups)
+    draw_time_to_accuracy(d, groups)
     return fig
 
 

@@ -46,7 +46,7 @@ def test_speedup_and_efficiency() -> None:
     lines = _lines(sp)
     assert lines["Horovod"] == pytest.approx([1.0, 1.9, 3.4]) and lines["ideal"] == [1.0, 2.0, 4.0]
     lines = _lines(eff)
-    assert lines["Horovod"] == pytest.approx([100.0, 95.0, 85.0]) and lines["ideal"] == [100, 100, 100]
+    assert lines["Horovod: of linear"] == pytest.approx([100.0, 95.0, 85.0]) and lines["ideal"] == [100, 100, 100]
     assert "efficiency" in eff.get_ylabel()
 
 
@@ -69,7 +69,8 @@ def test_sweep_plot_and_png(tmp_path: Path) -> None:
     points = bench.points_from_records([r for r in records() if r["strategy"] == "horovod"])
     sweep = bench.Sweep("train.py", points, {})
     fig = plot.scaling(sweep)
-    assert [ax.get_title() for ax in fig.axes] == ["Throughput", "Speedup", "Efficiency = speedup / workers"]
+    assert [ax.get_title() for ax in fig.axes] == ["Throughput", "Speedup", "Efficiency = speedup / workers",
+                                                   "Time to accuracy"]
     out = plot.save(fig, tmp_path / "sub" / "s.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -83,3 +84,15 @@ def test_cli_writes_pngs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert written == ["horovod_vs_tf_distribute.png", "speedup_efficiency.png", "throughput.png",
                        "time_to_accuracy.png"]
     assert cli.main(["plot", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "x")]) == 1
+
+
+def test_sweep_plot_shows_the_ceiling() -> None:
+    ceiling = {"launcher": "independent", "status": "ok", "strategy": "horovod", "threads_per_worker": 1}
+    recs = [r for r in records() if r["strategy"] == "horovod"]
+    recs += [{**ceiling, "workers": 2, "images_per_sec": 200.0}, {**ceiling, "workers": 4, "images_per_sec": 400.0}]
+    sweep = bench.Sweep("train.py", bench.points_from_records(recs), {})
+    throughput, _, efficiency, _ = plot.scaling(sweep).axes
+    (ceil,) = [v for k, v in _lines(throughput).items() if k.endswith(": ceiling (independent copies)")]
+    assert ceil == [200.0, 400.0]
+    (of_ceiling,) = [v for k, v in _lines(efficiency).items() if k.endswith(": of the ceiling")]
+    assert of_ceiling == pytest.approx([95.0, 85.0])
