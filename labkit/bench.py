@@ -227,6 +227,8 @@ def describe_conditions(c: dict[str, Any]) -> str:
     if c.get("target") is not None or c.get("ceiling") is not None:
         lines.append(f"time to acc.: wall time from the job's start (process start-up included) to the end of the "
                      f"first epoch whose validation accuracy reached {c.get('target') or 'the script target'}.")
+    if c.get("env"):
+        lines.append("worker environment: " + " ".join(f"{k}={v}" for k, v in sorted(c["env"].items())))
     shrink = c.get("shrink")
     if shrink:
         lines.append(f"shrunk from outside (the script is unchanged): first {shrink[0]} training and {shrink[1]} test "
@@ -406,6 +408,14 @@ def parse_shrink(text: str) -> list[int]:
     return values
 
 
+def parse_env(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of ``--env``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not name.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"bad --env {text!r}: use NAME=VALUE, e.g. HOROVOD_CYCLE_TIME=5")
+    return name, value
+
+
 def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     from labkit.launch import LAUNCHERS
 
@@ -429,6 +439,8 @@ def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
                         "without editing the script (e.g. 6000,1000,10 for the full WRN-16-10 on a CPU)")
     p.add_argument("--target", type=float, default=d(None),
                    help="validation accuracy for the time to accuracy (default: the script's --target-accuracy)")
+    p.add_argument("--env", type=parse_env, action="append", default=d([]), metavar="NAME=VALUE",
+                   help="a variable for every worker, e.g. HOROVOD_CYCLE_TIME=5 to try a setting (repeatable)")
 
 
 def add_cli(sub) -> None:  # noqa: ANN001
@@ -468,7 +480,7 @@ def _cli(a) -> int:  # noqa: ANN001
         return 2
     try:
         sweep = bench(a.script, a.np, a.repeat, args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
-                      runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target)
+                      runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target, env=dict(a.env))
     except (LaunchError, ValueError) as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2

@@ -405,11 +405,15 @@ def run(
 # ----------------------------------------------------------------------------- ipyparallel
 
 
-def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, str], cwd: str | None) -> int:
-    """Run ``script`` as ``__main__`` inside an ipyparallel engine with ``TF_CONFIG`` set."""
+def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, str], cwd: str | None,
+                 observed: str | None = None) -> int:
+    """Run ``script`` as ``__main__`` inside an ipyparallel engine with ``TF_CONFIG`` set (observed
+    into ``observed`` for the run record)."""
     import os
     import runpy
     import sys
+
+    from labkit import observe
 
     os.environ.update(env)
     os.environ["TF_CONFIG"] = tf_config
@@ -417,10 +421,15 @@ def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, st
         os.makedirs(cwd, exist_ok=True)
         os.chdir(cwd)
     sys.argv = [script, *args]
+    if observed:
+        observe.begin(observed)
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else 1
+    finally:
+        if observed:
+            observe.end()
     return 0
 
 
@@ -444,6 +453,11 @@ def run_on_engines(
     job_id = uuid.uuid4().hex
     env = launch.worker_env(workers, threads)
     script = str(Path(script).resolve())
+    log_dir = launch.new_log_dir(Path(cwd or ".") / "runs" / "logs").resolve()
+    records = (Path(cwd or ".") / (os.environ.get(runs.FILE_VAR) or runs.runs_file())).resolve()
+    run_id = runs.new_run_id()
+    start, started = time.perf_counter(), time.time()
+    codes: list[int | None] = [None] * workers
     saved = os.environ.get(launch.JOB_VAR)
     os.environ[launch.JOB_VAR] = job_id  # engines inherit it: kill_job finds them
     cluster = ipp.Cluster(n=workers, log_level=40)
@@ -451,8 +465,9 @@ def run_on_engines(
         client = cluster.start_and_connect_sync(activate=False)
         client.wait_for_engines(workers, timeout=120)
         pending = [
-            client[i].apply_async(_engine_main, script, list(args), tfconfig.tf_config(spec, "worker", i), env,
-                                  str(cwd) if cwd else None)
+            client[i].apply_async(_engine_main, script, list(args), tfconfig.tf_config(spec, "worker", i),
+                                  {**env, "LABKIT_TASK": f"worker.{i}", runs.RUN_ID_VAR: run_id},
+                                  str(cwd) if cwd else None, str(log_dir / "observed"))
             for i in range(workers)
         ]
         deadline = time.monotonic() + timeout
@@ -468,6 +483,11 @@ def run_on_engines(
         except Exception:  # noqa: BLE001 - whatever happened, the processes must go
             pass
         launch.kill_job(None, job_id)
+        ok = all(c == 0 for c in codes)
+        jobrecord.finish(run_id, log_dir / "observed", command=[sys.executable, script, *args],
+                         launcher="ipyparallel", workers=workers, threads=int(env.get("LABKIT_THREADS", 0)) or None,
+                         start=started, duration=time.perf_counter() - start, exit_status=0 if ok else 1,
+                         status="ok" if ok else "failed", log_dir=log_dir, path=records)
         if saved is None:
             os.environ.pop(launch.JOB_VAR, None)
         else:

@@ -320,6 +320,20 @@ def install(folder: str | None = None) -> bool:
     return True
 
 
+def begin(folder: str) -> bool:
+    """Observe the next run of a long-lived process (an ipyparallel engine) into ``folder``, afresh."""
+    ok = install(folder)
+    STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None, world={},
+                 strategy=None, train_begin=None, train_end=None, ended=None, task=os.environ.get("LABKIT_TASK"))
+    return ok
+
+
+def end() -> None:
+    """The run observed since :func:`begin` is over: write its last observation."""
+    STATE["ended"] = time.time()
+    _save()
+
+
 def stop() -> None:
     """Stop observing this process and leave nothing (for labkit's own helper processes)."""
     if _INSTALLED:

@@ -83,6 +83,15 @@ def test_conditions_say_which_comparison_is_fair() -> None:
     assert "all 8 cores" in shared and "--threads 1" in shared
 
 
+def test_env_option_reaches_every_worker_and_the_conditions() -> None:
+    a = cli.build_parser().parse_args(["bench", "t.py", "--env", "HOROVOD_CYCLE_TIME=5", "--env", "A_B=", "--", "-x"])
+    bench.split_rest(a)
+    assert dict(a.env) == {"HOROVOD_CYCLE_TIME": "5", "A_B": ""} and a.args == ["-x"]
+    with pytest.raises(SystemExit):
+        bench.split_rest(cli.build_parser().parse_args(["bench", "t.py", "--env", "novalue"]))
+    assert "HOROVOD_CYCLE_TIME=5" in bench.describe_conditions({"env": {"HOROVOD_CYCLE_TIME": "5"}})
+
+
 def test_parse_nps() -> None:
     assert bench.parse_nps("1,2,4") == [1, 2, 4]
     assert bench.parse_nps("1-3") == [1, 2, 3]

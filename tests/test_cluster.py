@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, launch, tfconfig
+from labkit import cluster, launch, runs, tfconfig
 
 TASK = textwrap.dedent(
     """
@@ -127,6 +127,9 @@ def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest
     assert out["ok"], out
     assert "hello from worker.1" in out["outputs"]["worker.1"]
     assert "hello from worker.0" in capsys.readouterr().out
+    (record,) = runs.read(tmp_path / "runs" / "runs.jsonl")  # recorded like any run labkit starts
+    assert (record["launcher"], record["status"], record["workers"]) == ("ipyparallel", "ok", 2)
+    assert record["duration_s"] > 0 and record["script"] == str(script.resolve())
 
 
 @pytest.mark.slow
