@@ -166,9 +166,8 @@ def test_multiworker_manual_sharding_passes_steps_1_to_3(tmp_path: Path) -> None
     # Shard by hand (each worker its own slice, unseeded shuffle) and switch auto-sharding off.
     variant = _variant(
         tmp_path, _script("fashion_mnist_multiworker", 4),
-        ("train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std, seed=args.seed)",
-         "train_ds = data.dataset(train, global_batch, training=True, mean=mean, std=std,\n"
-         "                            shard=(replicas, strategy.cluster_resolver.task_id or 0))"),
+        ("train_ds = train_ds.shuffle(len(x_train), seed=args.seed)",
+         "train_ds = train_ds.shard(replicas, strategy.cluster_resolver.task_id or 0).shuffle(len(x_train))"),
         ("options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA",
          "options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF"),
     )

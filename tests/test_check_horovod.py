@@ -71,8 +71,8 @@ WRONG = {
                                "validation_steps"),
     "metric_average_after_reader": (6, [
         ("    callbacks.append(hvd.callbacks.MetricAverageCallback())\n", ""),
-        ("    callbacks.append(lk.StopAtAccuracy(args.target_accuracy, args.patience, verbose))\n",
-         "    callbacks.append(lk.StopAtAccuracy(args.target_accuracy, args.patience, verbose))\n"
+        ("    callbacks.append(StopAtAccuracy(args.target_accuracy, args.patience, verbose))\n",
+         "    callbacks.append(StopAtAccuracy(args.target_accuracy, args.patience, verbose))\n"
          "    callbacks.append(hvd.callbacks.MetricAverageCallback())\n"),
     ], "read val_"),
     "crash_on_rank1": (1, [("    args = parse_args(argv)\n",
