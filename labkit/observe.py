@@ -101,10 +101,11 @@ def _save() -> None:
         # Horovod shuts down in an exit handler that runs before this one: keep what was seen while it ran.
         STATE["world"] = seen if seen.get("strategy") == "horovod" and world.get("strategy") != "horovod" else world
         STATE["argv"] = list(sys.argv)
+        _config()
         STATE["updated"] = time.time()
         path = Path(folder) / f"observed.{os.getpid()}.json"
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps({k: v for k, v in STATE.items() if k != "strategy"}, default=str))
+        tmp.write_text(json.dumps({k: v for k, v in STATE.items() if k not in ("strategy", "args")}, default=str))
         os.replace(tmp, path)
     except Exception as e:  # noqa: BLE001
         STATE.setdefault("observer_errors", []).append(f"save: {e}")
@@ -134,6 +135,15 @@ def _at_exit() -> None:
 # ----------------------------------------------------------------------------- patches
 
 
+def _config() -> None:
+    """The script's parsed arguments as they are now (plain values only)."""
+    try:
+        STATE["config"] = {k: v for k, v in vars(STATE["args"]).items()
+                           if isinstance(v, (str, int, float, bool)) or v is None}
+    except (KeyError, TypeError):
+        pass
+
+
 def _patch_argparse() -> None:
     import argparse
 
@@ -142,11 +152,8 @@ def _patch_argparse() -> None:
     def parse_known_args(self: Any, args: Any = None, namespace: Any = None) -> Any:
         out = real(self, args, namespace)
         if args is None:  # the script's own command line
-            try:
-                STATE["config"] = {k: v for k, v in vars(out[0]).items() if isinstance(v, (str, int, float, bool))
-                                   or v is None}
-            except TypeError:
-                pass
+            STATE["args"] = out[0]  # read at each save: scripts fill defaults in after parsing (e.g. by mode)
+            _config()
         return out
 
     argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]

@@ -386,7 +386,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     OUT, script, script_args = argv[0], argv[2], argv[3:]
     os.makedirs(OUT, exist_ok=True)
-    os.environ.setdefault("LABKIT_MODE", "small")
     milestone("start")
     import tensorflow as tf
 

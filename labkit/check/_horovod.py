@@ -29,7 +29,6 @@ ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BAT
 PROBE_ENV = {
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "5",
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
-    "LABKIT_MODE": "small",
     "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
 }
 TITLES = {
