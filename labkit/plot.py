@@ -151,6 +151,7 @@ def draw_time_to_accuracy(ax: Any, groups: dict[str, list[Any]]) -> None:
     ax.set_xticks(range(len(workers)), [str(w) for w in workers])
     ax.set_xlabel("workers")
     ax.set_ylabel("seconds to the target validation accuracy")
+    ax.set_ylim(bottom=0)
     ax.set_title("Time to accuracy")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small")
