@@ -24,8 +24,8 @@ import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.keras is Keras 2 (tf-keras)
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
 # TODO: Step 1: import Horovod's Keras API (horovod.tensorflow.keras as hvd)
 

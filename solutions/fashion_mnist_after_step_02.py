@@ -25,10 +25,10 @@ import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.keras is Keras 2 (tf-keras)
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-import horovod.tensorflow.keras as hvd  # noqa: E402  Horovod: the Keras API of Horovod
+import horovod.tensorflow.keras as hvd  # Horovod: the Keras API of Horovod
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
