@@ -140,8 +140,7 @@ def install(rec: Recorder) -> None:
     """Patch data loading, strategies, the coordinator, fit and save."""
     import numpy as np
 
-    from labkit import data
-    from labkit.probe import set_everywhere
+    from labkit import data, patch
 
     def load_data(*_a: Any, **_k: Any) -> Any:
         train, test = data.load()
@@ -152,7 +151,7 @@ def install(rec: Recorder) -> None:
     import tensorflow as tf
     from tensorflow.python.distribute import distribute_lib
 
-    set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
+    patch.set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
 
     base_init = distribute_lib.StrategyBase.__init__
 

@@ -5,6 +5,9 @@
     ...                            # %%px import horovod.tensorflow as hvd; hvd.init()
     engines.stop()                 # also runs at kernel exit
 
+:func:`run_on_engines` runs a tf.distribute script in fresh engines instead, one
+engine per worker of a ``TF_CONFIG`` cluster, and records the run.
+
 The engines stay warm between cells, so Horovod is initialised once and each
 step of a lab can run on them without re-importing TensorFlow.
 """
@@ -13,10 +16,15 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import sys
+import time
 import uuid
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from labkit import launch
+from labkit import jobrecord, launch, runs, tfconfig
 
 _CURRENT: dict[str, Any] = {}
 
@@ -84,3 +92,95 @@ def stop() -> None:
 
 
 atexit.register(stop)
+
+
+# ----------------------------------------------------------------------------- a tf.distribute script on engines
+
+
+def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, str], cwd: str | None,
+                 observed: str | None = None) -> int:
+    """Run ``script`` as ``__main__`` inside an ipyparallel engine with ``TF_CONFIG`` set (observed
+    into ``observed`` for the run record)."""
+    import os
+    import runpy
+    import sys
+
+    from labkit import observe
+
+    os.environ.update(env)
+    os.environ["TF_CONFIG"] = tf_config
+    if cwd:
+        os.makedirs(cwd, exist_ok=True)
+        os.chdir(cwd)
+    sys.argv = [script, *args]
+    if observed:
+        observe.begin(observed)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    finally:
+        if observed:
+            observe.end()
+    return 0
+
+
+def run_on_engines(
+    script: str | Path,
+    args: Sequence[str] = (),
+    workers: int = 2,
+    timeout: float = 600,
+    threads: int | None = None,
+    cwd: str | Path | None = None,
+) -> dict[str, object]:
+    """Run ``script`` once per ipyparallel engine, each engine a worker of one cluster.
+
+    Starts a controller and ``workers`` engines, gives engine i ``TF_CONFIG`` of
+    worker i, runs the script in every engine at once, prints worker 0's output,
+    and stops the engines and the controller. Returns exit codes and outputs.
+    """
+    import ipyparallel as ipp
+
+    spec = tfconfig.cluster_spec(workers)
+    job_id = uuid.uuid4().hex
+    env = launch.worker_env(workers, threads)
+    script = str(Path(script).resolve())
+    log_dir = launch.new_log_dir(Path(cwd or ".") / "runs" / "logs").resolve()
+    records = (Path(cwd or ".") / (os.environ.get(runs.FILE_VAR) or runs.runs_file())).resolve()
+    run_id = runs.new_run_id()
+    start, started = time.perf_counter(), time.time()
+    codes: list[int | None] = [None] * workers
+    saved = os.environ.get(launch.JOB_VAR)
+    os.environ[launch.JOB_VAR] = job_id  # engines inherit it: kill_job finds them
+    cluster = ipp.Cluster(n=workers, log_level=40)
+    try:
+        client = cluster.start_and_connect_sync(activate=False)
+        client.wait_for_engines(workers, timeout=120)
+        pending = [
+            client[i].apply_async(_engine_main, script, list(args), tfconfig.tf_config(spec, "worker", i),
+                                  {**env, "LABKIT_TASK": f"worker.{i}", runs.RUN_ID_VAR: run_id},
+                                  str(cwd) if cwd else None, str(log_dir / "observed"))
+            for i in range(workers)
+        ]
+        deadline = time.monotonic() + timeout
+        for ar in pending:
+            ar.wait(max(1.0, deadline - time.monotonic()))
+        codes = [ar.get() if ar.ready() else None for ar in pending]
+        out = {f"worker.{i}": ar.stdout for i, ar in enumerate(pending)}
+        print(out["worker.0"], end="", flush=True)
+        return {"returncodes": codes, "outputs": out, "ok": all(c == 0 for c in codes)}
+    finally:
+        try:
+            cluster.stop_cluster_sync()
+        except Exception:  # noqa: BLE001 - whatever happened, the processes must go
+            pass
+        launch.kill_job(None, job_id)
+        ok = all(c == 0 for c in codes)
+        jobrecord.finish(run_id, log_dir / "observed", command=[sys.executable, script, *args],
+                         launcher="ipyparallel", workers=workers, threads=int(env.get("LABKIT_THREADS", 0)) or None,
+                         start=started, duration=time.perf_counter() - start, exit_status=0 if ok else 1,
+                         status="ok" if ok else "failed", log_dir=log_dir, path=records)
+        if saved is None:
+            os.environ.pop(launch.JOB_VAR, None)
+        else:
+            os.environ[launch.JOB_VAR] = saved

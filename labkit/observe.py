@@ -24,8 +24,6 @@ Without ``LABKIT_OBSERVE`` nothing is patched and nothing is written.
 from __future__ import annotations
 
 import atexit
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
@@ -33,6 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from labkit import patch
 
 OBSERVE_VAR = "LABKIT_OBSERVE"
 SHRINK_VAR = "LABKIT_SHRINK"
@@ -44,43 +44,16 @@ _INSTALLED: list[bool] = []
 # ----------------------------------------------------------------------------- after-import hooks
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Run a function on a module right after it is executed (before anyone imports from it)."""
-
-    def __init__(self) -> None:
-        self.hooks: dict[str, Callable[[Any], None]] = {}
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        hook = self.hooks.pop(name, None)
-        if hook is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        real_exec = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            real_exec(module)
-            try:
-                hook(module)
-            except Exception as e:  # noqa: BLE001 - observing must never break the script
-                STATE.setdefault("observer_errors", []).append(f"{name}: {type(e).__name__}: {e}")
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-_FINDER = _AfterImport()
-
-
 def when_imported(name: str, hook: Callable[[Any], None]) -> None:
-    """Call ``hook(module)`` now if ``name`` is loaded, else right after it is executed."""
-    if name in sys.modules:
-        hook(sys.modules[name])
-        return
-    _FINDER.hooks[name] = hook
-    if _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
+    """:func:`labkit.patch.when_imported`, but a failing hook is noted, never raised into the script."""
+
+    def guarded(module: Any) -> None:
+        try:
+            hook(module)
+        except Exception as e:  # noqa: BLE001 - observing must never break the script
+            STATE.setdefault("observer_errors", []).append(f"{name}: {type(e).__name__}: {e}")
+
+    patch.when_imported(name, guarded)
 
 
 # ----------------------------------------------------------------------------- the record-to-be
@@ -97,9 +70,9 @@ def _save() -> None:
     if not folder:
         return
     try:
-        world, seen = _who(), STATE.get("world") or {}
-        # Horovod shuts down in an exit handler that runs before this one: keep what was seen while it ran.
-        STATE["world"] = seen if seen.get("strategy") == "horovod" and world.get("strategy") != "horovod" else world
+        # The world as training saw it: at exit Horovod (or a strategy) may already be shut down.
+        if not (STATE.get("train_end") and STATE.get("world")):
+            STATE["world"] = _who()
         STATE["argv"] = list(sys.argv)
         _config()
         STATE["updated"] = time.time()

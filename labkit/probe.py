@@ -26,6 +26,7 @@ import traceback
 from typing import Any
 
 import labkit  # noqa: F401  (environment defaults)
+from labkit import patch
 from labkit.rank import rank_from_env
 
 TRAIN_PER_RANK = 192
@@ -98,27 +99,7 @@ def patch_data(tf: Any) -> None:
         train, test = data.load(TRAIN_PER_RANK, TEST_PER_RANK, offset=rank * (TRAIN_PER_RANK + TEST_PER_RANK))
         return (train.x.copy(), train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
 
-    set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
-
-
-def set_everywhere(tf: Any, sub: str, name: str, value: Any) -> None:
-    """Set ``name`` in every module a script may import ``sub`` from.
-
-    ``from tensorflow.keras.layers import X`` loads a module object of its own
-    (registered as ``tensorflow.keras.layers``), distinct from ``tf.keras.layers``
-    until then, so each path is imported first and patched.
-    """
-    import importlib
-
-    for prefix in ("tensorflow.keras", "tf_keras", "tf_keras.api._v2.keras"):
-        try:
-            setattr(importlib.import_module(f"{prefix}.{sub}"), name, value)
-        except ImportError:
-            pass
-    module = tf.keras
-    for part in sub.split("."):
-        module = getattr(module, part)
-    setattr(module, name, value)
+    patch.set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
 
 
 def shrink(filters: int) -> int:
@@ -134,7 +115,7 @@ def patch_model(tf: Any) -> None:
             super().__init__(shrink(int(filters)), *args, **kwargs)
 
     Conv2D.__name__ = "Conv2D"
-    set_everywhere(tf, "layers", "Conv2D", Conv2D)
+    patch.set_everywhere(tf, "layers", "Conv2D", Conv2D)
 
 
 def patch_devices(tf: Any) -> None:

@@ -7,6 +7,7 @@ Horovod. Any ``import labkit`` in them (or in what they import) raises here.
 from __future__ import annotations
 
 import importlib.abc
+import os
 import runpy
 import sys
 
@@ -23,5 +24,5 @@ if __name__ == "__main__":
         del sys.modules[loaded]
     sys.meta_path.insert(0, _Blocked())
     sys.argv = sys.argv[1:]
-    sys.path[0] = __import__("os").path.dirname(__import__("os").path.abspath(sys.argv[0]))
+    sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
     runpy.run_path(sys.argv[0], run_name="__main__")

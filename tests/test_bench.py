@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bench, cli, runs
+from labkit import bench, bench_cli, cli, runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,25 +85,25 @@ def test_conditions_say_which_comparison_is_fair() -> None:
 
 def test_env_option_reaches_every_worker_and_the_conditions() -> None:
     a = cli.build_parser().parse_args(["bench", "t.py", "--env", "HOROVOD_CYCLE_TIME=5", "--env", "A_B=", "--", "-x"])
-    bench.split_rest(a)
+    bench_cli.split_rest(a)
     assert dict(a.env) == {"HOROVOD_CYCLE_TIME": "5", "A_B": ""} and a.args == ["-x"]
     with pytest.raises(SystemExit):
-        bench.split_rest(cli.build_parser().parse_args(["bench", "t.py", "--env", "novalue"]))
+        bench_cli.split_rest(cli.build_parser().parse_args(["bench", "t.py", "--env", "novalue"]))
     assert "HOROVOD_CYCLE_TIME=5" in bench.describe_conditions({"env": {"HOROVOD_CYCLE_TIME": "5"}})
 
 
 def test_parse_nps() -> None:
-    assert bench.parse_nps("1,2,4") == [1, 2, 4]
-    assert bench.parse_nps("1-3") == [1, 2, 3]
+    assert bench_cli.parse_nps("1,2,4") == [1, 2, 4]
+    assert bench_cli.parse_nps("1-3") == [1, 2, 3]
     with pytest.raises(argparse.ArgumentTypeError):
-        bench.parse_nps("0,2")
+        bench_cli.parse_nps("0,2")
 
 
 def test_cli_arguments() -> None:
-    a = bench.split_rest(cli.build_parser().parse_args(
+    a = bench_cli.split_rest(cli.build_parser().parse_args(
         ["bench", "train.py", "--np", "1,2", "--threads", "1", "--repeat", "3", "--json", "--", "--epochs", "2"]))
     assert (a.script, a.np, a.threads, a.repeat, a.json, a.args) == ("train.py", [1, 2], 1, 3, True, ["--epochs", "2"])
-    a = bench.split_rest(cli.build_parser().parse_args(["bench", "--np", "2", "train.py", "--", "--np", "5"]))
+    a = bench_cli.split_rest(cli.build_parser().parse_args(["bench", "--np", "2", "train.py", "--", "--np", "5"]))
     assert a.np == [2] and a.args == ["--np", "5"]
 
 
@@ -185,7 +185,7 @@ def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(ValueError, match="shrink"):
         bench.bench("train.py", shrink=(1, 2), echo=False)
     with pytest.raises(argparse.ArgumentTypeError):
-        bench.parse_shrink("6000,1000")
+        bench_cli.parse_shrink("6000,1000")
 
 
 @pytest.mark.slow
@@ -288,4 +288,6 @@ def test_bench_measures_an_unchanged_script_against_the_ceiling(tmp_path: Path, 
     records = runs.read(tmp_path / "runs.jsonl")
     assert sorted(r["launcher"] for r in records) == ["independent", "mpirun"]
     assert all(r["status"] == "ok" and r["epochs"] for r in records)
-    assert all(r["train_images"] == 512 for r in records if "train_images" in r)
+    # Shrunk to 512 training images of 32 per step: 16 steps per epoch, split over the 2 Horovod ranks.
+    steps = {r["launcher"]: {e["steps"] for e in r["epochs"]} for r in records}
+    assert steps == {"mpirun": {8}, "independent": {16}}, steps

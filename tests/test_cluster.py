@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, launch, runs, tfconfig
+from labkit import cluster, engines, launch, runs, tfconfig
 
 TASK = textwrap.dedent(
     """
@@ -123,7 +123,7 @@ def test_hosts_must_match_tasks(script: Path) -> None:
 
 @pytest.mark.slow
 def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    out = cluster.run_on_engines(script, [], workers=2, timeout=120, cwd=tmp_path)
+    out = engines.run_on_engines(script, [], workers=2, timeout=120, cwd=tmp_path)
     assert out["ok"], out
     assert "hello from worker.1" in out["outputs"]["worker.1"]
     assert "hello from worker.0" in capsys.readouterr().out

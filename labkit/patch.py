@@ -1,0 +1,71 @@
+"""Patching library modules from outside a script, for the probes and the observer.
+
+* :func:`when_imported` runs a hook on a module right after it is executed, before
+  anyone imports names from it (so ``from tf_keras... import X`` sees the patch);
+* :func:`set_everywhere` sets a name in every module path a script may import a
+  Keras module from (``tensorflow.keras``, ``tf_keras``, ...).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Run a function on a module right after it is executed (before anyone imports from it)."""
+
+    def __init__(self) -> None:
+        self.hooks: dict[str, Callable[[Any], None]] = {}
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        hook = self.hooks.pop(name, None)
+        if hook is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        real_exec = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            real_exec(module)
+            hook(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+_FINDER = _AfterImport()
+
+
+def when_imported(name: str, hook: Callable[[Any], None]) -> None:
+    """Call ``hook(module)`` now if ``name`` is loaded, else right after it is executed."""
+    if name in sys.modules:
+        hook(sys.modules[name])
+        return
+    _FINDER.hooks[name] = hook
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+def set_everywhere(tf: Any, sub: str, name: str, value: Any) -> None:
+    """Set ``name`` in every module a script may import ``sub`` from.
+
+    ``from tensorflow.keras.layers import X`` loads a module object of its own
+    (registered as ``tensorflow.keras.layers``), distinct from ``tf.keras.layers``
+    until then, so each path is imported first and patched.
+    """
+    import importlib
+
+    for prefix in ("tensorflow.keras", "tf_keras", "tf_keras.api._v2.keras"):
+        try:
+            setattr(importlib.import_module(f"{prefix}.{sub}"), name, value)
+        except ImportError:
+            pass
+    module = tf.keras
+    for part in sub.split("."):
+        module = getattr(module, part)
+    setattr(module, name, value)
