@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bench, bench_cli, cli, runs
+from labkit import bench, bench_cli, cli, notebook, runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -231,16 +231,16 @@ def test_scaling_notebook_runs_headless(tmp_path: Path) -> None:
     nb = nbformat.read(labs / "06_scaling.ipynb", as_version=4)
     assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
                for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
-    old = os.environ.get("LABKIT_NB_FAST")
-    os.environ["LABKIT_NB_FAST"] = "1"
+    old = os.environ.get(notebook.QUICK_VAR)
+    os.environ[notebook.QUICK_VAR] = "1"
     try:
         nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
                                 resources={"metadata": {"path": str(labs)}}).execute()
     finally:
         if old is None:
-            os.environ.pop("LABKIT_NB_FAST")
+            os.environ.pop(notebook.QUICK_VAR)
         else:
-            os.environ["LABKIT_NB_FAST"] = old
+            os.environ[notebook.QUICK_VAR] = old
     text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stdout")
     assert "speedup" in text and "efficiency" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))

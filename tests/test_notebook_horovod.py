@@ -8,6 +8,8 @@ import nbformat
 import pytest
 from test_notebooks import outputs_text
 
+from labkit import notebook
+
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NB = LABS / "02_horovod.ipynb"
 
@@ -27,7 +29,7 @@ def test_committed_clean_with_short_cells() -> None:
 def test_notebook_runs_headless(monkeypatch: pytest.MonkeyPatch) -> None:
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("LABKIT_NB_FAST", "1")
+    monkeypatch.setenv(notebook.QUICK_VAR, "1")
     before = (LABS / "fashion_mnist.py").read_bytes()
     nb = nbformat.read(NB, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(LABS)}}).execute()

@@ -8,6 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit import notebook
+
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NOTEBOOKS = {
     # notebook: text that must appear in its outputs
@@ -55,7 +57,7 @@ def kernel_name():
 def test_notebook_runs(name, kernel_name, monkeypatch):
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("LABKIT_NB_FAST", "1")
+    monkeypatch.setenv(notebook.QUICK_VAR, "1")
     nb = nbformat.read(LABS / name, as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name=kernel_name, resources={"metadata": {"path": str(LABS)}})
     client.execute()  # raises CellExecutionError on the first failing cell

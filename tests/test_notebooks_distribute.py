@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from labkit import notebook
+
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NOTEBOOKS = ["03_mirrored_strategy.ipynb", "04_multi_worker.ipynb", "05_parameter_server.ipynb"]
 MARK = "LABKIT_NB_TEST_MARK"
@@ -44,7 +46,7 @@ def test_notebook_executes_in_fast_mode(name: str, monkeypatch: pytest.MonkeyPat
     from nbclient import NotebookClient
 
     mark = uuid.uuid4().hex
-    monkeypatch.setenv("LABKIT_NB_FAST", "1")
+    monkeypatch.setenv(notebook.QUICK_VAR, "1")
     monkeypatch.setenv(MARK, mark)
     nb = nbformat.read(LABS / name, as_version=4)
     client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(LABS)}})

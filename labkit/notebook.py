@@ -1,0 +1,79 @@
+"""What the lab notebooks need besides the lab: a quick mode, no retraining of an unchanged
+script, and a finished script to measure.
+
+The test suite runs every notebook top to bottom in *quick mode* (``LABKIT_NB_FAST=1``):
+each run gets one epoch on tiny data, a cluster launch of an unfinished starter is skipped
+(the check cell after it runs the script anyway), and an unchanged script is trained once. Learner cells call these
+helpers and never mention the mode.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+QUICK_VAR = "LABKIT_NB_FAST"
+TINY = ("--train-size", "256", "--test-size", "128", "--batch-size", "16")
+_DONE: dict[tuple, Any] = {}
+
+
+def quick() -> bool:
+    """True when the notebook runs in quick mode (the test suite's)."""
+    return os.environ.get(QUICK_VAR) == "1"
+
+
+def args(*given: str, tiny: Sequence[str] = TINY) -> list[str]:
+    """The script's arguments; in quick mode with one epoch on tiny data."""
+    out = list(given)
+    if not quick():
+        return out
+    if "--epochs" in out:
+        out[out.index("--epochs") + 1] = "1"
+    else:
+        out += ["--epochs", "1"]
+    return out + [a for a in tiny if a not in out]
+
+
+def run(command: Sequence[str], **kw: Any) -> Any:
+    """:func:`labkit.launch.run`; in quick mode an unchanged script with the same arguments runs once."""
+    from labkit import launch
+
+    script = next((c for c in command if str(c).endswith(".py")), None)
+    text = Path(script).read_text() if script and Path(script).is_file() else ""
+    key = (text, tuple(command), tuple(sorted((k, repr(v)) for k, v in kw.items())))
+    if quick() and key in _DONE:
+        return _DONE[key]
+    _DONE[key] = launch.run(list(command), **kw)
+    return _DONE[key]
+
+
+def unfinished(script: str | Path) -> bool:
+    """True while a lab script still has a step marked ``TODO: Step`` (or does not exist)."""
+    path = Path(script)
+    return not path.is_file() or "TODO: Step" in path.read_text()
+
+
+def run_cluster(command: Sequence[str], **kw: Any) -> Any:
+    """:func:`labkit.cluster.run` with its summary printed. In quick mode an unfinished script is
+    not launched: the check cell after it runs it."""
+    from labkit import cluster
+
+    script = next((c for c in command if str(c).endswith(".py")), None)
+    if quick() and script and unfinished(script):
+        print(f"quick mode: {script} has steps left; the check below runs it")
+        return None
+    result = cluster.run(list(command), **kw)
+    print(result.summary())
+    return result
+
+
+def pick(mine: str, solutions: Sequence[str]) -> str:
+    """``mine`` if it exists and has no step left to do, else the first solution that exists."""
+    if not unfinished(mine):
+        return mine
+    why = "still has TODO steps" if Path(mine).exists() else "does not exist"
+    found = next((s for s in solutions if Path(s).exists()), solutions[0])
+    print(f"{mine} {why}: measuring {found} instead")
+    return found
