@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit import runs
+from labkit import contract, runs
 
 
 @dataclass
@@ -303,7 +303,7 @@ def bench(
             what = f"{np_} independent copies" if copies else f"{np_} worker(s)"
             _say(f"run {k}/{len(plan)}: {what} x {threads or launch.default_threads(np_, cores)} thread(s), "
                  f"repeat {i + 1}/{repeat} ...")
-        job_env = {**extra, runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path), "LABKIT_BENCH": sweep_id}
+        job_env = {**extra, runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path), contract.BENCH: sweep_id}
         if copies or launcher == "cluster":
             duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies)
         else:

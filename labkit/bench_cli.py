@@ -44,14 +44,14 @@ def parse_env(text: str) -> tuple[str, str]:
 
 
 def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
-    from labkit.launch import LAUNCHERS
+    from labkit.launchers import names
 
     d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
     p.add_argument("--np", type=parse_nps, default=d([1, 2]), help="worker counts, e.g. 1,2,4 (default: 1,2)")
     p.add_argument("--repeat", type=int, default=d(1), help="runs per worker count; the median is kept (default: 1)")
     p.add_argument("--threads", type=int, default=d(None),
                    help="threads per worker (default: cores // workers); 1 gives equal cores per worker")
-    p.add_argument("--launcher", choices=(*LAUNCHERS, "cluster"), default=d("mpirun"),
+    p.add_argument("--launcher", choices=(*names(), "cluster"), default=d("mpirun"),
                    help="mpirun/horovodrun/gloo for Horovod scripts, cluster for tf.distribute ones (TF_CONFIG); "
                         "default: mpirun")
     p.add_argument("--timeout", type=float, default=d(None), help="seconds per run before it is killed")

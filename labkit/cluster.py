@@ -1,14 +1,14 @@
 """Run a tf.distribute cluster of local processes from a cell or a shell, and tear it down.
 
 Every task (chief, workers, parameter servers) runs the same command with its
-own ``TF_CONFIG``, in its own session, with ``LABKIT_JOB_ID`` in its
-environment so that :func:`labkit.launch.kill_job` finds everything it started.
-The leading task's output (the chief, else worker 0) is streamed live; every
-task is logged to ``LOG_DIR/<type>.<index>.log``.
+own ``TF_CONFIG``, started by the process layer (:mod:`labkit.proc`), which
+stops everything the cluster started when it ends. Tasks placed on another host
+(``host_list=``) start there over ssh. The leading task's output (the chief,
+else worker 0) is streamed live; every task is logged to ``LOG_DIR/<type>.<index>.log``.
 
     >>> result = run(["python", "train.py", "--epochs", "2"], workers=2)   # doctest: +SKIP
 
-For the fault-tolerance demo, :class:`Cluster` kills and restarts single tasks::
+For the fault-tolerance demo (:mod:`labkit.faults`), :class:`Cluster` kills and restarts single tasks::
 
     with Cluster(cmd, workers=2) as c:
         c.start()
@@ -21,21 +21,16 @@ For the fault-tolerance demo, :class:`Cluster` kills and restarts single tasks::
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import jobrecord, launch, observe, runs, tfconfig
-from labkit.rank import die_with_parent
+from labkit import contract, hosts, jobrecord, launchers, output, proc, runs, tfconfig
 
 TaskId = tuple[str, int]
 
@@ -48,18 +43,17 @@ class Task:
     index: int
     log: Path
     cwd: Path | None = None
-    proc: subprocess.Popen | None = None
+    proc: proc.Proc | None = None
     starts: int = 0
     killed: bool = False  # by kill_task, on purpose
     returncode: int | None = None
-    pump: threading.Thread | None = None
 
     @property
     def name(self) -> str:
         return f"{self.type}.{self.index}"
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.alive()
 
 
 @dataclass
@@ -118,46 +112,59 @@ class Cluster:
         log_dir: str | Path | None = None,
         cwd: str | Path | None = None,
         task_cwd: Callable[[str, int], str | Path | None] | None = None,
-        sink: launch.ConsoleSink | launch.NotebookSink | None = None,
+        sink: output.ConsoleSink | output.NotebookSink | None = None,
         quiet: bool = False,
         show: TaskId | None = None,
         record: bool = True,
         target: float | None = None,
         independent: bool = False,
+        host_list: Sequence[hosts.Host] | None = None,
+        ssh_args: Sequence[str] = (),
     ) -> None:
         if isinstance(command, str):
             command = shlex.split(command)
         if not command:
-            raise launch.LaunchError("nothing to run: give a command, e.g. ['python', 'train.py']")
-        self.command = [sys.executable if c in ("python", "python3") else c for c in command]
-        self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
-        self.job_id = uuid.uuid4().hex
-        self.log_dir = Path(log_dir) if log_dir else launch.new_log_dir(Path(cwd or ".") / "runs" / "logs")
+            raise launchers.LaunchError("nothing to run: give a command, e.g. ['python', 'train.py']")
+        self.command = launchers.python_command(command)
+        if host_list:
+            try:
+                self.spec = hosts.tf_cluster(list(host_list), workers, ps=ps, chief=chief)
+            except hosts.HostError as e:
+                raise launchers.LaunchError(str(e)) from None
+        else:
+            self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
+        self.host_list = list(host_list or [])
+        self.ssh_args = list(ssh_args)
+        self.job = proc.Job()
+        self.job_id = self.job.id
+        self.log_dir = Path(log_dir) if log_dir else proc.new_log_dir(Path(cwd or ".") / "runs" / "logs")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = self.log_dir.resolve()
         n = len(tfconfig.tasks(self.spec))
         # Parameter servers mostly wait: give the cores to the chief and workers.
         busy = n - len(self.spec.get("ps", []))
-        self.env = launch.worker_env(max(1, busy), threads)
+        self.env = launchers.worker_env(max(1, busy), threads)
         if "ps" in self.spec:
             # With one inter-op thread, remote steps sent by the coordinator can deadlock on a worker.
             self.env["TF_NUM_INTEROP_THREADS"] = str(max(2, int(self.env["TF_NUM_INTEROP_THREADS"])))
         self.env.update(env or {})
-        self.env[launch.JOB_VAR] = self.job_id
         self.env["PYTHONUNBUFFERED"] = "1"
         # independent: the same command N times without TF_CONFIG, i.e. N single-worker copies
         # (the ceiling a machine gives N workers when they do not communicate).
         self.independent = independent
         self.record, self.target = record, target
-        self.records = (Path(cwd or ".") / (self.env.get(runs.FILE_VAR) or runs.runs_file())).resolve()
-        self.env.setdefault(runs.RUN_ID_VAR, runs.new_run_id())
-        self.env.setdefault(runs.LAUNCHER_VAR, "independent" if independent else "cluster")
-        if record:
-            self.env[observe.OBSERVE_VAR] = str(self.log_dir / "observed")
-            self.env[runs.FILE_VAR] = str(self.records)
+        given = contract.JobEnv.from_env(self.env)
+        self.records = (Path(cwd or ".") / (given.runs_file or runs.runs_file())).resolve()
+        self.contract = contract.JobEnv(
+            job_id=self.job_id, run_id=given.run_id or runs.new_run_id(), log_dir=str(self.log_dir),
+            launcher=given.launcher or ("independent" if independent else "cluster"), threads=given.threads,
+            observe=str(self.log_dir / "observed") if record else None,
+            runs_file=str(self.records) if record else given.runs_file, bench=given.bench,
+        )
+        self.env.update(self.contract.to_env())
         self.cwd = cwd
         self.show = show or tfconfig.chief_task(self.spec)
-        self.sink = None if quiet else (sink or launch.default_sink())
+        self.sink = None if quiet else (sink or output.default_sink())
         self.tasks: dict[TaskId, Task] = {}
         if independent and task_cwd is None:
             # Copies must not share what a script writes relative to its folder (backups, logs, models).
@@ -172,7 +179,8 @@ class Cluster:
         ]
         self.start_time: float | None = None
         self.start_wall: float | None = None
-        (self.log_dir / "command.txt").write_text(shlex.join(self.command) + "\n")
+        (self.log_dir / "command.txt").write_text(
+            "".join(f"{name}: {shlex.join(argv)}\n" for name, argv in self.commands().items()))
         (self.log_dir / "cluster.json").write_text(tfconfig.tf_config(self.spec, *self.show) + "\n")
 
     # -- processes -----------------------------------------------------------------------
@@ -186,53 +194,49 @@ class Cluster:
             self.start_task(*key)
         return self
 
+    def task_env(self, task_type: str, index: int) -> dict[str, str]:
+        """What one task gets on top of the environment: the job's settings and its TF_CONFIG."""
+        env = {**self.env, contract.TASK: f"{task_type}.{index}"}
+        if not self.independent:
+            env["TF_CONFIG"] = tfconfig.tf_config(self.spec, task_type, index)
+        return env
+
+    def host_of(self, task_type: str, index: int) -> str:
+        return self.spec[task_type][index].rsplit(":", 1)[0].strip("[]")
+
+    def argv(self, task_type: str, index: int) -> list[str]:
+        """The argument list that starts one task (over ssh when its host is another machine)."""
+        host = self.host_of(task_type, index)
+        if self.host_list and not hosts.is_local(host):
+            where = self.tasks[(task_type, index)].cwd or self.cwd or Path.cwd()
+            return launchers.ssh_command(host, self.command, self.task_env(task_type, index), where, self.ssh_args)
+        return list(self.command)
+
+    def commands(self) -> dict[str, list[str]]:
+        """Every task's argument list (pure: nothing is started)."""
+        return {f"{t}.{i}": self.argv(t, i) for t, i in self.tasks}
+
     def start_task(self, task_type: str, index: int) -> Task:
         """Start (or start again) one task; its log is appended to."""
         task = self.tasks[(task_type, index)]
         if task.alive():
-            raise launch.LaunchError(f"{task.name} is already running")
-        env = {**os.environ, **self.env, "LABKIT_TASK": task.name}
+            raise launchers.LaunchError(f"{task.name} is already running")
+        env: dict[str, str | None] = {**self.task_env(task_type, index)}
         if self.independent:
-            env.pop("TF_CONFIG", None)
-        else:
-            env["TF_CONFIG"] = tfconfig.tf_config(self.spec, task_type, index)
-        cwd = task.cwd or self.cwd
-        if cwd:
-            Path(cwd).mkdir(parents=True, exist_ok=True)
-        task.proc = subprocess.Popen(
-            self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=cwd, start_new_session=True, preexec_fn=die_with_parent,
-        )
+            env["TF_CONFIG"] = None  # copies of a single-worker run: no cluster at all
         task.starts += 1
+        show = (task_type, index) == self.show and self.sink is not None
+        renderer = output.Renderer(self.sink.line, self.sink.progress) if show and self.sink else None
+        header = f"\n--- {task.name} restarted (start {task.starts}) ---\n".encode() if task.starts > 1 else b""
+        if renderer and header:
+            renderer.on_line(f"--- {task.name} restarted ---")
+        task.proc = self.job.spawn(
+            self.argv(task_type, index), env=env, cwd=task.cwd or self.cwd, log=task.log,
+            on_output=renderer.feed if renderer else None, on_end=renderer.close if renderer else None,
+            name=task.name, append=True, header=header)
         task.killed = False
         task.returncode = None
-        show = (task_type, index) == self.show and self.sink is not None
-        task.pump = threading.Thread(target=self._pump, args=(task, show), daemon=True)
-        task.pump.start()
         return task
-
-    def _pump(self, task: Task, show: bool) -> None:
-        proc = task.proc
-        assert proc is not None and proc.stdout is not None
-        renderer = launch.Renderer(self.sink.line, self.sink.progress) if show and self.sink else None
-        with open(task.log, "ab", buffering=0) as log:
-            if task.starts > 1:
-                log.write(f"\n--- {task.name} restarted (start {task.starts}) ---\n".encode())
-                if renderer:
-                    renderer.on_line(f"--- {task.name} restarted ---")
-            fd = proc.stdout.fileno()
-            while True:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                log.write(chunk)
-                if renderer:
-                    renderer.feed(chunk)
-        if renderer:
-            renderer.close()
 
     def kill_task(self, task_type: str, index: int, sig: int = signal.SIGKILL) -> None:
         """Kill one task (SIGKILL by default, like a machine that disappears)."""
@@ -240,13 +244,8 @@ class Cluster:
         if task.proc is None:
             return
         task.killed = True
-        try:
-            os.killpg(task.proc.pid, sig)
-        except ProcessLookupError:
-            pass
+        task.proc.signal(sig)
         task.returncode = task.proc.wait()
-        if task.pump:
-            task.pump.join(5)
 
     def restart_task(self, task_type: str, index: int) -> Task:
         """Kill the task if it still runs, then start it again with the same TF_CONFIG."""
@@ -284,7 +283,7 @@ class Cluster:
             if len(found) >= count:
                 return found[count - 1]
             if not self.tasks[key].alive():
-                raise launch.LaunchError(f"{key[0]}.{key[1]} exited before printing {pattern!r}")
+                raise launchers.LaunchError(f"{key[0]}.{key[1]} exited before printing {pattern!r}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{key[0]}.{key[1]} did not print {pattern!r} within {timeout:.0f} s")
             time.sleep(0.2)
@@ -297,7 +296,7 @@ class Cluster:
             while True:
                 failed = [
                     t for t in self.tasks.values()
-                    if t.proc is not None and not t.killed and t.proc.poll() not in (None, 0)
+                    if t.proc is not None and not t.killed and t.proc.returncode not in (None, 0)
                 ]
                 if failed or all(not self.tasks[k].alive() for k in self.leading):
                     break
@@ -325,11 +324,11 @@ class Cluster:
         code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
         workers = len(self.spec.get("worker", [])) + len(self.spec.get("chief", []))
         jobrecord.finish(
-            self.env[runs.RUN_ID_VAR], self.log_dir / "observed", command=self.command,
-            launcher=self.env[runs.LAUNCHER_VAR], workers=workers, threads=int(self.env.get("LABKIT_THREADS", 0))
-            or None, start=self.start_wall or time.time(), duration=result.duration, exit_status=code or 0,
+            self.contract.run_id or "", self.log_dir / "observed", command=self.command,
+            launcher=self.contract.launcher or "cluster", workers=workers, threads=self.contract.threads,
+            start=self.start_wall or time.time(), duration=result.duration, exit_status=code or 0,
             status=status, error=next(iter(result.errors.values()), None), log_dir=self.log_dir,
-            target=self.target, path=self.records, copies=self.independent, bench=self.env.get("LABKIT_BENCH"),
+            target=self.target, path=self.records, copies=self.independent, bench=self.contract.bench,
             tasks={t: len(v) for t, v in self.spec.items()},
         )
 
@@ -342,39 +341,19 @@ class Cluster:
             leading_ok = key not in self.leading or code == 0
             if not leading_ok or (key not in self.leading and code not in (0, None, -signal.SIGTERM,
                                                                              -signal.SIGKILL) and not t.killed):
-                errors[t.name] = launch._error_tail(t.log.read_text(errors="replace") if t.log.exists() else "")
+                errors[t.name] = output.error_tail(t.log.read_text(errors="replace") if t.log.exists() else "")
         duration = time.perf_counter() - (self.start_time or time.perf_counter())
         return ClusterResult(codes, self.log_dir, duration, timed_out, interrupted, errors)
 
     def stop(self, grace: float = 3.0) -> None:
-        """Stop every task of the cluster and anything they started; wait for the output threads."""
+        """Stop every task of the cluster and anything they started."""
         for key, t in self.tasks.items():
             if t.alive():
                 t.killed = t.killed or key not in self.leading  # servers are stopped on purpose
-                try:
-                    os.killpg(t.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
-                except ProcessLookupError:
-                    pass
-        end = time.monotonic() + grace
+        self.job.stop(grace)
         for t in self.tasks.values():
-            if t.proc is not None:
-                try:
-                    t.proc.wait(max(0.0, end - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
-        launch.kill_job(None, self.job_id)
-        for t in self.tasks.values():
-            if t.proc is not None:
-                if t.proc.poll() is None:
-                    try:
-                        os.killpg(t.proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                t.proc.wait()
-                if t.returncode is None:
-                    t.returncode = t.proc.returncode
-            if t.pump:
-                t.pump.join(5)
+            if t.proc is not None and t.returncode is None:
+                t.returncode = t.proc.returncode
 
     def __enter__(self) -> Cluster:
         return self
@@ -392,7 +371,11 @@ def run(
     timeout: float | None = None,
     **kw: object,
 ) -> ClusterResult:
-    """Start a local cluster running ``command`` on every task, wait, and clean up."""
+    """Start a cluster running ``command`` on every task, wait, and clean up.
+
+    ``hosts`` lists ``host:port`` per task; ``host_list=`` (hosts with slots) places
+    the tasks on machines instead, starting the remote ones over ssh.
+    """
     spec = tfconfig.cluster_spec(workers, ps, chief, hosts=hosts) if hosts else None
     c = Cluster(command, workers=workers, ps=ps, chief=chief, cluster=spec, **kw)  # type: ignore[arg-type]
     try:
@@ -415,7 +398,9 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.add_argument("--workers", type=int, default=2, help="number of workers")
     p.add_argument("--ps", type=int, default=0, help="number of parameter servers")
     p.add_argument("--chief", action="store_true", help="add a chief task (needed with --ps)")
-    p.add_argument("--hosts", default=None, help="comma-separated host:port per task, in order chief, workers, ps")
+    p.add_argument("--addresses", default=None, help="comma-separated host:port per task, in order chief, workers, ps")
+    p.add_argument("-H", "--hosts", default=None, help="machines and slots, e.g. n1:2,n2:2 (remote tasks over ssh)")
+    p.add_argument("--hostfile", default=None, help="OpenMPI hostfile naming the machines")
     p.add_argument("--threads", type=int, default=None, help="threads per task (default: cores // tasks)")
     p.add_argument("--timeout", type=float, default=None, help="seconds before every task is killed")
     p.add_argument("--log-dir", default=None, help="folder for <type>.<index>.log (default: runs/logs/<time>)")
@@ -426,95 +411,17 @@ def add_cli(sub) -> None:  # noqa: ANN001
 def _cli(a) -> int:  # noqa: ANN001
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     try:
-        hosts = a.hosts.split(",") if a.hosts else None
-        result = run(command, workers=a.workers, ps=a.ps, chief=a.chief, hosts=hosts, timeout=a.timeout,
-                     threads=a.threads, log_dir=a.log_dir)
-    except (launch.LaunchError, tfconfig.ClusterError) as e:
+        from labkit.launch import host_list
+
+        addresses = a.addresses.split(",") if a.addresses else None
+        machines = host_list(a.hosts, a.hostfile)
+        if machines:
+            hosts.validate(machines, a.workers + a.ps + int(a.chief))
+            hosts.ssh_preflight(machines)
+        result = run(command, workers=a.workers, ps=a.ps, chief=a.chief, hosts=addresses, timeout=a.timeout,
+                     threads=a.threads, log_dir=a.log_dir, host_list=machines or None)
+    except (launchers.LaunchError, tfconfig.ClusterError, hosts.HostError) as e:
         print(f"labkit cluster: {e}", file=sys.stderr)
         return 2
     print(result.summary(), file=sys.stderr)
     return 0 if result.ok else (124 if result.timed_out else 1)
-
-
-# ----------------------------------------------------------------------------- fault tolerance
-
-
-@dataclass
-class ResumeReport:
-    """What happened around a worker kill: epochs begun before and after the restart."""
-
-    killed: str
-    before: list[int]  # epochs (1-based) the chief began before the kill
-    after: list[int]  # epochs it began after the restart
-    result: ClusterResult | None = None
-    job_id: str = ""
-
-    @property
-    def completed_before(self) -> list[int]:
-        """Epochs finished before the kill (all begun ones but the last, which was cut)."""
-        return self.before[:-1]
-
-    @property
-    def repeated(self) -> list[int]:
-        return sorted(set(self.completed_before) & set(self.after))
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.after) and not self.repeated and self.result is not None and self.result.ok
-
-    def __str__(self) -> str:
-        lines = [
-            f"killed {self.killed} during epoch {self.before[-1] if self.before else '?'}",
-            f"epochs completed before the kill: {self.completed_before}",
-            f"epochs run after the restart:     {self.after}",
-        ]
-        if self.repeated:
-            lines.append(f"REPEATED after the restart: {self.repeated} (no BackupAndRestore?)")
-        elif self.after:
-            lines.append("nothing repeated: training resumed from the last backup")
-        if self.result is not None:
-            lines.append(self.result.summary().splitlines()[0])
-        return "\n".join(lines)
-
-
-EPOCH_LINE = re.compile(r"^Epoch (\d+)/\d+", re.M)
-
-
-def kill_and_resume(
-    command: Sequence[str] | str,
-    workers: int = 2,
-    kill: TaskId = ("worker", 1),
-    kill_in_epoch: int = 2,
-    timeout: float = 600,
-    settle: float = 30,
-    **kw: object,
-) -> ResumeReport:
-    """Start a cluster, kill one task once the chief begins epoch ``kill_in_epoch``, restart, and report.
-
-    When a worker of a MultiWorkerMirroredStrategy cluster dies, its peers' next
-    collective fails and they exit too; every task that died is started again
-    with its old TF_CONFIG, as a cluster manager would.
-    """
-    c = Cluster(command, workers=workers, **kw)  # type: ignore[arg-type]
-    deadline = time.monotonic() + timeout
-    with c:
-        c.start()
-        c.wait_for_output(rf"(?m)^Epoch {kill_in_epoch}/", timeout=max(1.0, deadline - time.monotonic()))
-        before_text = c.output()
-        c.kill_task(*kill)
-        if c.sink:
-            c.sink.line(f"*** killed {kill[0]}.{kill[1]} (SIGKILL) ***")
-        end = time.monotonic() + settle
-        while time.monotonic() < end and any(c.tasks[k].alive() for k in c.leading if k != kill):
-            time.sleep(0.2)
-        restarted = c.restart_dead()
-        if c.sink:
-            c.sink.line(f"*** restarted {', '.join(restarted)} ***")
-        result = c.wait(max(1.0, deadline - time.monotonic()))
-    after_text = c.output()[len(before_text):]
-    marker = after_text.find("restarted (start")
-    after_text = after_text[marker:] if marker >= 0 else after_text
-    before = [int(m) for m in EPOCH_LINE.findall(before_text)]
-    after = [int(m) for m in EPOCH_LINE.findall(after_text)]
-    return ResumeReport(f"{kill[0]}.{kill[1]}", sorted(dict.fromkeys(before)), sorted(dict.fromkeys(after)), result,
-                        c.job_id)

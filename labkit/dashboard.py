@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labkit import runs
+from labkit import contract, runs
 
 
 def read_state(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -127,7 +127,7 @@ def _widgets_work() -> bool:
     """True in a Jupyter kernel with ipywidgets installed."""
     from labkit.launch import in_notebook
 
-    if not in_notebook() or os.environ.get("LABKIT_DASHBOARD") == "text":
+    if not in_notebook() or os.environ.get(contract.DASHBOARD) == "text":
         return False
     try:
         import ipywidgets  # noqa: F401

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from labkit import contract
+
 FILES = {
     "train_images": ("train-images-idx3-ubyte.gz", 2051, (60000, 28, 28)),
     "train_labels": ("train-labels-idx1-ubyte.gz", 2049, (60000,)),
@@ -75,8 +77,8 @@ def keras_cache_dir(create: bool = False) -> Path:
 def candidate_dirs() -> list[Path]:
     """Folders searched for the data set, in order."""
     dirs = []
-    if os.environ.get("LABKIT_DATA"):
-        dirs.append(Path(os.environ["LABKIT_DATA"]).expanduser())
+    if os.environ.get(contract.DATA):
+        dirs.append(Path(os.environ[contract.DATA]).expanduser())
     dirs += [keras_cache_dir(), SYSTEM_DIR]
     return dirs
 

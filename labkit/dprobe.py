@@ -30,12 +30,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from labkit import contract
+
 PROBE_BATCHES = 6  # batches per replica sampled before training
 
 
 def task_name() -> str:
-    if os.environ.get("LABKIT_TASK"):
-        return os.environ["LABKIT_TASK"]
+    if os.environ.get(contract.TASK):
+        return os.environ[contract.TASK]
     try:
         task = json.loads(os.environ.get("TF_CONFIG", ""))["task"]
         return f"{task['type']}.{task['index']}"
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     model = rec.model
     rec.done = True
-    load = os.environ.get("LABKIT_PROBE_LOAD")
+    load = os.environ.get(contract.PROBE_LOAD)
     if code == 0 and load and model is not None:
         rec.record["load"] = _reload(load, rec.record["fits"][-1].get("weights", ""))
     rec.record["exit"] = code

@@ -5,6 +5,8 @@
     ...                            # %%px import horovod.tensorflow as hvd; hvd.init()
     engines.stop()                 # also runs at kernel exit
 
+    rc = engines.start(4, launcher="slurm")   # engines as one Slurm job (srun --mpi=pmix)
+
 :func:`run_on_engines` runs a tf.distribute script in fresh engines instead, one
 engine per worker of a ``TF_CONFIG`` cluster, and records the run.
 
@@ -24,31 +26,67 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from labkit import jobrecord, launch, runs, tfconfig
+from labkit import contract, jobrecord, launchers, proc, runs, tfconfig
 
 _CURRENT: dict[str, Any] = {}
 
 
-def config(n: int, threads: int | None = None, job_id: str | None = None) -> Any:
-    """The traitlets config for an MPI engine set of ``n`` engines."""
+def config(n: int, threads: int | None = None, job_id: str | None = None, launcher: str = "mpi",
+           slurm: Any = None) -> Any:
+    """The traitlets config for ``n`` engines started by mpirun (``mpi``) or as a Slurm job (``slurm``)."""
     from traitlets.config import Config
 
-    env = launch.worker_env(n, threads)
-    env[launch.JOB_VAR] = job_id or uuid.uuid4().hex
+    env = launchers.worker_env(n, threads)
+    env[contract.JOB_ID] = job_id or uuid.uuid4().hex
     cfg = Config()
-    cfg.MPILauncher.mpi_args = launch.mpirun_flags(n) + [a for k in sorted(env) for a in ("-x", k)]
+    if launcher == "slurm":
+        from labkit.slurm import SlurmOptions
+
+        o = slurm or SlurmOptions(tasks_per_node=n)
+        o.check()
+        cfg.SlurmEngineSetLauncher.environment = env
+        lines = ["#!/bin/sh", "#SBATCH --export=ALL", "#SBATCH --job-name=ipengine-{cluster_id}",
+                 "#SBATCH --ntasks={n}"]
+        if o.nodes > 1:
+            lines.append(f"#SBATCH --nodes={o.nodes}")
+        for flag, value in (("partition", o.partition), ("account", o.account), ("time", o.time),
+                            ("gpus-per-task", o.gpus_per_task), ("cpus-per-task", o.cpus_per_task)):
+            if value:
+                lines.append(f"#SBATCH --{flag}={value}")
+        # One MPI world across the engines (mpi4py, Horovod): srun hands out ranks through PMIx.
+        lines.append("srun --mpi=pmix {program_and_args}")  # the environment comes with --export=ALL
+        cfg.SlurmEngineSetLauncher.batch_template = "\n".join(lines) + "\n"
+        return cfg
+    cfg.MPILauncher.mpi_args = launchers.mpirun_flags(n) + [a for k in sorted(env) for a in ("-x", k)]
     cfg.MPIEngineSetLauncher.environment = env
     return cfg
 
 
-def start(n: int = 2, threads: int | None = None, timeout: float = 120, activate: bool = True) -> Any:
-    """Start ``n`` MPI engines (stopping any started before) and return a connected client."""
+def start(n: int = 2, threads: int | None = None, timeout: float = 120, activate: bool = True,
+          launcher: str = "mpi", slurm: Any = None) -> Any:
+    """Start ``n`` engines (stopping any started before) and return a connected client.
+
+    ``launcher="mpi"``: mpirun on this machine. ``launcher="slurm"``: one Slurm job
+    of ``n`` tasks (``slurm`` is a :class:`labkit.slurm.SlurmOptions` for partition,
+    account, time ...); the controller listens on every interface so that engines on
+    other nodes reach it.
+    """
     import ipyparallel as ipp
 
-    launch.preflight("mpirun")
+    if launcher not in ("mpi", "slurm"):
+        raise launchers.LaunchError(f"unknown engine launcher {launcher!r}: choose mpi or slurm")
+    problem = launchers.mpi_missing() if launcher == "mpi" else None
+    if launcher == "slurm":
+        import shutil
+
+        problem = None if shutil.which("sbatch") else "sbatch not found: engines on Slurm need a Slurm login node"
+    if problem:
+        raise launchers.LaunchError(problem)
     stop()
     job_id = uuid.uuid4().hex
-    cluster = ipp.Cluster(engines="mpi", n=n, config=config(n, threads, job_id), log_level=logging.WARNING)
+    kw: dict[str, Any] = {"controller_ip": "*"} if launcher == "slurm" else {}
+    cluster = ipp.Cluster(engines=launcher, n=n, config=config(n, threads, job_id, launcher, slurm),
+                          log_level=logging.WARNING, **kw)
     _CURRENT.update(cluster=cluster, job_id=job_id)
     try:
         rc = cluster.start_and_connect_sync(activate=activate)
@@ -80,15 +118,22 @@ def stop() -> None:
             client.close()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
+    batch_ids = []
     if cluster is not None:
+        batch_ids = [str(e.job_id) for e in cluster.engines.values() if getattr(e, "job_id", None)]
         # Engines first: an engine that loses its controller first dies with a traceback.
         for stop_part in (cluster.stop_engines_sync, cluster.stop_controller_sync):
             try:
                 stop_part()
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
+    if batch_ids:
+        from labkit.slurm import cancel
+
+        for batch_id in batch_ids:
+            cancel(batch_id)
     if job_id:
-        launch.kill_job(None, job_id)
+        proc.stop_marked(job_id)
 
 
 atexit.register(stop)
@@ -143,22 +188,22 @@ def run_on_engines(
 
     spec = tfconfig.cluster_spec(workers)
     job_id = uuid.uuid4().hex
-    env = launch.worker_env(workers, threads)
+    env = launchers.worker_env(workers, threads)
     script = str(Path(script).resolve())
-    log_dir = launch.new_log_dir(Path(cwd or ".") / "runs" / "logs").resolve()
-    records = (Path(cwd or ".") / (os.environ.get(runs.FILE_VAR) or runs.runs_file())).resolve()
+    log_dir = proc.new_log_dir(Path(cwd or ".") / "runs" / "logs").resolve()
+    records = (Path(cwd or ".") / (contract.current().runs_file or runs.runs_file())).resolve()
     run_id = runs.new_run_id()
     start, started = time.perf_counter(), time.time()
     codes: list[int | None] = [None] * workers
-    saved = os.environ.get(launch.JOB_VAR)
-    os.environ[launch.JOB_VAR] = job_id  # engines inherit it: kill_job finds them
+    saved = os.environ.get(contract.JOB_ID)
+    os.environ[contract.JOB_ID] = job_id  # engines inherit it: the process layer finds them
     cluster = ipp.Cluster(n=workers, log_level=40)
     try:
         client = cluster.start_and_connect_sync(activate=False)
         client.wait_for_engines(workers, timeout=120)
         pending = [
             client[i].apply_async(_engine_main, script, list(args), tfconfig.tf_config(spec, "worker", i),
-                                  {**env, "LABKIT_TASK": f"worker.{i}", runs.RUN_ID_VAR: run_id},
+                                  {**env, contract.TASK: f"worker.{i}", contract.RUN_ID: run_id},
                                   str(cwd) if cwd else None, str(log_dir / "observed"))
             for i in range(workers)
         ]
@@ -174,13 +219,13 @@ def run_on_engines(
             cluster.stop_cluster_sync()
         except Exception:  # noqa: BLE001 - whatever happened, the processes must go
             pass
-        launch.kill_job(None, job_id)
+        proc.stop_marked(job_id)
         ok = all(c == 0 for c in codes)
         jobrecord.finish(run_id, log_dir / "observed", command=[sys.executable, script, *args],
-                         launcher="ipyparallel", workers=workers, threads=int(env.get("LABKIT_THREADS", 0)) or None,
+                         launcher="ipyparallel", workers=workers, threads=contract.JobEnv.from_env(env).threads,
                          start=started, duration=time.perf_counter() - start, exit_status=0 if ok else 1,
                          status="ok" if ok else "failed", log_dir=log_dir, path=records)
         if saved is None:
-            os.environ.pop(launch.JOB_VAR, None)
+            os.environ.pop(contract.JOB_ID, None)
         else:
-            os.environ[launch.JOB_VAR] = saved
+            os.environ[contract.JOB_ID] = saved

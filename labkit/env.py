@@ -15,6 +15,8 @@ import os
 import sys
 from collections.abc import Iterator, MutableMapping
 
+from labkit import contract
+
 DEFAULTS: dict[str, str] = {
     "TF_USE_LEGACY_KERAS": "1",  # tf.keras is Keras 2 (tf-keras), as Horovod needs
     "TF_CPP_MIN_LOG_LEVEL": "2",  # only errors from TensorFlow's C++ side
@@ -27,7 +29,9 @@ PTH_NAME = "labkit_env.pth"
 PTH_LINE = (
     "import os; [os.environ.setdefault(k, v) for k, v in "
     + repr(sorted(DEFAULTS.items()))
-    + "]; os.environ.get('LABKIT_OBSERVE') and exec("
+    + "]; os.environ.get("
+    + repr(contract.OBSERVE)
+    + ") and exec("
     + repr("try:\n import labkit.observe as o; o.install()\nexcept Exception as e: print('labkit:', e)")
     + ")\n"
 )

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-QUICK_VAR = "LABKIT_NB_FAST"
+from labkit import contract
+
+QUICK_VAR = contract.NB_QUICK
 TINY = ("--train-size", "256", "--test-size", "128", "--batch-size", "16")
 _DONE: dict[tuple, Any] = {}
 

@@ -32,10 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from labkit import patch
+from labkit import contract, patch
 
-OBSERVE_VAR = "LABKIT_OBSERVE"
-SHRINK_VAR = "LABKIT_SHRINK"
+OBSERVE_VAR = contract.OBSERVE
+SHRINK_VAR = contract.SHRINK
 
 STATE: dict[str, Any] = {}
 _INSTALLED: list[bool] = []
@@ -287,7 +287,7 @@ def install(folder: str | None = None) -> bool:
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None,
-                     task=os.environ.get("LABKIT_TASK"))
+                     task=os.environ.get(contract.TASK))
         _patch_argparse()
         if os.environ.get(SHRINK_VAR):
             _shrink(os.environ[SHRINK_VAR])
@@ -304,7 +304,7 @@ def begin(folder: str) -> bool:
     """Observe the next run of a long-lived process (an ipyparallel engine) into ``folder``, afresh."""
     ok = install(folder)
     STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None, world={},
-                 strategy=None, train_begin=None, train_end=None, ended=None, task=os.environ.get("LABKIT_TASK"))
+                 strategy=None, train_begin=None, train_end=None, ended=None, task=os.environ.get(contract.TASK))
     return ok
 
 

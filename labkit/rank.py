@@ -7,7 +7,6 @@ termination signals, and makes sure the command dies with it.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -15,7 +14,11 @@ import sys
 import threading
 import time
 
-RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "LABKIT_RANK")
+from labkit import contract
+from labkit.proc import die_with_parent
+
+# Who set the rank: Horovod, OpenMPI's mpirun, a PMI/PMIx launcher (srun --mpi=...), Slurm, labkit.
+RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", contract.RANK)
 
 
 def rank_from_env(environ: dict[str, str] | os._Environ = os.environ) -> int:
@@ -24,14 +27,6 @@ def rank_from_env(environ: dict[str, str] | os._Environ = os.environ) -> int:
         if environ.get(var, "").isdigit():
             return int(environ[var])
     return 0
-
-
-def die_with_parent() -> None:
-    """In the child: get SIGKILL when the wrapper dies, whatever killed it."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _orphan_watch(child: subprocess.Popen, every: float = 1.0) -> None:
@@ -54,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
 
     observe.stop()  # the wrapper is not the script: only the command it runs is observed
     rank = rank_from_env()
-    show = rank == int(os.environ.get("LABKIT_SHOW_RANK", "0"))
+    show = rank == (contract.current().show_rank or 0)
     os.makedirs(log_dir, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", LABKIT_RANK=str(rank))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **{contract.RANK: str(rank)})
     child = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
     )

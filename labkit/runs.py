@@ -35,10 +35,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from labkit import contract
+
 DEFAULT_FILE = "runs/runs.jsonl"
-FILE_VAR = "LABKIT_RUNS_FILE"
-RUN_ID_VAR = "LABKIT_RUN_ID"
-LAUNCHER_VAR = "LABKIT_LAUNCHER"
+FILE_VAR = contract.RUNS_FILE
+RUN_ID_VAR = contract.RUN_ID
+LAUNCHER_VAR = contract.LAUNCHER
 SCHEMA = 2
 
 
@@ -197,7 +199,7 @@ def world(strategy: Any = None) -> dict[str, Any]:
         return {"rank": 0 if chief else index + 1, "workers": max(1, workers or replicas), "is_chief": chief,
                 "launcher": launcher or "tf_config", "strategy": name or "tf_config"}
     rank = rank_from_env()
-    np_env = os.environ.get("LABKIT_NP", "")
+    np_env = os.environ.get(contract.NP, "")
     workers = replicas if name else (int(np_env) if np_env.isdigit() else 1)
     return {"rank": rank, "workers": max(1, workers), "is_chief": rank == 0,
             "launcher": launcher or ("labkit" if np_env else "python"), "strategy": name}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_launch import _running
+from conftest import _running
 
 from labkit import check, launch
 from labkit.check import _horovod

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, engines, launch, runs, tfconfig
+from labkit import cluster, engines, launch, proc, runs, tfconfig
 
 TASK = textwrap.dedent(
     """
@@ -64,7 +64,7 @@ def test_a_failing_task_fails_the_run_and_stops_the_rest(script: Path, tmp_path:
     r = c.wait(timeout=60)
     assert not r.ok and "worker.1" in r.errors
     assert r.returncodes["worker.1"] == 3
-    assert launch.job_processes(c.job_id) == []
+    assert proc.marked(c.job_id) == []
 
 
 def test_parameter_servers_are_stopped_when_the_chief_ends(script: Path, tmp_path: Path) -> None:
@@ -74,17 +74,17 @@ def test_parameter_servers_are_stopped_when_the_chief_ends(script: Path, tmp_pat
     r = c.wait(timeout=60)
     assert r.ok, r.summary()
     assert "done chief.0" in r.log("chief.0")
-    assert launch.job_processes(c.job_id) == []
+    assert proc.marked(c.job_id) == []
 
 
 def test_timeout_kills_everything_including_grandchildren(script: Path, tmp_path: Path) -> None:
     c = cluster.Cluster(["python", str(script), "child"], workers=2, log_dir=tmp_path / "logs", quiet=True)
     c.start()
     time.sleep(1.5)
-    assert len(launch.job_processes(c.job_id)) >= 4
+    assert len(proc.marked(c.job_id)) >= 4
     r = c.wait(timeout=1)
     assert r.timed_out and not r.ok
-    assert launch.job_processes(c.job_id) == []
+    assert proc.marked(c.job_id) == []
 
 
 def test_kill_and_restart_one_task(script: Path, tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_kill_and_restart_one_task(script: Path, tmp_path: Path) -> None:
         c.wait_for_output(r"hello from worker\.1", "worker", 1, timeout=30, count=2)
         assert "restarted" in c.output("worker", 1)
         assert c.tasks[("worker", 1)].starts == 2
-    assert launch.job_processes(c.job_id) == []
+    assert proc.marked(c.job_id) == []
 
 
 def test_wait_for_output_raises_when_the_task_exits(script: Path, tmp_path: Path) -> None:
@@ -144,7 +144,7 @@ def test_kill_and_resume_repeats_no_completed_epoch(tmp_path: Path) -> None:
     assert report.completed_before == [1] and report.after == [2, 3] and report.repeated == []
     assert report.result is not None
     assert "restarted" in report.result.log("worker.1")
-    assert launch.job_processes(report.job_id) == []
+    assert proc.marked(report.job_id) == []
     spec = json.loads((tmp_path / "logs" / "cluster.json").read_text())["cluster"]
     assert all(tfconfig.port_is_free(p) for p in tfconfig.ports(spec))
     assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())

@@ -6,13 +6,13 @@ import shutil
 
 import pytest
 
-from labkit import engines, launch
+from labkit import contract, engines, proc
 
 
 def test_config_passes_thread_limits_and_mpirun_flags() -> None:
     cfg = engines.config(2, threads=1, job_id="abc")
     env = cfg.MPIEngineSetLauncher.environment
-    assert env["TF_NUM_INTRAOP_THREADS"] == "1" and env[launch.JOB_VAR] == "abc"
+    assert env["TF_NUM_INTRAOP_THREADS"] == "1" and env[contract.JOB_ID] == "abc"
     args = cfg.MPILauncher.mpi_args
     assert "--bind-to" in args and ["-x", "TF_USE_LEGACY_KERAS"] == args[args.index("TF_USE_LEGACY_KERAS") - 1:][:2]
 
@@ -35,4 +35,4 @@ def test_engines_run_horovod_and_leave_nothing_behind() -> None:
         assert results == [(0, 3.0, "1"), (1, 3.0, "1")]
     finally:
         engines.stop()
-    assert launch.job_processes(job_id) == []
+    assert proc.marked(job_id) == []

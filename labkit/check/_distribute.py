@@ -19,9 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from labkit import cluster, launch
+from labkit import cluster, contract, launchers, output, proc
 from labkit.check import Report, StepResult
-from labkit.rank import die_with_parent
 
 TRAIN, TEST, BATCH = 256, 128, 16
 COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", str(BATCH),
@@ -128,7 +127,7 @@ def _events(probe: Path, task: str) -> list[dict[str, Any]]:
 
 
 def _tail(text: str, lines: int = 12) -> str:
-    return launch._error_tail(text, lines)
+    return output.error_tail(text, lines)
 
 
 def _fit(rec: dict[str, Any], who: str) -> dict[str, Any]:
@@ -158,7 +157,7 @@ def _multiworker(script: Path, step: int, timeout: float, work: Path, **kw: Any)
            "--model-path", "saved/model.keras", "--log-dir", "logs"]
     c = cluster.Cluster(cmd, workers=WORKERS, log_dir=work / "logs", record=False,
                         task_cwd=lambda t, i: work / f"{t}{i}",
-                        quiet=True, env={"LABKIT_PROBE_LOAD": "saved/model.keras"})
+                        quiet=True, env={contract.PROBE_LOAD: "saved/model.keras"})
     kill: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
     with c:
@@ -296,24 +295,12 @@ DEVICES = 2
 
 def run_single(cmd: list[str], timeout: float, log: Path, env: dict[str, str] | None = None,
                cwd: Path | None = None) -> tuple[int, bool]:
-    """Run one process in its own session with a job marker; kill it and its children on timeout."""
-    import os
-    import subprocess
-    import uuid
-
-    job = uuid.uuid4().hex
-    full_env = {**os.environ, **launch.worker_env(1), **(env or {}), launch.JOB_VAR: job, "PYTHONUNBUFFERED": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                                cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)
-        timed_out = False
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            launch.kill_job(proc, job)
-    return proc.returncode, timed_out
+    """Run one process through the process layer; everything it started is stopped at the end."""
+    with proc.Job() as job:
+        p = job.spawn(cmd, env={**launchers.worker_env(1), **(env or {}), "PYTHONUNBUFFERED": "1"}, cwd=cwd,
+                      log=log)
+        code = p.wait(timeout)
+    return (code if code is not None else p.returncode or -9), code is None
 
 
 def _mirrored(script: Path, step: int, timeout: float, work: Path, **kw: Any) -> list[StepResult]:
@@ -322,7 +309,7 @@ def _mirrored(script: Path, step: int, timeout: float, work: Path, **kw: Any) ->
     cmd = [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON, "--epochs", "1",
            "--devices", str(DEVICES), "--model-path", str(model_path), "--log-dir", str(work / "logs")]
     log = work / "output.log"
-    code, timed_out = run_single(cmd, timeout, log, {"LABKIT_PROBE_LOAD": str(model_path)}, cwd=work)
+    code, timed_out = run_single(cmd, timeout, log, {contract.PROBE_LOAD: str(model_path)}, cwd=work)
     rec = _records(probe).get("local.0", {})
     run_error = None
     if code != 0 or timed_out:

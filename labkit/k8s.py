@@ -1,0 +1,414 @@
+"""Kubernetes manifests (Kubeflow) that run the lab's scripts on a cluster, validated offline.
+
+Horovod: an ``MPIJob`` (``kubeflow.org/v2beta1``, mpi-operator v0.8). The launcher's ``mpirun`` starts
+the ranks on the workers over SSH (each worker runs ``sshd``); such ranks do not see the worker
+container's environment, so each variable they need is also passed with ``-x``.
+
+MultiWorkerMirroredStrategy: a Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``) on
+the ``ClusterTrainingRuntime`` :func:`runtime` writes. Trainer v2 has no TensorFlow runtime
+(kubeflow/trainer#2699 deprioritized it and advises a plain runtime with TF_CONFIG set by hand). A
+runtime without framework policy ("plain ML") gets the TrainJob's node count and env. Its pods are
+``<job>-node-0-<i>.<job>`` (one indexed Job of a JobSet with DNS hostnames), so the TrainJob's env
+lists them in TF_CONFIG, and each pod's index comes from its job-completion-index annotation
+(downward API) into ``LABKIT_WORKER_INDEX``, which TF_CONFIG refers to as ``$(LABKIT_WORKER_INDEX)``:
+Kubernetes expands it in each pod. The Training Operator v1 ``TFJob`` sets TF_CONFIG itself but is
+the legacy, maintenance-only line, and its v1 ``mpijobs.kubeflow.org`` CRD collides with the
+mpi-operator's (kubeflow/trainer#1930, #1972).
+
+:func:`validate` checks a manifest against its CRD schema stored in ``k8s/schemas`` (SOURCES.md says
+where each came from), unknown fields rejected as ``kubectl --validate=strict`` does, then what the
+schemas leave to the operators: names, replica counts, the TF_CONFIG worker list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from labkit import contract
+from labkit import env as lkenv
+
+# Placeholder: an image built from this repository (its requirements, Horovod with TensorFlow and
+# OpenMPI, openssh-server and -client, Fashion-MNIST in the Keras cache), the repository at /opt/labkit.
+IMAGE = "registry.example.com/labkit:0.1.0"
+WORKDIR = "/opt/labkit/solutions"
+HOROVOD_SCRIPT = "fashion_mnist_solution.py"
+MWMS_SCRIPT = "fashion_mnist_multiworker_after_step_04.py"
+RUNTIME = "labkit-tensorflow"
+TF_PORT = 2222
+# Root in the container; threads are set per rank; shared memory without ptrace (CMA), TCP between pods.
+MPIRUN_FLAGS = ("--allow-run-as-root", "--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1",
+                "--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none")
+GPU = "nvidia.com/gpu"
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "k8s" / "schemas"
+ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
+INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035 label: pod and service names
+Manifest = dict[str, Any]
+
+
+class ManifestError(ValueError):
+    """A manifest is not valid; ``errors`` holds one ``path: problem`` line each."""
+
+    def __init__(self, what: str, errors: list[str]) -> None:
+        super().__init__(f"{what} is not valid:\n" + "\n".join(f"  {e}" for e in errors))
+        self.errors = errors
+
+
+def _check(name: str, image: str, script: str = "-", **counts: tuple[int, int]) -> None:
+    if not isinstance(name, str) or not _LABEL.match(name) or len(name) > 63:
+        raise ValueError(f"bad name {name!r}: lower-case letters, digits and '-', starting with a letter, at most 63")
+    if not isinstance(image, str) or not image.strip():
+        raise ValueError(f"image is empty: give the lab's image (the default {IMAGE} is a placeholder)")
+    if not script:
+        raise ValueError("no script given")
+    for key, (value, low) in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{key} must be a whole number >= {low}, got {value!r}")
+
+
+def _env(cpu: str, procs: int, gpus: int) -> list[dict[str, Any]]:
+    """TF_USE_LEGACY_KERAS=1 and friends, threads for the CPU request, no GPU for CPU-only pods."""
+    try:
+        cores = float(cpu[:-1]) / 1000 if str(cpu).endswith("m") else float(cpu)
+    except (TypeError, ValueError):
+        raise ValueError(f"cpu must be a Kubernetes quantity such as '2' or '500m', got {cpu!r}") from None
+    env = {**lkenv.DEFAULTS, **lkenv.thread_env(max(1, int(cores // procs)))}
+    env.update({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})  # a CPU pod never grabs a GPU the node shows
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def _resources(cpu: str, memory: str, gpus: int) -> dict[str, Any]:
+    return {"requests": {"cpu": str(cpu), "memory": str(memory)}, **({"limits": {GPU: gpus}} if gpus else {})}
+
+
+def _metadata(name: str, namespace: str | None, **labels: str) -> dict[str, Any]:
+    ns = {"namespace": namespace} if namespace else {}
+    return {"name": name, **ns, "labels": {"app.kubernetes.io/part-of": "labkit", **labels}}
+
+
+def mpijob(name: str = "labkit-horovod", image: str = IMAGE, script: str = HOROVOD_SCRIPT, args: Sequence[str] = (),
+           workers: int = 2, slots_per_worker: int = 1, gpus_per_worker: int = 0, cpu: str = "2",
+           memory: str = "8Gi", namespace: str | None = None) -> Manifest:
+    """A Kubeflow MPIJob running ``mpirun -np workers*slots python script args`` (Horovod)."""
+    _check(name, image, script, workers=(workers, 1), slots_per_worker=(slots_per_worker, 1),
+           gpus_per_worker=(gpus_per_worker, 0))
+    np = workers * slots_per_worker
+    env = _env(cpu, slots_per_worker, gpus_per_worker)
+    exports = [w for e in env for w in ("-x", f"{e['name']}={e['value']}")]  # ssh-started ranks see only these
+    command = ["mpirun", "-np", str(np), *MPIRUN_FLAGS, *exports, "python", script, *args]
+
+    def role(container: str, cmd: list[str], resources: dict[str, Any]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": container, "image": image, "workingDir": WORKDIR, "env": env,
+                                         "command": cmd, "resources": resources}]}}
+
+    job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": _metadata(name, namespace), "spec": {
+        "slotsPerWorker": slots_per_worker,
+        "runPolicy": {"cleanPodPolicy": "Running"},
+        "mpiImplementation": "OpenMPI",
+        "launcherCreationPolicy": "WaitForWorkersReady",
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+                         "template": role("launcher", command, _resources("500m", "1Gi", 0))},
+            "Worker": {"replicas": workers, "template": role(
+                "worker", ["/usr/sbin/sshd", "-De"], _resources(cpu, memory, gpus_per_worker))},
+        },
+    }}
+    validate(job)
+    return job
+
+
+def tf_config(name: str, workers: int) -> str:
+    """TF_CONFIG for the workers of TrainJob ``name``; Kubernetes expands the index in each pod."""
+    hosts = [f"{name}-node-0-{i}.{name}:{TF_PORT}" for i in range(workers)]
+    workers_json = json.dumps(hosts, separators=(",", ":"))
+    index = f"$({contract.K8S_WORKER_INDEX})"  # filled in per pod by Kubernetes
+    return f'{{"cluster":{{"worker":{workers_json}}},"task":{{"type":"worker","index":{index}}}}}'
+
+
+def trainjob(name: str = "labkit-multiworker", image: str = IMAGE, script: str = MWMS_SCRIPT,
+             args: Sequence[str] = (), workers: int = 2, gpus_per_worker: int = 0, cpu: str = "2",
+             memory: str = "8Gi", namespace: str | None = None, runtime: str = RUNTIME) -> Manifest:
+    """A Kubeflow Trainer TrainJob running ``python script args`` on ``workers`` MWMS workers."""
+    _check(name, image, script, workers=(workers, 1), gpus_per_worker=(gpus_per_worker, 0))
+    env = _env(cpu, 1, gpus_per_worker) + [
+        {"name": contract.K8S_WORKER_INDEX, "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+        {"name": "TF_CONFIG", "value": tf_config(name, workers)},  # after the index it refers to
+    ]
+    job = {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": _metadata(name, namespace), "spec": {
+        "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime},
+        "trainer": {"image": image, "command": ["python", script, *args], "numNodes": workers,
+                    "resourcesPerNode": _resources(cpu, memory, gpus_per_worker), "env": env},
+    }}
+    validate(job)
+    return job
+
+
+def runtime(name: str = RUNTIME, image: str = IMAGE) -> Manifest:
+    """The ClusterTrainingRuntime :func:`trainjob` refers to: one indexed Job of TensorFlow workers."""
+    _check(name, image)
+    env = [{"name": k, "value": v} for k, v in lkenv.DEFAULTS.items()]
+    node = {"name": "node", "image": image, "workingDir": WORKDIR, "env": env,
+            "ports": [{"name": "tf", "containerPort": TF_PORT}]}
+    obj = {"apiVersion": TRAINER_API, "kind": "ClusterTrainingRuntime",
+           "metadata": _metadata(name, None, **{"trainer.kubeflow.org/framework": "tensorflow"}), "spec": {
+               "mlPolicy": {"numNodes": 1},  # no framework policy: plain ML, TF_CONFIG comes from the TrainJob
+               "template": {"spec": {"network": {"enableDNSHostnames": True}, "replicatedJobs": [{
+                   "name": "node", "replicas": 1, "template": {
+                       "metadata": {"labels": {ANCESTOR: "trainer"}},
+                       "spec": {"template": {"spec": {"containers": [node]}}}}}]}}}}
+    validate(obj)
+    return obj
+
+
+def to_yaml(obj: Manifest) -> str:
+    """The manifest as YAML, keys in the order they were built."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:  # a list used twice is written twice, not as &id001
+            return True
+
+    return yaml.dump(obj, Dumper=Dumper, sort_keys=False, width=1000, allow_unicode=True)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _path(parts: Sequence[Any]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f'["{p}"]' if re.search(r"[./]", str(p)) else f".{p}"
+    return out.lstrip(".") or "(root)"
+
+
+def _closed(s: Any) -> Any:
+    """The schema with unknown fields rejected wherever it lists the fields."""
+    if not isinstance(s, dict):
+        return s
+    s = {k: [_closed(x) for x in v] if k in ("allOf", "anyOf", "oneOf") else v for k, v in s.items()}
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(s.get(key), dict):
+            s[key] = _closed(s[key])
+    if "properties" in s:
+        s["properties"] = {k: _closed(v) for k, v in s["properties"].items()}
+        if "additionalProperties" not in s and not s.get("x-kubernetes-preserve-unknown-fields"):
+            s["additionalProperties"] = False
+    return s
+
+
+@cache
+def schema(api_version: str, kind: str) -> dict[str, Any]:
+    """The stored schema of ``kind`` (``k8s/schemas/<group>_<version>_<kind>.json``), unknown fields closed."""
+    group, _, version = api_version.rpartition("/")
+    path = SCHEMA_DIR / f"{group}_{version}_{kind.lower()}.json"
+    if not path.exists():
+        raise ManifestError(f"{kind} ({api_version})", [f"apiVersion/kind: no stored schema {path}"])
+    return _closed(json.loads(path.read_text()))
+
+
+def _describe(e: Any) -> list[str]:
+    where = list(e.absolute_path)
+    if e.validator == "required":
+        return [f"{_path([*where, k])}: required field is missing" for k in e.validator_value if k not in e.instance]
+    if e.validator == "additionalProperties" and e.validator_value is False:
+        known = e.schema.get("properties", {})
+        return [f"{_path([*where, k])}: unknown field" for k in e.instance if k not in known]
+    return [f"{_path(where)}: {e.message}"]
+
+
+def _count(value: Any, path: str, low: int = 1, high: int | None = None) -> list[str]:
+    if value is None or low <= value and (high is None or value <= high):
+        return []
+    return [f"{path}: must be {low if high == low else f'>= {low}'}, got {value}"]
+
+
+def _name(obj: Manifest, longest: Callable[[str], str] = str) -> list[str]:
+    name = (obj.get("metadata") or {}).get("name")
+    if not isinstance(name, str):
+        return ["metadata.name: required field is missing"]
+    if not _LABEL.match(name) or len(longest(name)) > 63:
+        return [f"metadata.name: {name!r} (and pod name {longest(name)!r}) must be an RFC 1035 label: "
+                "lower-case letters, digits and '-', starting with a letter, at most 63 characters"]
+    return []
+
+
+def _containers(template: Any, path: str) -> list[str]:
+    containers = (((template or {}).get("spec") or {}).get("containers")) or []
+    errors = [] if containers else [f"{path}.spec.containers: at least one container is needed"]
+    return errors + [f"{path}.spec.containers[{i}].image: must not be empty"
+                     for i, c in enumerate(containers) if not str(c.get("image", "")).strip()]
+
+
+def _check_mpijob(obj: Manifest) -> list[str]:
+    spec = obj.get("spec", {})
+    specs = spec.get("mpiReplicaSpecs", {})
+    workers = (specs.get("Worker") or {}).get("replicas") or 1
+    errors = _name(obj, lambda n: f"{n}-worker-{workers - 1}")
+    errors += [f"spec.mpiReplicaSpecs.{k}: unknown replica type (Launcher or Worker)" for k in specs
+               if k not in ("Launcher", "Worker")]
+    for role, high in (("Launcher", 1), ("Worker", None)):
+        path, rs = f"spec.mpiReplicaSpecs.{role}", specs.get(role)
+        if rs is None:
+            errors.append(f"{path}: required replica spec is missing")
+            continue
+        errors += _count(rs.get("replicas"), f"{path}.replicas", 1, high)
+        errors += _containers(rs.get("template"), f"{path}.template")
+        if rs.get("restartPolicy", "Never") not in ("Never", "OnFailure"):
+            errors.append(f"{path}.restartPolicy: must be Never or OnFailure, got {rs['restartPolicy']!r}")
+    if spec.get("runPolicy", {}).get("cleanPodPolicy", "None") not in ("None", "Running", "All"):
+        errors.append("spec.runPolicy.cleanPodPolicy: must be None, Running or All")
+    return errors + _count(spec.get("slotsPerWorker"), "spec.slotsPerWorker")
+
+
+def _check_trainjob(obj: Manifest) -> list[str]:
+    trainer = obj.get("spec", {}).get("trainer") or {}
+    nodes = trainer.get("numNodes")
+    errors = _name(obj, lambda n: f"{n}-node-0-{max(1, nodes or 1) - 1}") + _count(nodes, "spec.trainer.numNodes")
+    if "image" in trainer and not trainer["image"].strip():
+        errors.append("spec.trainer.image: must not be empty")
+    for i, var in enumerate(trainer.get("env") or []):
+        if var.get("name") == "TF_CONFIG" and "value" in var:
+            try:
+                hosts = json.loads(re.sub(r"\$\(\w+\)", "0", var["value"]))["cluster"]["worker"]
+            except (ValueError, KeyError, TypeError):
+                errors.append(f"spec.trainer.env[{i}].value: TF_CONFIG is not JSON with cluster.worker")
+                continue
+            name = obj.get("metadata", {}).get("name")
+            if nodes is not None and hosts != [f"{name}-node-0-{j}.{name}:{TF_PORT}" for j in range(nodes)]:
+                errors.append(f"spec.trainer.env[{i}].value: TF_CONFIG lists {hosts}, not the {nodes} pods of {name}")
+    return errors
+
+
+def _check_runtime(obj: Manifest) -> list[str]:
+    """Trainer's rules: a job labelled as the trainer step, one replica, with a container named ``node``."""
+    spec, path = obj.get("spec", {}), "spec.template.spec.replicatedJobs"
+    errors = _name(obj) + _count(spec.get("mlPolicy", {}).get("numNodes"), "spec.mlPolicy.numNodes")
+    trainers = []
+    for i, job in enumerate((spec.get("template", {}).get("spec") or {}).get("replicatedJobs") or []):
+        step = ((job.get("template", {}).get("metadata") or {}).get("labels") or {}).get(ANCESTOR)
+        errors += _count(job.get("replicas"), f"{path}[{i}].replicas", 1, 1 if step else None)
+        if step == "trainer":
+            trainers.append(i)
+            pod = job["template"].get("spec", {}).get("template", {}).get("spec", {})
+            if "node" not in [c.get("name") for c in pod.get("containers", [])]:
+                errors.append(f"{path}[{i}].template.spec.template.spec.containers: the trainer needs one named 'node'")
+    if len(trainers) != 1:
+        errors.append(f"{path}: one job labelled {ANCESTOR}=trainer is needed, found {len(trainers)}")
+    return errors
+
+
+_CHECKS: dict[tuple[str, str], Callable[[Manifest], list[str]]] = {
+    ("kubeflow.org/v2beta1", "MPIJob"): _check_mpijob,
+    (TRAINER_API, "TrainJob"): _check_trainjob,
+    (TRAINER_API, "ClusterTrainingRuntime"): _check_runtime,
+}
+
+
+def validate(obj: Manifest) -> None:
+    """Raise :class:`ManifestError` (a ValueError naming each bad field's path) unless ``obj`` is valid."""
+    import jsonschema
+
+    if not isinstance(obj, dict):
+        raise ManifestError("manifest", [f"(root): a mapping is needed, got {type(obj).__name__}"])
+    key = (obj.get("apiVersion"), obj.get("kind"))
+    what = f"{key[1]} {(obj.get('metadata') or {}).get('name')!r}"
+    if key not in _CHECKS:
+        raise ManifestError(what, [f"apiVersion/kind: {key[0]}/{key[1]} is none of "
+                                   + ", ".join(f"{a}/{k}" for a, k in _CHECKS)])
+    found = sorted(jsonschema.Draft4Validator(schema(*key)).iter_errors(obj), key=lambda e: _path(e.absolute_path))
+    errors = [line for e in found for line in _describe(e)] or _CHECKS[key](obj)
+    if errors:
+        raise ManifestError(what, errors)
+
+
+# ----------------------------------------------------------------------------- command line
+
+_BUILDERS: dict[str, Callable[..., Manifest]] = {"mpijob": mpijob, "trainjob": trainjob, "runtime": runtime}
+_NOTES = {
+    "mpijob": "Needs the Kubeflow mpi-operator v0.8 (MPIJob kubeflow.org/v2beta1). Replace the placeholder image.",
+    "trainjob": f"Needs Kubeflow Trainer v2 and the runtime `labkit k8s runtime` writes ({RUNTIME}). Replace the "
+    "placeholder image.",
+    "runtime": "Cluster-scoped, applied once by the administrator (Kubeflow Trainer v2 with JobSet).",
+}
+_OPTIONS = ("name", "namespace", "image", "workers", "slots_per_worker", "gpus_per_worker", "cpu", "memory", "runtime")
+
+
+def render(a: argparse.Namespace) -> str:
+    """The YAML ``labkit k8s`` prints for parsed arguments ``a``, headed by the command that makes it."""
+    kw = {k: getattr(a, k) for k in _OPTIONS if getattr(a, k, None) is not None}
+    command = list(getattr(a, "script_args", None) or [])
+    command = command[1:] if command[:1] == ["--"] else command
+    command = command[1:] if command[:1] in (["python"], ["python3"]) else command  # the script is enough
+    if command:
+        kw["script"], kw["args"] = command[0], tuple(command[1:])
+    obj = _BUILDERS[a.k8s_kind](**kw)
+    words = ["labkit", "k8s", a.k8s_kind]
+    words += [w for k in _OPTIONS if k in kw for w in ("--" + k.replace("_", "-"), str(kw[k]))]
+    words += ["-o", a.output] if a.output else []
+    words += ["--", *command] if command else []
+    header = f"# Generated by `{shlex.join(words)}`: regenerate it, do not edit it.\n# {_NOTES[a.k8s_kind]}\n"
+    return header + to_yaml(obj)
+
+
+def add_cli(sub) -> None:  # noqa: ANN001
+    """Register ``labkit k8s {mpijob,trainjob,runtime}``."""
+    p = sub.add_parser("k8s", help="write Kubernetes (Kubeflow) manifests for the lab's scripts",
+                       description="Print or write a validated Kubeflow manifest. "
+                       "Example: labkit k8s mpijob --workers 4 -o horovod.yaml -- fashion_mnist_solution.py --epochs 5")
+    kinds = p.add_subparsers(dest="k8s_kind", required=True, metavar="{mpijob,trainjob,runtime}")
+    helps = {"mpijob": f"Horovod as a Kubeflow MPIJob (default script: {HOROVOD_SCRIPT})",
+             "trainjob": f"MultiWorkerMirroredStrategy as a Kubeflow Trainer TrainJob (default script: {MWMS_SCRIPT})",
+             "runtime": f"the ClusterTrainingRuntime a TrainJob runs on (default name: {RUNTIME})"}
+    for kind, text in helps.items():
+        k = kinds.add_parser(kind, help=text, description=text)
+        k.add_argument("--name", help="metadata.name (an RFC 1035 label)")
+        k.add_argument("--image", help=f"container image (default: the placeholder {IMAGE})")
+        if kind != "runtime":
+            k.add_argument("--namespace", help="metadata.namespace (default: kubectl's current namespace)")
+            k.add_argument("--workers", type=int, help="worker pods (default: 2)")
+            if kind == "mpijob":
+                k.add_argument("--slots-per-worker", type=int, help="MPI ranks per worker pod (default: 1)")
+            k.add_argument("--gpus-per-worker", type=int, help=f"{GPU} limit per worker (default: 0, CPU only)")
+            k.add_argument("--cpu", help="CPU request per worker (default: 2)")
+            k.add_argument("--memory", help="memory request per worker (default: 8Gi)")
+            if kind == "trainjob":
+                k.add_argument("--runtime", help=f"ClusterTrainingRuntime name (default: {RUNTIME})")
+            k.add_argument("script_args", nargs=argparse.REMAINDER, metavar="-- SCRIPT ARGS",
+                           help="the script in the image's solutions/ folder and its arguments")
+        k.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of printing")
+        k.set_defaults(func=_cli_k8s)
+
+
+def _cli_k8s(a: argparse.Namespace) -> int:
+    try:
+        text = render(a)
+    except ValueError as e:
+        print(f"labkit k8s: {e}", file=sys.stderr)
+        return 2
+    if a.output:
+        Path(a.output).write_text(text)
+        print(f"wrote {a.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m labkit.k8s KIND ...``, the same as ``labkit k8s KIND ...``."""
+    parser = argparse.ArgumentParser(prog="labkit")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    a = parser.parse_args(["k8s", *(sys.argv[1:] if argv is None else argv)])
+    return a.func(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""labkit.output: progress bars as one line, noise dropped, failures with hints."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from labkit import launch, output
+
+
+def test_renderer_turns_progress_bars_into_one_line() -> None:
+    lines: list[str] = []
+    progress: list[str] = []
+    r = output.Renderer(lines.append, progress.append)
+    # What a Keras 2 progress bar writes: backspaces + carriage return redraws.
+    r.feed(b"Epoch 1/1\n 1/3 [=>...]")
+    r.feed(b"\b" * 11 + b"\r 2/3 [==>..]" + b"\b" * 12 + b"\r 3/3 [====] - 1s\n")
+    r.feed("done é".encode()[:-1])
+    r.feed("done é".encode()[-1:] + b"\n")
+    assert lines == ["Epoch 1/1", " 3/3 [====] - 1s", "done é"]
+    assert progress[:2] == [" 1/3 [=>...]", " 2/3 [==>..]"], progress
+    assert not any("\b" in x or "\r" in x for x in lines + progress)
+
+
+def test_failure_summary_adds_a_hint_for_known_errors(tmp_path: Path) -> None:
+    res = launch.JobResult(1, ["x"], tmp_path, 2, 1.0, rank_exit={1: 1},
+                           rank_errors={1: "ModuleNotFoundError: No module named 'horovod'"})
+    text = res.summary()
+    assert "--- rank 1 (exit 1) ---" in text and "hint: Horovod is not installed" in text
+
+
+def test_console_sink_drops_progress_and_noise_off_a_terminal() -> None:
+    buf = io.StringIO()
+    sink = output.ConsoleSink(buf)
+    sink.progress("1/3 [=>..]")
+    sink.line("I0000 00:00:1 cudart_stub.cc:31] Could not find cuda drivers")
+    sink.line("Images/sec: 10.0")
+    assert buf.getvalue() == "Images/sec: 10.0\n"
+
+
+def test_error_tail_keeps_the_traceback_end() -> None:
+    text = "noise\n" * 50 + "Traceback (most recent call last):\n" + "  frame\n" * 30 + "ValueError: boom\n"
+    tail = output.error_tail(text)
+    assert tail.startswith("Traceback") and tail.endswith("ValueError: boom") and "  ..." in tail
