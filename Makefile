@@ -15,11 +15,13 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: setup
 	cd labs && ../$(VENV)/bin/jupyter lab --port=$(PORT) --ip=$${LAB_IP:-127.0.0.1} $(ROOT_FLAG) $${LAB_ARGS:-} 00_start_here.ipynb
 
-test: setup
+test:
+	@LABKIT_TEST_TOOLS=1 bash scripts/setup.sh
 	$(PY) -m ruff check labkit tests labs solutions
 	$(PY) -m pytest -v --durations=15
 
-test-fast: setup
+test-fast:
+	@LABKIT_TEST_TOOLS=1 bash scripts/setup.sh
 	$(PY) -m pytest -m "not slow" -q
 
 lint:

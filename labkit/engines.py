@@ -44,9 +44,11 @@ def config(n: int, threads: int | None = None, job_id: str | None = None, launch
 
         o = slurm or SlurmOptions(tasks_per_node=n)
         o.check()
+        logs = proc.new_log_dir().resolve()  # the batch script and the job's output, not in the learner's folder
         cfg.SlurmEngineSetLauncher.environment = env
+        cfg.SlurmEngineSetLauncher.batch_file_name = str(logs / "engines.sbatch")
         lines = ["#!/bin/sh", "#SBATCH --export=ALL", "#SBATCH --job-name=ipengine-{cluster_id}",
-                 "#SBATCH --ntasks={n}"]
+                 "#SBATCH --ntasks={n}", f"#SBATCH --output={logs}/slurm-%j.out"]
         if o.nodes > 1:
             lines.append(f"#SBATCH --nodes={o.nodes}")
         for flag, value in (("partition", o.partition), ("account", o.account), ("time", o.time),

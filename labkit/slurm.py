@@ -182,6 +182,17 @@ def main(argv: list[str] | None = None) -> int:
 # ----------------------------------------------------------------------------- the launcher
 
 
+def reachable(timeout: float = 15) -> bool:
+    """True when a Slurm controller answers here (``sinfo`` works)."""
+    if not shutil.which("sinfo"):
+        return False
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
 def queued(job_id: str) -> bool:
     """True while Slurm still holds the job (pending, running or completing)."""
     out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)

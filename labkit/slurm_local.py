@@ -12,6 +12,7 @@ slurmd starts jobs as their users. Everything runs from a generated
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -127,6 +128,7 @@ class LocalSlurm:
         except BaseException:
             self.stop()
             raise
+        atexit.register(self.stop)
         return self
 
     def _node_ready(self) -> bool:
@@ -138,6 +140,11 @@ class LocalSlurm:
         if not proc.wait_until(ready, timeout, every=0.3):  # type: ignore[arg-type]
             logs = "\n".join(p.output()[-2000:] for p in self.job.procs)
             raise LaunchError(f"the local Slurm cluster did not start ({what} not ready in {timeout:.0f} s):\n{logs}")
+
+    def use(self) -> LocalSlurm:
+        """Point this process's Slurm commands (and the processes it starts) at this cluster."""
+        os.environ.update(self.env())
+        return self
 
     def queue(self) -> list[str]:
         """Job ids Slurm holds now."""
@@ -164,3 +171,15 @@ class LocalSlurm:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def reach() -> LocalSlurm | bool:
+    """A Slurm cluster to submit to: ``True`` when one already answers, else a started single-node
+    :class:`LocalSlurm` when this machine can run one, else ``False`` (say why with :func:`missing`)."""
+    from labkit import slurm
+
+    if slurm.reachable():
+        return True
+    if missing():
+        return False
+    return LocalSlurm().start().use()

@@ -9,6 +9,8 @@
 #   LABKIT_HOROVOD_GPU=auto|0|1    build with NCCL (auto: a GPU, nvcc and NCCL found)
 #   LABKIT_SKIP_APT=1          never call apt-get (just report what is missing)
 #   LABKIT_SYSTEM_PYTHON=1     install into the current python3 environment instead of .venv (Binder)
+#   LABKIT_TEST_TOOLS=1        also the test-only system tools (`make test` sets it): a single-node
+#                              Slurm (slurm-wlm, munge) and an ssh server for the multi-host tests
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +35,9 @@ hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 # ---------------------------------------------------------------- 1. system packages
 step "System packages"
 APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
+if [ "${LABKIT_TEST_TOOLS:-0}" = "1" ]; then
+  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client)
+fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, engines, launch, proc, runs, tfconfig
+from labkit import cluster, engines, faults, launch, proc, runs, tfconfig
 
 TASK = textwrap.dedent(
     """
@@ -138,7 +138,7 @@ def test_kill_and_resume_repeats_no_completed_epoch(tmp_path: Path) -> None:
     cmd = ["python", str(solution), "--epochs", "3", "--train-size", "256", "--test-size", "128", "--batch-size",
            "16", "--target-accuracy", "2", "--backup-dir", str(tmp_path / "backup"),
            "--model-path", str(tmp_path / "m.keras"), "--log-dir", str(tmp_path / "csv")]
-    report = cluster.kill_and_resume(cmd, workers=2, kill_in_epoch=2, timeout=600, log_dir=tmp_path / "logs",
+    report = faults.kill_and_resume(cmd, workers=2, kill_in_epoch=2, timeout=600, log_dir=tmp_path / "logs",
                                      quiet=True)
     assert report.ok, str(report)
     assert report.completed_before == [1] and report.after == [2, 3] and report.repeated == []

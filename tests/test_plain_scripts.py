@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, launch
+from labkit import cluster, launchers
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_LABKIT = str(Path(__file__).resolve().parent / "no_labkit.py")
@@ -57,8 +57,8 @@ def test_missing_data_says_how_to_get_it(tmp_path: Path) -> None:
 @pytest.mark.horovod
 def test_final_horovod_solution_runs_under_mpirun_without_labkit(tmp_path: Path) -> None:
     script = ROOT / "solutions" / "fashion_mnist_solution.py"
-    command = launch.mpirun_command([sys.executable, NO_LABKIT, str(script), *SMALL, "--log-dir", "logs"],
-                                    2, {})
+    (_, command, _), = launchers.MPIRun(2).commands(
+        [sys.executable, NO_LABKIT, str(script), *SMALL, "--log-dir", "logs"], {})
     out = subprocess.run(command, cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("Test accuracy:") == 1  # rank 0 only

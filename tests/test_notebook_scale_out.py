@@ -1,0 +1,44 @@
+"""labs/07_scale_out.ipynb runs headless; its Slurm cells submit to the tests' single-node Slurm cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_notebooks import outputs_text
+
+from labkit import notebook, runs
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+NB = LABS / "07_scale_out.ipynb"
+
+
+def test_committed_clean_with_short_cells() -> None:
+    nb = nbformat.read(NB, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert all(len(c.source.splitlines()) <= 15 for c in code)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_notebook_runs_headless_and_submits_to_slurm(monkeypatch: pytest.MonkeyPatch, slurm: object) -> None:
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv(notebook.QUICK_VAR, "1")
+    records = LABS / "runs" / "runs.jsonl"
+    before = len(runs.read(records))
+    nb = nbformat.read(NB, as_version=4)
+    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(LABS)}}).execute()
+    text = outputs_text(nb)
+    assert "rank 4 -> node2, local rank 2" in text and "node1 slots=2" in text
+    assert "merge" in text.lower() or "twice" in text.lower()  # the duplicate host was named
+    assert "Slurm: a cluster answers" in text and "#SBATCH --gpus-per-task=1" in text
+    assert "allreduce on the engines: [3, 3]" in text
+    assert "kind: MPIJob" in text and '"index": 3' in text
+    assert "Traceback" not in text
+    new = runs.read(records)[before:]
+    assert [r["launcher"] for r in new if r["launcher"] == "slurm"] == ["slurm", "slurm"]
+    assert all(r["status"] == "ok" and r["workers"] == 2 for r in new)

@@ -1,0 +1,156 @@
+"""labkit.slurm: batch scripts built without Slurm; real jobs on a single-node Slurm cluster (conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import contract, engines, launch, runs, slurm
+from labkit.launchers import LaunchError
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["--epochs", "1", "--mode", "small", "--train-size", "512", "--test-size", "256", "--batch-size", "32"]
+
+
+def test_batch_script_asks_for_what_was_given(tmp_path: Path) -> None:
+    o = slurm.SlurmOptions(nodes=2, tasks_per_node=4, gpus_per_task=1, partition="gpu", account="course42",
+                           time="01:30:00")
+    env = {"TF_USE_LEGACY_KERAS": "1", contract.JOB_ID: "j", contract.OBSERVE: "/x"}
+    text = slurm.batch_script(o, ["python", "train.py", "--epochs", "2"], env, "/logs/slurm-%j.out", tmp_path)
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for want in ("--nodes=2", "--ntasks-per-node=4", "--gpus-per-task=1", "--partition=gpu", "--account=course42",
+                 "--time=01:30:00", "--output=/logs/slurm-%j.out"):
+        assert f"#SBATCH {want}" in lines
+    assert f"cd {tmp_path}" in lines and "export TF_USE_LEGACY_KERAS=1" in lines
+    assert not any(contract.JOB_ID in line and line.startswith("export") for line in lines)  # comes with sbatch
+    run = lines[-1]
+    assert "mpirun" in run and "-np 8" in run and f"-x {contract.JOB_ID}" in run and run.endswith("--epochs 2")
+
+
+def test_ranks_start_with_srun_or_with_a_tf_config_per_task(tmp_path: Path) -> None:
+    srun = slurm.batch_script(slurm.SlurmOptions(start="srun"), ["python", "t.py"], {}, "o", tmp_path)
+    assert "srun --kill-on-bad-exit=1 --ntasks=2 --mpi=pmix python t.py" in srun
+    tf = slurm.batch_script(slurm.SlurmOptions(start="tf_config"), ["python", "t.py"], {}, "o", tmp_path)
+    assert "-m labkit.slurm -- python t.py" in tf and "TF_CONFIG" in tf
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"nodes": 0}, "at least one node"),
+    ({"time": "90 minutes"}, "not a Slurm time"),
+    ({"partition": "gpu; rm -rf /"}, "--partition"),
+    ({"gpus_per_task": 0}, "--gpus-per-task must be at least 1"),
+    ({"start": "pdsh"}, "unknown start"),
+])
+def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
+    with pytest.raises(LaunchError, match=message):
+        slurm.SlurmOptions(**options).check()  # type: ignore[arg-type]
+
+
+def test_np_must_match_the_allocation() -> None:
+    with pytest.raises(LaunchError, match="does not match"):
+        slurm.Slurm(3, slurm.SlurmOptions(nodes=1, tasks_per_node=2))
+
+
+def test_tf_config_from_the_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)  # no scontrol: expand the node list here
+    env = {"SLURM_PROCID": "3", "SLURM_JOB_NODELIST": "node[07-08]", "SLURM_TASKS_PER_NODE": "2(x2)",
+           "SLURM_JOB_ID": "1001"}
+    conf = slurm.tf_config_from_slurm(env, base_port=20000)
+    port = 20000 + 1 * 8
+    assert conf["cluster"] == {"worker": [f"node07:{port}", f"node07:{port + 1}", f"node08:{port}",
+                                          f"node08:{port + 1}"]}
+    assert conf["task"] == {"type": "worker", "index": 3}
+    assert slurm.tasks_per_node("3,2(x2),1") == [3, 2, 2, 1]
+    with pytest.raises(LaunchError, match="not inside a Slurm step"):
+        slurm.tf_config_from_slurm({})
+
+
+def test_script_only_writes_the_batch_script_and_submits_nothing(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "labkit.cli", "run", "--launcher", "slurm", "--nodes", "2",
+                          "--tasks-per-node", "2", "--time", "00:10:00", "--script-only", str(tmp_path / "job.sbatch"),
+                          "--", "python", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --time=00:10:00" in text and "train.py" in text
+    assert "sbatch" in out.stderr
+
+
+def test_engines_on_slurm_get_one_mpi_world() -> None:
+    cfg = engines.config(4, threads=1, job_id="abc", launcher="slurm",
+                         slurm=slurm.SlurmOptions(tasks_per_node=4, partition="debug", time="00:05:00"))
+    template = cfg.SlurmEngineSetLauncher.batch_template
+    assert "#SBATCH --ntasks={n}" in template and "#SBATCH --partition=debug" in template
+    assert template.rstrip().endswith("srun --mpi=pmix {program_and_args}")
+    assert cfg.SlurmEngineSetLauncher.environment[contract.JOB_ID] == "abc"
+
+
+# ----------------------------------------------------------------------------- on a real Slurm cluster
+
+
+def _last_record(tmp_path: Path) -> dict[str, object]:
+    return runs.read(tmp_path / "runs" / "runs.jsonl")[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.parametrize("start", ["mpirun", "srun"])
+def test_horovod_solution_through_sbatch_is_recorded_with_two_workers(tmp_path: Path, slurm: object,
+                                                                       start: str) -> None:
+    script = ROOT / "solutions" / "fashion_mnist_solution.py"
+    res = launch.run(["python", str(script), *SMALL], launcher="slurm", quiet=True, timeout=600, cwd=tmp_path,
+                     slurm=slurm_options(start))
+    assert res.ok, res.summary()
+    assert (res.log_dir / "job.sbatch").is_file() and "Test accuracy:" in res.log(0)
+    record = _last_record(tmp_path)
+    assert record["status"] == "ok" and record["workers"] == 2 and record["launcher"] == "slurm"
+    assert record.get("images_per_sec")
+
+
+def slurm_options(start: str) -> slurm.SlurmOptions:
+    return slurm.SlurmOptions(nodes=1, tasks_per_node=2, start=start)
+
+
+@pytest.mark.slow
+def test_multiworker_solution_through_sbatch_gets_tf_config_from_the_allocation(tmp_path: Path,
+                                                                                 slurm: object) -> None:
+    script = ROOT / "solutions" / "fashion_mnist_multiworker_after_step_04.py"
+    res = launch.run(["python", str(script), *SMALL], launcher="slurm", quiet=True, timeout=600, cwd=tmp_path,
+                     slurm=slurm_options("tf_config"))
+    assert res.ok, res.summary()
+    record = _last_record(tmp_path)
+    assert record["status"] == "ok" and record["workers"] == 2, json.dumps(record)[:2000]
+    assert "MultiWorkerMirrored" in str(record.get("strategy"))
+
+
+@pytest.mark.slow
+def test_a_failing_job_returns_its_exit_status(tmp_path: Path, slurm: object) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text("import sys\nprint('about to fail', flush=True)\nsys.exit(7)\n")
+    out = subprocess.run([sys.executable, "-m", "labkit.cli", "run", "--launcher", "slurm", "--tasks-per-node", "2",
+                          "--", "python", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "about to fail" in out.stdout
+    assert "#SBATCH --ntasks-per-node=2" in out.stdout  # the script was shown
+    assert _last_record(tmp_path)["status"] == "failed"
+
+
+@pytest.mark.slow
+def test_engines_on_slurm_do_an_allreduce(slurm: object) -> None:
+    import ipyparallel as ipp
+
+    rc = engines.start(2, launcher="slurm", timeout=120)
+    try:
+        @ipp.interactive  # sent by value: the engines cannot import this test module
+        def allreduce() -> int:
+            from mpi4py import MPI
+
+            comm = MPI.COMM_WORLD
+            return comm.allreduce(comm.rank + 1)
+
+        assert rc[:].apply_sync(allreduce) == [3, 3]
+    finally:
+        engines.stop()
