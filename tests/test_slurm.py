@@ -154,3 +154,14 @@ def test_engines_on_slurm_do_an_allreduce(slurm: object) -> None:
         assert rc[:].apply_sync(allreduce) == [3, 3]
     finally:
         engines.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_bench_runs_through_slurm(tmp_path: Path, slurm: object) -> None:
+    from labkit import bench
+
+    sweep = bench.bench(ROOT / "solutions" / "fashion_mnist_solution.py", nps=[1, 2], launcher="slurm", threads=1,
+                        args=SMALL, runs_file=tmp_path / "runs.jsonl", cwd=tmp_path, timeout=600, echo=False)
+    assert [p.workers for p in sweep.points] == [1, 2] and all(p.images_per_sec for p in sweep.points)
+    assert {r["launcher"] for r in runs.read(tmp_path / "runs.jsonl")} == {"slurm"}
