@@ -337,7 +337,7 @@ def bench(
 def _say(text: str) -> None:
     """Progress of a sweep: stderr in a terminal (stdout may be --json), stdout in a notebook
     (which shows stderr as an error)."""
-    from labkit.launch import in_notebook
+    from labkit.output import in_notebook
 
     print(f"labkit bench: {text}", file=sys.stdout if in_notebook() else sys.stderr, flush=True)
 

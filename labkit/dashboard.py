@@ -125,7 +125,7 @@ class Dashboard:
 
 def _widgets_work() -> bool:
     """True in a Jupyter kernel with ipywidgets installed."""
-    from labkit.launch import in_notebook
+    from labkit.output import in_notebook
 
     if not in_notebook() or os.environ.get(contract.DASHBOARD) == "text":
         return False

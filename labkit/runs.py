@@ -223,7 +223,7 @@ def device_info() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    from labkit.launch import cpu_count
+    from labkit.launchers import cpu_count
 
     info["cores"] = cpu_count()
     return info

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import labs
+
 ROOT = Path(__file__).resolve().parent.parent
 MARK = re.compile(r"^\s*#% (step (\d+)|else|end)\s*$")
 INCLUDE = re.compile(r"^#% include (\w+)\s*$", re.MULTILINE)
@@ -83,7 +85,7 @@ def _header(t: Target) -> str:
     )
 
 
-HOROVOD_STEPS = 6
+HOROVOD_STEPS = labs.get("horovod").n_steps
 TARGETS: list[Target] = [
     Target("solutions/source/fashion_mnist.py.tmpl", 0, "labs/fashion_mnist.py", "the single-process starting point"),
     *[
@@ -133,6 +135,7 @@ DISTRIBUTE_LABS: list[tuple[str, str, int, str]] = [
     ("fashion_mnist_ps", "parameter-server", 3, "ParameterServerStrategy lab"),
 ]
 for _stem, _short, _n, _title in DISTRIBUTE_LABS:
+    _n = labs.get(_short).n_steps  # the registry decides how many steps a lab has
     TARGETS.append(Target(f"solutions/source/{_stem}.py.tmpl", 0, f"labs/{_stem}.py", f"{_title}, starting point"))
     TARGETS.extend(
         Target(f"solutions/source/{_stem}.py.tmpl", k, f"solutions/{_stem}_after_step_{k:02d}.py",

@@ -30,11 +30,6 @@ def _variant(tmp_path: Path, source: Path, *replacements: tuple[str, str]) -> Pa
     return out
 
 
-def test_step_counts_match_the_templates() -> None:
-    for lab, n in dist.STEPS.items():
-        assert check.LABS[lab] == ("labkit.check._distribute", n)
-
-
 def test_missing_script_is_reported(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         check.run_check("mirrored", tmp_path / "nope.py")

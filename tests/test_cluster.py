@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, engines, faults, launch, proc, runs, tfconfig
+from labkit import cluster, engines, faults, launch, output, proc, runs, tfconfig
 
 TASK = textwrap.dedent(
     """
@@ -42,8 +42,8 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def _sink() -> launch.ConsoleSink:
-    return launch.ConsoleSink(io.StringIO())
+def _sink() -> output.ConsoleSink:
+    return output.ConsoleSink(io.StringIO())
 
 
 def test_every_task_gets_its_tf_config_and_a_log(script: Path, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from labkit import cluster, contract, launchers, output, proc
+from labkit import cluster, contract, labs, launchers, output, proc
 from labkit.check import Report, StepResult
 
 TRAIN, TEST, BATCH = 256, 128, 16
@@ -31,7 +31,7 @@ class _Failed(Exception):
     """A step failed; the message says what to change."""
 
 
-STEPS = {"mirrored": 4, "multiworker": 4, "parameter-server": 3}
+STEPS = {name: labs.get(name).n_steps for name in ("mirrored", "multiworker", "parameter-server")}
 # (lab, script digest, last step judged) -> results: an unchanged script is not run again in this process.
 _CACHE: dict[tuple[str, str, int], list[StepResult]] = {}
 

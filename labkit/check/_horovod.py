@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit import launch
+from labkit import labs, launch
 from labkit.check import Report, StepResult
 
 NP = 2
@@ -31,14 +31,7 @@ PROBE_ENV = {
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
     "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
 }
-TITLES = {
-    1: "initialise Horovod and pin one GPU per process by local rank",
-    2: "print progress on rank 0 only",
-    3: "average gradients with hvd.DistributedOptimizer",
-    4: "broadcast the initial variables from rank 0",
-    5: "divide steps_per_epoch and validation_steps by the number of workers",
-    6: "average metrics with MetricAverageCallback before callbacks read them",
-}
+TITLES = dict(enumerate(labs.get("horovod").steps, 1))
 # What each step needs to have been observed on every rank.
 NEEDS = {1: "fit_start", 2: "fit_start", 3: "batch1_end", 4: "train_end", 5: "epoch0_end", 6: "epoch0_end"}
 STAGE_TEXT = {

@@ -1,0 +1,230 @@
+"""``labkit grade``: check every lab of a learner's checkout, one test case per step, with points.
+
+    labkit grade labs/ --junit grade.xml --classroom classroom.json --summary "$GITHUB_STEP_SUMMARY"
+
+Each lab is checked in a process of its own (``labkit check LAB SCRIPT --json``), on a
+copy of the learner's scripts in a scratch folder: grading never writes to the
+checkout, and a script that crashes, loops, floods its output, kills its parent or
+leaves children behind fails its step within the lab's timeout with nothing left
+running. A lab whose script is still the starter as handed out scores 0 ("not
+started") without a run. Points come from ``[tool.labkit.grading]`` in the course's
+``pyproject.toml`` (default: one point per step). Outputs: JUnit XML
+(:mod:`labkit.reports`), the GitHub Classroom reporter's result object, a Markdown summary.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit import course, labs, proc
+
+
+@dataclass
+class Case:
+    """One step of one lab: a test case."""
+
+    lab: str
+    step: int
+    title: str
+    passed: bool
+    message: str
+    points: float
+    max_points: float
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.lab} step {self.step}: {self.title}"
+
+
+@dataclass
+class Result:
+    """Every case of a grading run."""
+
+    path: str
+    cases: list[Case] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return round(sum(c.points for c in self.cases), 3)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(c.max_points for c in self.cases), 3)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases)
+
+    def labs(self) -> list[str]:
+        return list(dict.fromkeys(c.lab for c in self.cases))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "score": self.score, "max_score": self.max_score, "passed": self.passed,
+                "seconds": round(self.seconds, 1), "cases": [asdict(c) for c in self.cases]}
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def load_config(start: Path) -> dict[str, Any]:
+    """``[tool.labkit.grading]`` of the nearest ``pyproject.toml`` at or above ``start`` ({} if none)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    for folder in [start.resolve(), *start.resolve().parents]:
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            data = tomllib.loads(pyproject.read_text())
+            return data.get("tool", {}).get("labkit", {}).get("grading", {})
+    return {}
+
+
+def step_points(lab: labs.Lab, config: dict[str, Any]) -> list[float]:
+    """Points of each step: the configured total split evenly, a configured list, or 1 each."""
+    given = config.get("points", {}).get(lab.name)
+    if given is None:
+        return [1.0] * lab.n_steps
+    if isinstance(given, (int, float)) and not isinstance(given, bool) and given >= 0:
+        return [round(given / lab.n_steps, 4)] * lab.n_steps
+    if isinstance(given, list) and len(given) == lab.n_steps and all(
+            isinstance(p, (int, float)) and not isinstance(p, bool) and p >= 0 for p in given):
+        return [float(p) for p in given]
+    raise ValueError(f"[tool.labkit.grading.points] {lab.name} = {given!r}: give a number >= 0 "
+                     f"or a list of {lab.n_steps} numbers")
+
+
+# ----------------------------------------------------------------------------- grading
+
+
+def _all_fail(lab: labs.Lab, points: list[float], message: str, seconds: float = 0.0) -> list[Case]:
+    return [Case(lab.name, k, lab.step_title(k), False, message, 0.0, points[k - 1], seconds / lab.n_steps)
+            for k in range(1, lab.n_steps + 1)]
+
+
+def _run_check(lab: labs.Lab, script: Path, timeout: float, scratch: Path) -> tuple[dict[str, Any] | None, str]:
+    """``labkit check`` in a process of its own; its JSON report, or None and why."""
+    argv = [sys.executable, "-m", "labkit.cli", "check", lab.name, str(script), "--json", "--timeout", str(timeout)]
+    log = scratch / f"check-{lab.name}.log"
+    with proc.Job() as job:
+        p = job.spawn(argv, cwd=scratch, log=log, name=f"check {lab.name}")
+        code = p.wait(timeout + 60)  # the check stops its own runs at ``timeout``; this is the backstop
+    out = log.read_text(errors="replace") if log.exists() else ""
+    for line in reversed(out.splitlines()):
+        if line.startswith("{") and '"lab"' in line:
+            try:
+                return json.loads(line), ""
+            except ValueError:
+                break
+    if code is None:
+        return None, f"the check did not finish within {timeout + 60:.0f} s and was stopped"
+    tail = "\n".join(out.strip().splitlines()[-8:])
+    return None, f"the check was stopped (exit code {code}): the script may have killed its parent\n{tail}"
+
+
+def grade_lab(lab: labs.Lab, folder: Path, scratch: Path, config: dict[str, Any],
+              timeout: float | None = None) -> list[Case]:
+    """Grade one lab: not started, missing, or checked step by step."""
+    points = step_points(lab, config)
+    script = folder / lab.starter
+    if not script.is_file():
+        return _all_fail(lab, points, f"missing: {script} was not found")
+    roots = [folder.resolve().parent, labs.ROOT]
+    if course.not_started(script, lab, roots):
+        return _all_fail(lab, points, f"not started: {lab.starter} is still the starter; work through its TODO steps")
+    start = time.perf_counter()
+    report, why = _run_check(lab, scratch / lab.starter, timeout or lab.timeout, scratch)
+    took = time.perf_counter() - start
+    if report is None or not report.get("steps"):
+        return _all_fail(lab, points, why or f"the check failed: {report.get('error') if report else '?'}", took)
+    cases = []
+    for s in report["steps"]:
+        k = int(s["step"])
+        cases.append(Case(lab.name, k, lab.step_title(k), bool(s["passed"]), s["message"],
+                          points[k - 1] if s["passed"] else 0.0, points[k - 1], took / lab.n_steps))
+    return cases
+
+
+def grade(path: str | Path = "labs", lab_names: list[str] | None = None, timeout: float | None = None,
+          config: dict[str, Any] | None = None, progress: Any = None) -> Result:
+    """Grade the labs of the checkout folder ``path``; nothing in it is written."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder: give the folder holding the lab scripts (e.g. labs/)")
+    config = load_config(folder) if config is None else config
+    names = lab_names or config.get("labs") or list(labs.LABS)
+    chosen = [labs.get(n) for n in names]
+    result = Result(str(folder))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="labkit-grade-") as tmp:
+        scratch = Path(tmp)
+        for p in folder.glob("*.py"):  # the learner's scripts, and any module of theirs they import
+            shutil.copy2(p, scratch / p.name)
+        for lab in chosen:
+            if progress:
+                progress(f"grading {lab.name} ({lab.starter}) ...")
+            cases = grade_lab(lab, folder, scratch, config, timeout)
+            result.cases += cases
+            if progress:
+                got, top = sum(c.points for c in cases), sum(c.max_points for c in cases)
+                progress(f"  {lab.name}: {got:g}/{top:g} points")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_cli(sub) -> None:  # noqa: ANN001
+    """Register ``labkit grade``."""
+    p = sub.add_parser("grade", help="grade a learner's checkout: every lab, one test case per step",
+                       description="Check every lab of a learner's checkout and write the results for CI. "
+                       "Exit 0 when every step passes or the score reaches --min-score.")
+    p.add_argument("path", nargs="?", default=None, help="folder with the lab scripts (default: labs)")
+    p.add_argument("--lab", action="append", choices=list(labs.LABS), help="grade only this lab (repeatable)")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
+    p.add_argument("--classroom", metavar="FILE", help="write the GitHub Classroom result here (and FILE.b64)")
+    p.add_argument("--summary", metavar="FILE", help="append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per lab (default: the lab's own)")
+    p.add_argument("--min-score", type=float, default=None, help="exit 0 when the score reaches this")
+    p.set_defaults(func=_cli)
+
+
+def _cli(a) -> int:  # noqa: ANN001
+    import os
+
+    from labkit import reports
+
+    try:
+        folder = Path(a.path or "labs")
+        config = load_config(folder)
+        path = a.path or config.get("path") or "labs"
+        say = None if a.json else (lambda text: print(text, file=sys.stderr, flush=True))
+        result = grade(path, a.lab, a.timeout, config, progress=say)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"labkit grade: {e}", file=sys.stderr)
+        return 2
+    if a.junit:
+        Path(a.junit).write_text(reports.junit_xml(result))
+    if a.classroom:
+        Path(a.classroom).write_text(json.dumps(reports.classroom(result), indent=1) + "\n")
+        Path(a.classroom + ".b64").write_text(reports.classroom_b64(result) + "\n")
+    if os.environ.get("GITHUB_OUTPUT"):
+        with open(os.environ["GITHUB_OUTPUT"], "a") as f:
+            f.write(f"result={reports.classroom_b64(result)}\nscore={result.score:g}\nmax_score={result.max_score:g}\n")
+    if a.summary:
+        with open(a.summary, "a") as f:
+            f.write(reports.summary_markdown(result))
+    print(json.dumps(result.to_dict()) if a.json else reports.text(result))
+    floor = a.min_score if a.min_score is not None else config.get("min_score")
+    return 0 if result.passed or (floor is not None and result.score >= float(floor)) else 1
