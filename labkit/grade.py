@@ -145,11 +145,14 @@ def grade_lab(lab: labs.Lab, folder: Path, scratch: Path, config: dict[str, Any]
     report, why = _run_check(lab, scratch / lab.starter, timeout or lab.timeout, scratch)
     took = time.perf_counter() - start
     if report is None or not report.get("steps"):
-        return _all_fail(lab, points, why or f"the check failed: {report.get('error') if report else '?'}", took)
+        cases = _all_fail(lab, points, "not checked: step 1 failed", took)
+        cases[0].message = why or f"the check failed: {report.get('error') if report else '?'}"
+        return cases
     cases = []
     for s in report["steps"]:
         k = int(s["step"])
-        cases.append(Case(lab.name, k, lab.step_title(k), bool(s["passed"]), s["message"],
+        message = s["message"] if len(s["message"]) <= 8000 else s["message"][:4000] + "\n...\n" + s["message"][-4000:]
+        cases.append(Case(lab.name, k, lab.step_title(k), bool(s["passed"]), message,
                           points[k - 1] if s["passed"] else 0.0, points[k - 1], took / lab.n_steps))
     return cases
 

@@ -32,8 +32,7 @@ def _clean(text: str) -> str:
 
 def junit_xml(result: Result) -> str:
     """The result as a JUnit XML document."""
-    root = ET.Element("testsuites", name="labkit grade", tests=str(len(result.cases)),
-                      failures=str(sum(not c.passed for c in result.cases)), time=f"{result.seconds:.3f}")
+    root = ET.Element("testsuites")  # the schema gives the aggregate no attributes; each testsuite has its counts
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     host = socket.gethostname() or "localhost"
     for index, lab in enumerate(result.labs()):

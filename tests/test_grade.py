@@ -1,0 +1,182 @@
+"""labkit.grade and labkit.reports: points, outputs CI systems read, and grading that survives hostile scripts."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from labkit import course, grade, labs, reports
+
+ROOT = labs.ROOT
+XSD = Path(__file__).resolve().parent / "fixtures" / "junit" / "JUnit.xsd"
+
+
+def _result() -> grade.Result:
+    cases = [grade.Case("horovod", 1, "init", True, "ok", 1.0, 1.0, 2.0),
+             grade.Case("horovod", 2, "verbose", False, "rank 1 prints <progress> & \x1b[0mbars\nmore", 0.0, 2.0, 2.0),
+             grade.Case("mirrored", 1, "devices", False, "not started: ...", 0.0, 1.0)]
+    return grade.Result("labs", cases, 4.0)
+
+
+def test_junit_is_valid_against_the_schema_ci_systems_read() -> None:
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    text = reports.junit_xml(_result())
+    suites = ET.fromstring(text)
+    xmlschema.XMLSchema(str(XSD)).validate(text)  # the aggregated form: testsuites, each with package and id
+    assert [s.get("name") for s in suites] == ["horovod", "mirrored"]
+    failure = suites[0].findall("testcase")[1].find("failure")
+    assert failure is not None and failure.get("message").startswith("rank 1 prints <progress>")
+    assert "more" in failure.text and "\x1b" not in failure.text
+    assert suites[0].get("failures") == "1" and suites[0].get("tests") == "2"
+
+
+def test_a_broken_document_is_rejected_by_the_schema() -> None:
+    import xmlschema
+
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        xmlschema.XMLSchema(str(XSD)).validate('<testsuite name="x" tests="1"><testcase name="a"/></testsuite>')
+
+
+def test_classroom_result_and_its_base64_form() -> None:
+    result = _result()
+    obj = reports.classroom(result)
+    assert obj["version"] == 1 and obj["status"] == "fail" and obj["max_score"] == 4.0
+    assert [t["status"] for t in obj["tests"]] == ["pass", "fail", "fail"]
+    assert obj["tests"][0] | {"score": 1.0, "max_score": 1.0} == obj["tests"][0]
+    assert json.loads(base64.b64decode(reports.classroom_b64(result))) == obj
+
+
+def test_summary_is_a_markdown_table() -> None:
+    text = reports.summary_markdown(_result())
+    assert text.startswith("## labkit grade: 1 / 4 points")
+    assert "| horovod | 2: verbose | **fail** | 0/2 | rank 1 prints <progress> & " in text
+
+
+def test_points_from_the_course_configuration(tmp_path: Path) -> None:
+    lab = labs.get("mirrored")
+    assert grade.step_points(lab, {}) == [1.0] * 4
+    assert grade.step_points(lab, {"points": {"mirrored": 10}}) == [2.5] * 4
+    assert grade.step_points(lab, {"points": {"mirrored": [1, 2, 3, 4]}}) == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="a list of 4 numbers"):
+        grade.step_points(lab, {"points": {"mirrored": [1, 2]}})
+    (tmp_path / "pyproject.toml").write_text('[tool.labkit.grading]\nlabs = ["mirrored"]\n')
+    (tmp_path / "labs").mkdir()
+    assert grade.load_config(tmp_path / "labs") == {"labs": ["mirrored"]}
+
+
+def _checkout(tmp_path: Path, scripts: dict[str, str]) -> Path:
+    """A learner's labs/ folder: starter name -> source file (``starter`` keeps the handed-out starter)."""
+    folder = tmp_path / "course" / "labs"
+    folder.mkdir(parents=True)
+    for name, source in scripts.items():
+        src = ROOT / "labs" / name if source == "starter" else ROOT / "solutions" / source
+        shutil.copy2(src, folder / name)
+    return folder
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, float]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime) for p in folder.rglob("*")
+            if p.is_file()}
+
+
+def test_untouched_starters_score_zero_in_seconds(tmp_path: Path) -> None:
+    folder = _checkout(tmp_path, {lab.starter: "starter" for lab in labs.LABS.values()})
+    (folder / "fashion_mnist_ps.py").write_text((folder / "fashion_mnist_ps.py").read_text() + "\n# my notes\n")
+    before = _snapshot(folder.parent)
+    start = time.perf_counter()
+    result = grade.grade(folder)
+    assert time.perf_counter() - start < 30
+    assert result.score == 0 and result.max_score == 17 and len(result.cases) == 17
+    assert all(c.message.startswith("not started") for c in result.cases)
+    assert _snapshot(folder.parent) == before
+
+
+def test_a_missing_script_scores_zero_and_says_so(tmp_path: Path) -> None:
+    folder = _checkout(tmp_path, {})
+    result = grade.grade(folder, ["mirrored"])
+    assert result.score == 0 and "missing" in result.cases[0].message
+
+
+HOSTILE = {
+    "syntax error": ("def main(:\n    pass\n", "SyntaxError"),
+    "exit at import": ("import sys\nprint('bye')\nsys.exit(3)\n", "exit code 3"),
+    "endless loop": ("while True:\n    pass\n", "timed out"),
+    "kills its parent": ("import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(300)\n",
+                         "the check was stopped"),
+    "leaves children": ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
+                        "'import time; time.sleep(303)'], start_new_session=True)\nsys.exit(1)\n", "exit code 1"),
+    "floods its output": ("import sys\nfor i in range(60000):\n    print('x' * 100)\nsys.exit(1)\n", "exit code 1"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_scripts_fail_step_one_with_nothing_left_running(tmp_path: Path, kind: str,
+                                                                 running: Callable[[str], bool]) -> None:
+    source, expect = HOSTILE[kind]
+    folder = tmp_path / "labs"
+    folder.mkdir()
+    (folder / "fashion_mnist_mirrored.py").write_text(source)
+    start = time.perf_counter()
+    result = grade.grade(folder, ["mirrored"], timeout=25)
+    assert time.perf_counter() - start < 25 + 60
+    first = result.cases[0]
+    assert not first.passed and expect in first.message, first.message[-1500:]
+    assert len(first.message) < 20000
+    assert result.score == 0
+    assert not running("time.sleep(303)") and not running("labkit.dprobe")
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_the_workflow_grades_a_course_repository(tmp_path: Path) -> None:
+    """The workflow's own shell steps (read from its YAML), in a course repository made by `labkit release`."""
+    import yaml
+
+    repo = tmp_path / "course"
+    course.release(repo)
+    (repo / ".venv").symlink_to(Path(sys.executable).parent.parent)  # what its setup step would create
+    steps = yaml.safe_load((repo / ".github" / "workflows" / "grade.yml").read_text())["jobs"]["grade"]["steps"]
+    grade_step = next(s for s in steps if s.get("id") == "grade")
+    assert any(s.get("id") == "setup" and s["run"] == "make setup" for s in steps)  # not run here: it reinstalls
+
+    def run_workflow() -> tuple[int, dict[str, str], dict]:
+        out, summary = tmp_path / "github_output", tmp_path / "summary.md"
+        out.write_text("")
+        env = {**_clean_env(), "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+        done = subprocess.run(["bash", "-e", "-c", grade_step["run"]], cwd=repo, env=env, capture_output=True,
+                              text=True, timeout=900)
+        outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+        return done.returncode, outputs, json.loads(base64.b64decode(outputs["result"]))
+
+    code, outputs, points = run_workflow()  # the release: untouched starters
+    assert code == 1 and outputs["score"] == "0" and points["max_score"] == 17
+    for lab in labs.LABS.values():  # the final solutions
+        shutil.copy2(lab.solution(), repo / "labs" / lab.starter)
+    code, outputs, points = run_workflow()
+    assert code == 0 and outputs["score"] == "17", [t["message"] for t in points["tests"] if t["status"] != "pass"]
+    assert (repo / "grade.xml").is_file() and "labkit grade: 17 / 17" in (tmp_path / "summary.md").read_text()
+    shutil.copy2(labs.get("horovod").solution(3), repo / "labs" / "fashion_mnist.py")  # a learner half-way
+    course.reset(repo / "labs" / "fashion_mnist_ps.py")
+    code, outputs, points = run_workflow()
+    failing = [t["name"].split(":")[0] for t in points["tests"] if t["status"] == "fail"]
+    assert code == 1 and outputs["score"] == "11"
+    assert failing == ["horovod step 4", "horovod step 5", "horovod step 6", "parameter-server step 1",
+                       "parameter-server step 2", "parameter-server step 3"]
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_", "GITHUB_"))}
