@@ -1,0 +1,66 @@
+"""labkit.course: the learner's release (no solutions) and resetting a starter with a backup."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import course, labs
+
+ROOT = labs.ROOT
+
+
+def test_release_holds_starters_cleared_notebooks_and_grading_but_no_solutions(tmp_path: Path) -> None:
+    out = tmp_path / "course"
+    written = course.release(out)
+    assert "pyproject.toml" in written and ".github/workflows/grade.yml" in written
+    assert not (out / "solutions").exists() and not (out / "tests").exists()
+    for lab in labs.LABS.values():
+        assert (out / "labs" / lab.starter).read_text() == (ROOT / "labs" / lab.starter).read_text()
+        assert (out / course.STARTERS / lab.starter).is_file()
+    nb = json.loads((out / "labs" / "02_horovod.ipynb").read_text())
+    assert all(c.get("outputs", []) == [] for c in nb["cells"] if c["cell_type"] == "code")
+    assert "[tool.labkit.grading]" in (out / "pyproject.toml").read_text()
+    assert course.release(out, check=True) == []
+
+
+def test_release_check_names_what_is_out_of_sync(tmp_path: Path) -> None:
+    out = tmp_path / "course"
+    course.release(out)
+    (out / "labs" / "fashion_mnist.py").write_text("# edited\n")
+    (out / "solutions").mkdir()
+    done = subprocess.run([sys.executable, "-m", "labkit.cli", "release", "--check", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "labs/fashion_mnist.py" in done.stderr and "solutions/" in done.stderr
+    with pytest.raises(ValueError, match="another folder"):
+        course.release(ROOT)
+
+
+def test_not_started_ignores_comments_but_not_code(tmp_path: Path) -> None:
+    lab = labs.get("horovod")
+    script = tmp_path / lab.starter
+    starter = (ROOT / "labs" / lab.starter).read_text()
+    script.write_text(starter.replace("# TODO: Step 2", "# my note\n    # TODO: Step 2"))
+    assert course.not_started(script, lab)
+    script.write_text(starter + "print('started')\n")
+    assert not course.not_started(script, lab)
+
+
+def test_reset_restores_the_starter_and_keeps_every_version(tmp_path: Path) -> None:
+    folder = tmp_path / "labs"
+    folder.mkdir()
+    script = folder / "fashion_mnist_mirrored.py"
+    assert course.reset(script) is None and script.read_text() == (ROOT / "labs" / script.name).read_text()
+    script.write_text("my first try\n")
+    first = course.reset(script)
+    script.write_text("my second try\n")
+    second = course.reset(script)
+    assert first != second and first.read_text() == "my first try\n" and second.read_text() == "my second try\n"
+    assert script.read_text() == (ROOT / "labs" / script.name).read_text()
+    assert course.reset(script) is None  # already the starter: nothing to back up
+    with pytest.raises(ValueError, match="not a lab starter"):
+        course.reset(folder / "notes.py")
