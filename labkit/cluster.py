@@ -177,6 +177,7 @@ class Cluster:
         self.leading = [k for k in self.tasks if k[0] == "chief"] if ps_run and "chief" in self.spec else [
             k for k in self.tasks if k[0] in ("chief", "worker")
         ]
+        self.serving = ps_run and "chief" in self.spec  # workers and servers only serve
         self.start_time: float | None = None
         self.start_wall: float | None = None
         (self.log_dir / "command.txt").write_text(
@@ -295,8 +296,12 @@ class Cluster:
         try:
             while True:
                 failed = [
-                    t for t in self.tasks.values()
-                    if t.proc is not None and not t.killed and t.proc.returncode not in (None, 0)
+                    t for key, t in self.tasks.items()
+                    if t.proc is not None and not t.killed and (
+                        t.proc.returncode not in (None, 0)
+                        # with parameter servers, workers and servers serve until stopped: one that
+                        # returns on its own ends the run at once instead of leaving the chief waiting
+                        or (self.serving and key not in self.leading and t.proc.returncode is not None))
                 ]
                 if failed or all(not self.tasks[k].alive() for k in self.leading):
                     break

@@ -168,6 +168,18 @@ def install(rec: Recorder) -> None:
     coord = tf.distribute.experimental.coordinator.ClusterCoordinator
     stats = rec.record["coordinator"]
     c_init, c_schedule, c_join = coord.__init__, coord.schedule, coord.join
+    c_per_worker = coord.create_per_worker_dataset
+
+    def cper_worker(self: Any, dataset_fn: Any, *a: Any, **kw: Any) -> Any:
+        # Each worker gets its own input pipeline, however the script asked for it (fit or a custom loop).
+        kinds = stats.setdefault("per_worker_datasets", [])
+        kinds.append("function" if callable(dataset_fn) and not isinstance(dataset_fn, tf.data.Dataset)
+                     else type(dataset_fn).__name__)
+        rec.dump()
+        return c_per_worker(self, dataset_fn, *a, **kw)
+
+    coord.create_per_worker_dataset = cper_worker
+    _record_ps_variables(tf, rec)
 
     def cinit(self: Any, *a: Any, **kw: Any) -> None:
         c_init(self, *a, **kw)
@@ -248,6 +260,29 @@ def install(rec: Recorder) -> None:
         return out
 
     model_cls.fit, model_cls.save = fit, save
+
+
+def _record_ps_variables(tf: Any, rec: Recorder) -> None:
+    """Where the variables created under a ParameterServerStrategy go (with fit or without)."""
+    try:
+        from tensorflow.python.distribute import parameter_server_strategy_v2 as pss
+    except ImportError:  # pragma: no cover - TensorFlow moved it
+        return
+    extended = pss.ParameterServerStrategyV2Extended
+    original = extended._create_variable
+    devices = rec.record.setdefault("ps_variable_devices", {})
+
+    def create(self: Any, *a: Any, **kw: Any) -> Any:
+        var = original(self, *a, **kw)
+        try:
+            parts = getattr(var, "_variables", None) or [var]  # a sharded variable has parts
+            for part in parts:
+                devices[part.device] = devices.get(part.device, 0) + 1
+        except Exception:  # noqa: BLE001 - observing must never break the run
+            pass
+        return var
+
+    extended._create_variable = create
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,10 @@ def test_mirrored_solutions(version: int) -> None:
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_parameter_server_solutions(version: int) -> None:
     report = check.run_check("parameter-server", _script("fashion_mnist_ps", version), timeout=300, fresh=True)
-    _expect(report, version, 3)
+    # Step 3 asks for an effect, each worker running its own input pipeline, which fit already gives a plain
+    # tf.data.Dataset (as TensorFlow's tutorial does): the step-2 script meets it; the lab's DatasetCreator is
+    # the recommended way, not the only correct one.
+    _expect(report, 3 if version == 2 else version, 3)
 
 
 @pytest.mark.slow
@@ -168,3 +172,70 @@ def test_multiworker_manual_sharding_passes_steps_1_to_3(tmp_path: Path) -> None
     )
     report = check.run_check("multiworker", variant, 3, timeout=300, fresh=True)
     assert report.passed, report.format()
+
+
+PS_FINAL = SOL / "fashion_mnist_ps_after_step_03.py"
+
+
+@pytest.mark.slow
+def test_parameter_server_with_a_plain_dataset_passes(tmp_path: Path) -> None:
+    """TensorFlow's own tutorial passes a tf.data.Dataset to fit: every worker still gets its own pipeline."""
+    script = _variant(tmp_path, PS_FINAL, (
+        "train_ds = tf.keras.utils.experimental.DatasetCreator(train_input)",
+        "train_ds = (tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(len(x_train)).repeat()\n"
+        "                .batch(args.batch_size, drop_remainder=True).map(standardize(mean, std)))"))
+    report = check.run_check("parameter-server", script, timeout=300, fresh=True)
+    assert report.passed, report.format()
+
+
+@pytest.mark.slow
+def test_parameter_server_with_a_custom_loop_passes(tmp_path: Path) -> None:
+    """ClusterCoordinator.schedule in a loop of its own, without fit."""
+    loop = '''
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        loss_fn = tf.keras.losses.CategoricalCrossentropy(reduction="none")
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(train_input)
+
+    per_worker = coordinator.create_per_worker_dataset(per_worker_dataset_fn)
+    iterator = iter(per_worker)
+
+    @tf.function
+    def step(it):
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                per_example = loss_fn(y, model(x, training=True))
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        x, y = next(it)
+        return strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)), axis=None)
+
+    for epoch in range(args.epochs):
+        for _ in range(steps_per_epoch):
+            coordinator.schedule(step, args=(iterator,))
+        coordinator.join()
+        print(f"epoch {epoch + 1} done", flush=True)
+    return 0
+'''
+    text = PS_FINAL.read_text()
+    start = text.index("    os.makedirs(args.log_dir, exist_ok=True)")
+    end = text.index('\n\nif __name__ == "__main__":')
+    out = tmp_path / "fashion_mnist_ps_custom_loop.py"
+    out.write_text(text[:start] + loop + text[end:])
+    report = check.run_check("parameter-server", out, timeout=300, fresh=True)
+    assert report.passed, report.format()
+
+
+@pytest.mark.slow
+def test_servers_that_return_fail_step_1_at_once(tmp_path: Path) -> None:
+    script = _variant(tmp_path, PS_FINAL, ("        server.join()  # runs until the cluster is stopped\n", ""))
+    t = time.perf_counter()
+    report = check.run_check("parameter-server", script, timeout=180, fresh=True)
+    assert time.perf_counter() - t < 90
+    assert not report.passed and report.first_failing_step == 1
+    assert "instead of serving" in report.steps[0].message and "server.join()" in report.steps[0].message

@@ -8,8 +8,9 @@ from labkit.check import Report, StepResult
 
 
 def _report() -> Report:
-    return Report("horovod", "fashion_mnist.py", [StepResult(1, True, "ok"), StepResult(2, True, "ok"),
-                                                  StepResult(3, False, "wrap the optimizer in hvd.DistributedOptimizer")])
+    steps = [StepResult(1, True, "ok"), StepResult(2, True, "ok"),
+             StepResult(3, False, "wrap the optimizer in hvd.DistributedOptimizer")]
+    return Report("horovod", "fashion_mnist.py", steps)
 
 
 def test_assert_passed_up_to_a_step() -> None:

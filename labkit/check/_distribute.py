@@ -386,6 +386,11 @@ def _parameter_server(script: Path, step: int, timeout: float, work: Path, **kw:
         return recs["chief.0"]
 
     def step1() -> str:
+        for name in ("worker.0", "worker.1", "ps.0"):  # a server that stopped serving explains the rest
+            r = recs.get(name)
+            if r is not None and r.get("exit") is not None and not r.get("fits"):
+                raise _Failed(f"{name} exited (code {r['exit']}) instead of serving until the cluster stops: "
+                              "start a tf.distribute.Server for it and call server.join()")
         rec = chief()
         made = [s["class"] for s in rec.get("strategies", [])]
         if not any(m.startswith("ParameterServerStrategy") for m in made):
@@ -399,16 +404,23 @@ def _parameter_server(script: Path, step: int, timeout: float, work: Path, **kw:
             if r.get("fits"):
                 raise _Failed(f"{name} trained a model itself: workers and parameter servers only serve; start a "
                               "tf.distribute.Server for them and join() it, and let the chief train")
-            if r.get("exit") is not None:
-                raise _Failed(f"{name} exited (code {r['exit']}) instead of serving until the cluster stops: "
-                              "call server.join()")
         return "the chief created a ParameterServerStrategy; workers and the parameter server served until stopped"
 
     def step2() -> str:
-        f = _fit(chief(), "the chief")
-        devices = f["variables"]["devices"]
-        if not f["strategy"].startswith("ParameterServerStrategy"):
-            raise _Failed(f"the model belongs to {f['strategy']}: build and compile it inside `with strategy.scope():`")
+        rec = chief()
+        if rec.get("fits"):
+            f = _fit(rec, "the chief")
+            devices = f["variables"]["devices"]
+            if not f["strategy"].startswith("ParameterServerStrategy"):
+                raise _Failed(f"the model belongs to {f['strategy']}: build and compile it inside "
+                              "`with strategy.scope():`")
+        else:  # a custom training loop: the variables created under the strategy
+            if rec.get("error"):
+                raise _Failed(f"the chief stopped with an error: {rec['error'][-600:]}")
+            devices = sorted(rec.get("ps_variable_devices") or {})
+            if not devices:
+                raise _Failed("no variable was created under the ParameterServerStrategy: create the model (and "
+                              "optimizer) inside `with strategy.scope():`")
         if not devices or not all("/job:ps" in d for d in devices):
             raise _Failed(f"the model's variables are on {devices[:3]}, not on the parameter server: "
                           "create the model inside strategy.scope()")
@@ -416,21 +428,23 @@ def _parameter_server(script: Path, step: int, timeout: float, work: Path, **kw:
 
     def step3() -> str:
         rec = chief()
-        f = _fit(rec, "the chief")
         co = rec.get("coordinator") or {}
+        if rec.get("error"):
+            raise _Failed(f"the chief stopped with an error: {rec['error'][-600:]}")
         if not co.get("created") or co.get("scheduled", 0) < epochs * spe:
             raise _Failed(f"the ClusterCoordinator scheduled {co.get('scheduled', 0)} steps, expected at least "
                           f"{epochs * spe}: train with model.fit(..., steps_per_epoch=...) or coordinator.schedule")
+        f = rec["fits"][-1] if rec.get("fits") else {}
         if f.get("iterations") is not None and f["iterations"] < epochs * spe:
             raise _Failed(f"only {f['iterations']} of {epochs * spe} scheduled steps updated the variables")
-        calls = f.get("dataset_fn_calls")
-        if calls is None:
-            raise _Failed(f"fit got a {f['input']} built once on the chief: give it "
-                          "tf.keras.utils.experimental.DatasetCreator(dataset_fn) so that every worker builds its "
-                          "own input pipeline")
-        if not calls:
+        per_worker = co.get("per_worker_datasets") or []
+        if not per_worker:
+            raise _Failed("no worker built its own input pipeline: give fit a tf.data.Dataset or a "
+                          "DatasetCreator, or in a custom loop use coordinator.create_per_worker_dataset(dataset_fn)")
+        if f.get("dataset_fn_calls") == []:
             raise _Failed("the dataset function given to DatasetCreator was never called")
-        return (f"a ClusterCoordinator ran {co.get('scheduled')} steps on the workers (variables updated "
-                f"{f.get('iterations')} times); the workers' input pipelines come from a dataset function")
+        updates = f" (variables updated {f['iterations']} times)" if f.get("iterations") is not None else ""
+        return (f"a ClusterCoordinator ran {co.get('scheduled')} steps on the workers{updates}; each worker builds "
+                f"its own input pipeline ({', '.join(sorted(set(per_worker)))})")
 
     return _judge(step, [step1, step2, step3], run_error)
