@@ -210,7 +210,7 @@ class Cluster:
         host = self.host_of(task_type, index)
         if self.host_list and not hosts.is_local(host):
             where = self.tasks[(task_type, index)].cwd or self.cwd or Path.cwd()
-            return launchers.ssh_command(host, self.command, self.task_env(task_type, index), where, self.ssh_args)
+            return launchers.remote_command(host, self.command, self.task_env(task_type, index), where, self.ssh_args)
         return list(self.command)
 
     def commands(self) -> dict[str, list[str]]:

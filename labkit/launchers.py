@@ -207,7 +207,7 @@ class Gloo(HorovodRun):
     controller = "--gloo"
 
 
-def ssh_command(host: str, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None,
+def remote_command(host: str, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None,
                 ssh_args: Sequence[str] = ()) -> list[str]:
     """``ssh HOST 'cd CWD && env K=V ... ARGV'``: ``argv`` run on ``host`` with ``env``.
 
@@ -246,7 +246,7 @@ class SSH(Launcher):
             if hosts.is_local(host):
                 out.append((f"rank.{rank}", list(command), extra))
             else:
-                out.append((f"rank.{rank}", ssh_command(host, command, {**env, **extra}, self.cwd, self.ssh_args),
+                out.append((f"rank.{rank}", remote_command(host, command, {**env, **extra}, self.cwd, self.ssh_args),
                             {}))
         return out
 

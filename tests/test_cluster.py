@@ -148,3 +148,16 @@ def test_kill_and_resume_repeats_no_completed_epoch(tmp_path: Path) -> None:
     spec = json.loads((tmp_path / "logs" / "cluster.json").read_text())["cluster"]
     assert all(tfconfig.port_is_free(p) for p in tfconfig.ports(spec))
     assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())
+
+
+def test_tasks_on_other_hosts_start_over_ssh_with_their_tf_config(tmp_path: Path) -> None:
+    from labkit import hosts
+
+    c = cluster.Cluster(["python", "train.py"], workers=2, host_list=hosts.parse_hosts("localhost:1,node7:1"),
+                        log_dir=tmp_path / "logs", quiet=True, record=False)
+    cmds = c.commands()
+    assert cmds["worker.0"][-1] == "train.py"  # this machine: started directly
+    remote = cmds["worker.1"]
+    assert remote[:2] == ["ssh", "-tt"] and "node7" in remote
+    assert "TF_CONFIG=" in remote[-1] and '"index": 1' in remote[-1] and "node7:" in remote[-1]
+    assert c.spec["worker"][0].startswith("localhost:")
