@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 
 # -- the job contract (written by launchers, read by children) --------------------------------
 JOB_ID = "LABKIT_JOB_ID"  # marks every process of a job, so the process layer finds and stops them
+JOB_IDS = "LABKIT_JOB_IDS"  # the marks of the jobs this job runs inside (a job started by a job), ':'-separated
 RUN_ID = "LABKIT_RUN_ID"  # the run record's id
 LAUNCHER = "LABKIT_LAUNCHER"  # mpirun, horovodrun, gloo, slurm, cluster, ipyparallel, ...
 LOG_DIR = "LABKIT_LOG_DIR"  # the job's log folder
@@ -78,7 +79,10 @@ class JobEnv:
             if raw is None or raw == "":
                 continue
             if name in _INTS:
-                values[name] = int(raw) if raw.strip().lstrip("-").isdigit() else None
+                try:
+                    values[name] = int(raw)
+                except ValueError:
+                    values[name] = None
             else:
                 values[name] = raw
         return cls(**values)  # type: ignore[arg-type]
@@ -96,5 +100,5 @@ def current() -> JobEnv:
 
 def strip(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without the job contract (a process that must not look like part of a job)."""
-    names = set(_NAMES.values())
+    names = {*_NAMES.values(), JOB_IDS}
     return {k: v for k, v in environ.items() if k not in names}

@@ -111,22 +111,43 @@ def _all_fail(lab: labs.Lab, points: list[float], message: str, seconds: float =
             for k in range(1, lab.n_steps + 1)]
 
 
+def _report_of(out: str, code: int | None, lab: labs.Lab) -> dict[str, Any] | None:
+    """The check's JSON report: its last line, from a check that ended on its own, for this lab."""
+    lines = [line for line in out.splitlines() if line.strip()]
+    if code not in (0, 1) or not lines:
+        return None
+    try:
+        report = json.loads(lines[-1])
+    except ValueError:
+        return None
+    steps = report.get("steps") if isinstance(report, dict) else None
+    if report.get("lab") != lab.name or not isinstance(steps, list):
+        return None
+    good = all(isinstance(s, dict) and isinstance(s.get("step"), int) and 1 <= s["step"] <= lab.n_steps
+               and isinstance(s.get("passed"), bool) and isinstance(s.get("message"), str) for s in steps)
+    return report if good else None
+
+
 def _run_check(lab: labs.Lab, script: Path, timeout: float, scratch: Path) -> tuple[dict[str, Any] | None, str]:
-    """``labkit check`` in a process of its own; its JSON report, or None and why."""
+    """``labkit check`` in a process of its own; its JSON report, or None and why.
+
+    The report is read from the check's own output, kept outside the folder the learner's script runs
+    from, and only from a check that ended on its own: a script cannot write or fake it.
+    """
     argv = [sys.executable, "-m", "labkit.cli", "check", lab.name, str(script), "--json", "--timeout", str(timeout)]
-    log = scratch / f"check-{lab.name}.log"
-    with proc.Job() as job:
-        p = job.spawn(argv, cwd=scratch, log=log, name=f"check {lab.name}")
-        code = p.wait(timeout + 60)  # the check stops its own runs at ``timeout``; this is the backstop
-    out = log.read_text(errors="replace") if log.exists() else ""
-    for line in reversed(out.splitlines()):
-        if line.startswith("{") and '"lab"' in line:
-            try:
-                return json.loads(line), ""
-            except ValueError:
-                break
+    with tempfile.TemporaryDirectory(prefix="labkit-grade-log-") as logs:
+        log = Path(logs) / f"check-{lab.name}.log"
+        with proc.Job() as job:
+            p = job.spawn(argv, cwd=scratch, log=log, name=f"check {lab.name}")
+            code = p.wait(timeout + 60)  # the check stops its own runs at ``timeout``; this is the backstop
+        out = log.read_text(errors="replace") if log.exists() else ""
+    report = _report_of(out, code, lab)
+    if report is not None:
+        return report, ""
     if code is None:
         return None, f"the check did not finish within {timeout + 60:.0f} s and was stopped"
+    if code == 2 and '"error"' in out:  # the check refused the script (e.g. it does not exist)
+        return None, "the check could not run: " + out.strip().splitlines()[-1][:2000]
     tail = "\n".join(out.strip().splitlines()[-8:])
     return None, f"the check was stopped (exit code {code}): the script may have killed its parent\n{tail}"
 

@@ -180,6 +180,7 @@ def run(
     start, started = time.perf_counter(), time.time()
     timed_out = interrupted = False
     procs: list[proc.Proc] = []
+    first_failure: int | None = None  # before the rest are stopped (their SIGTERM is not the cause)
     try:
         procs = chosen.start(job, wrapped, wenv, logs, on_output=feed,
                              on_end=renderer.close if renderer else None, cwd=cwd)
@@ -194,6 +195,7 @@ def run(
         finished = proc.wait_until(
             lambda: all(not p.alive() for p in procs) or any(p.returncode not in (None, 0) for p in procs), timeout)
         timed_out = not finished
+        first_failure = next((p.returncode for p in procs if p.returncode not in (None, 0)), None)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -201,10 +203,9 @@ def run(
         job.stop()
     duration = time.perf_counter() - start
     exits, errors = collect_rank_results(logs, np)
-    codes = [p.returncode for p in procs]
-    code = next((c for c in codes if c not in (0, None)), 0 if codes and all(c == 0 for c in codes) else -1)
+    code = exit_code([p.returncode for p in procs], first_failure)
     if timed_out or interrupted:
-        code = code if code not in (0, None, -1) else 124 if timed_out else 130
+        code = 124 if timed_out else 130
     result = JobResult(code, shown[0], logs, np, duration, timed_out, interrupted, exits, errors)
     if record:
         status = "ok" if result.ok else "timeout" if timed_out else "interrupted" if interrupted else "failed"
@@ -220,6 +221,14 @@ def run(
     if interrupted:
         raise KeyboardInterrupt(result.summary())
     return result
+
+
+def exit_code(codes: list[int | None], first_failure: int | None = None) -> int:
+    """One exit status for the job, the shell's way: the first failure, a signal ``s`` as ``128 + s``."""
+    code = first_failure if first_failure is not None else next((c for c in codes if c not in (0, None)), None)
+    if code is None:
+        return 0 if codes and all(c == 0 for c in codes) else 1
+    return 128 - code if code < 0 else code
 
 
 def add_cli(sub) -> None:  # noqa: ANN001

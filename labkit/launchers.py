@@ -239,6 +239,13 @@ class SSH(Launcher):
         self.ssh_args = list(ssh_args)
         self.cwd = cwd or os.getcwd()
 
+    def start(self, job: proc.Job, command: Sequence[str], env: Mapping[str, str], log_dir: Path,
+              on_output: Callable[[bytes], None] | None = None, on_end: Callable[[], None] | None = None,
+              cwd: str | Path | None = None) -> list[proc.Proc]:
+        if cwd:  # remote ranks start in the same folder as local ones
+            self.cwd = str(Path(cwd).resolve())
+        return super().start(job, command, env, log_dir, on_output, on_end, cwd)
+
     def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:
         out = []
         for rank, host in enumerate(hosts.place(self.hosts, self.np)):

@@ -24,18 +24,29 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import psutil
 
 from labkit import contract
 
+_PRCTL: list = []  # libc's prctl, looked up in the parent: the child only calls it
+
+
+def _prctl() -> object | None:
+    if not _PRCTL:
+        try:
+            _PRCTL.append(ctypes.CDLL("libc.so.6", use_errno=True).prctl)
+        except OSError:
+            _PRCTL.append(None)
+    return _PRCTL[0]
+
 
 def die_with_parent() -> None:
     """In a child, before exec: get SIGKILL when the parent dies, whatever killed it."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    prctl = _PRCTL[0] if _PRCTL else _prctl()
+    if prctl is not None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Proc:
@@ -92,7 +103,9 @@ def marked(job_id: str) -> list[psutil.Process]:
         if p.pid == me:
             continue
         try:
-            if p.environ().get(contract.JOB_ID) == job_id and p.status() != psutil.STATUS_ZOMBIE:
+            env = p.environ()
+            ours = env.get(contract.JOB_ID) == job_id or job_id in env.get(contract.JOB_IDS, "").split(":")
+            if ours and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
@@ -117,8 +130,15 @@ class Job:
 
     def env(self, extra: Mapping[str, str | None] | None = None,
             base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """``base`` (default: this process's environment) + ``extra`` (``None`` unsets) + the job's mark."""
-        merged = {**(os.environ if base is None else base), **(extra or {}), contract.JOB_ID: self.id}
+        """``base`` (default: this process's environment) + ``extra`` (``None`` unsets) + the job's mark.
+
+        A job started inside another job keeps the outer marks too, so stopping the outer job
+        also finds what the inner one left behind.
+        """
+        merged: dict[str, str | None] = {**(os.environ if base is None else base), **(extra or {})}
+        outer = [i for i in [*(merged.get(contract.JOB_IDS) or "").split(":"), merged.get(contract.JOB_ID)] if i]
+        merged[contract.JOB_IDS] = ":".join(dict.fromkeys([*outer, self.id]))
+        merged[contract.JOB_ID] = self.id
         return {k: v for k, v in merged.items() if v is not None}
 
     def spawn(
@@ -145,12 +165,19 @@ class Job:
             raise ValueError("nothing to run: empty argument list")
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
-        popen = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.env(env), cwd=cwd, start_new_session=True, preexec_fn=die_with_parent,
-        )
+        _prctl()  # looked up here, not in the forked child
+        out = open(log, "ab" if append else "wb", buffering=0) if log else None  # noqa: SIM115 - the pump closes it
+        try:
+            popen = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env(env), cwd=cwd, start_new_session=True, preexec_fn=die_with_parent,
+            )
+        except BaseException:
+            if out:
+                out.close()
+            raise
         proc = Proc(popen, name or Path(argv[0]).name, log)
-        proc.pump = threading.Thread(target=_pump, args=(popen, log, on_output, on_end, append, header), daemon=True)
+        proc.pump = threading.Thread(target=_pump, args=(popen, out, on_output, on_end, header), daemon=True)
         proc.pump.start()
         self.procs.append(proc)
         self._stopped = False
@@ -254,11 +281,10 @@ def follow(path: Path, on_output: Callable[[bytes], None] | None, stop: threadin
             on_end()
 
 
-def _pump(popen: subprocess.Popen, log: Path | None, on_output: Callable[[bytes], None] | None,
-          on_end: Callable[[], None] | None, append: bool, header: bytes) -> None:
+def _pump(popen: subprocess.Popen, out: BinaryIO | None, on_output: Callable[[bytes], None] | None,
+          on_end: Callable[[], None] | None, header: bytes) -> None:
     assert popen.stdout is not None
     fd = popen.stdout.fileno()
-    out = open(log, "ab" if append else "wb", buffering=0) if log else None  # noqa: SIM115 - closed below
     try:
         if out and header:
             out.write(header)

@@ -109,7 +109,7 @@ def batch_script(o: SlurmOptions, command: Sequence[str], env: Mapping[str, str]
     lines = ["#!/bin/bash", "# Written by labkit; submit with: sbatch --wait THIS_FILE", *directives(o, output),
              "set -eo pipefail", f"cd {shlex.quote(str(workdir))}"]
     # The job's own settings; labkit's job contract comes with the submitting environment.
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(contract.strip(env).items())]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(contract.strip(env).items()) if k.isidentifier()]
     why = {"mpirun": "# Horovod: mpirun reads the allocation from Slurm and starts one rank per task",
            "srun": "# Horovod: srun starts one rank per task; MPI finds its peers through PMIx",
            "tf_config": "# tf.distribute: one worker per task, each with a TF_CONFIG built from the allocation"}
@@ -199,6 +199,12 @@ def queued(job_id: str) -> bool:
     return out.returncode == 0 and bool(out.stdout.strip())
 
 
+def parse_job_id(output: str) -> str | None:
+    """The job id ``sbatch --parsable`` printed (``N`` or ``N;cluster`` on a line of its own)."""
+    m = re.search(r"^(\d+)(?:;\S+)?\s*$", output, re.M)
+    return m.group(1) if m else None
+
+
 def cancel(job_id: str, timeout: float = 60) -> bool:
     """``scancel`` a job Slurm still holds and wait until the queue no longer shows it; True when gone."""
     if not shutil.which("scancel") or not queued(job_id):
@@ -224,6 +230,7 @@ class Slurm(Launcher):
         self.script_only = Path(script_only) if script_only else None
         self.script_path = Path("job.sbatch")
         self.job_id: str | None = None
+        self.log_dir: Path | None = None
         self._follow: threading.Event | None = None
 
     def preflight(self) -> None:
@@ -248,13 +255,16 @@ class Slurm(Launcher):
         text = self.script(command, env, log_dir, Path(cwd or ".").resolve())
         self.script_path = self.script_only or (log_dir / "job.sbatch")
         self.script_path.write_text(text)
+        self.log_dir = log_dir
         if self.script_only:
             return []
 
+        seen = bytearray()
+
         def on_sbatch(chunk: bytes) -> None:
-            m = re.search(rb"(\d+)", chunk)
-            if m and self.job_id is None:
-                self.job_id = m.group(1).decode()
+            seen.extend(chunk)
+            if self.job_id is None:
+                self.job_id = parse_job_id(seen.decode(errors="replace"))
 
         (p,) = [job.spawn(argv, env={**env, **extra}, cwd=cwd, log=log_dir / "sbatch.out", on_output=on_sbatch,
                           name=name) for name, argv, extra in self.commands(command, env)]
@@ -269,6 +279,8 @@ class Slurm(Launcher):
         if self._follow is not None:
             time.sleep(0.3)  # the last lines
             self._follow.set()
+        if self.job_id is None and self.log_dir is not None and (self.log_dir / "sbatch.out").exists():
+            self.job_id = parse_job_id((self.log_dir / "sbatch.out").read_text(errors="replace"))
         if self.job_id:
             cancel(self.job_id)
 

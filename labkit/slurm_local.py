@@ -94,6 +94,7 @@ class LocalSlurm:
         self.job = proc.Job()
         self.conf = self.folder / "slurm.conf"
         self.started = 0.0
+        self.stopped = False
 
     def env(self) -> dict[str, str]:
         """What Slurm's commands need to talk to this cluster."""
@@ -154,9 +155,15 @@ class LocalSlurm:
 
     def stop(self) -> None:
         """Cancel every job, then stop the daemons (and anything they started)."""
+        if self.stopped:
+            return
+        self.stopped = True
         if any(p.alive() for p in self.job.procs):
-            subprocess.run(["scancel", "--full", "--quiet", "-u", "root"], capture_output=True, timeout=30,
-                           env={**os.environ, **self.env()})
+            try:
+                subprocess.run(["scancel", "--full", "--quiet", "-u", "root"], capture_output=True, timeout=30,
+                               env={**os.environ, **self.env()})
+            except (OSError, subprocess.TimeoutExpired):
+                pass  # the daemons are stopped below, and their jobs with them
         self.job.stop(grace=5)
         # Job steps run under slurmstepd, which slurmd starts with an environment of its own.
         for p in psutil.process_iter(["name", "create_time"]):

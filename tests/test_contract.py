@@ -37,3 +37,9 @@ def test_no_other_module_spells_a_labkit_variable() -> None:
     offenders = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "labkit").rglob("*.py"))
                  if p.name != "contract.py" and spelled.search(p.read_text())]
     assert offenders == []
+
+
+def test_signs_and_digits_that_are_not_numbers_read_as_unset() -> None:
+    assert contract.JobEnv.from_env({contract.NP: "--2"}).np is None
+    assert contract.JobEnv.from_env({contract.NP: "²"}).np is None
+    assert contract.JobEnv.from_env({contract.NP: "-1"}).np == -1

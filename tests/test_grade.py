@@ -180,3 +180,14 @@ def _clean_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_", "GITHUB_"))}
+
+
+def test_only_a_well_formed_report_of_a_finished_check_counts() -> None:
+    lab = labs.get("mirrored")
+    good = json.dumps({"lab": "mirrored", "steps": [{"step": 1, "passed": True, "message": "ok"}]})
+    assert grade._report_of("noise\n" + good + "\n", 1, lab) is not None
+    assert grade._report_of(good, -9, lab) is None  # the check was killed: its output proves nothing
+    assert grade._report_of(good + "\nmore output\n", 0, lab) is None  # not its last line
+    assert grade._report_of(good.replace('"mirrored"', '"horovod"'), 0, lab) is None
+    assert grade._report_of(good.replace('"step": 1', '"step": 9'), 0, lab) is None
+    assert grade._report_of(good.replace('"message": "ok"', '"msg": "ok"'), 0, lab) is None

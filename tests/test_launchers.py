@@ -125,3 +125,9 @@ def test_rank_from_env() -> None:
     assert rank_from_env({"HOROVOD_RANK": "1", "OMPI_COMM_WORLD_RANK": "3"}) == 1
     assert rank_from_env({"SLURM_PROCID": "2"}) == 2
     assert rank_from_env({}) == 0
+
+
+def test_one_exit_status_for_the_job() -> None:
+    assert launch.exit_code([0, 0]) == 0
+    assert launch.exit_code([-15, 1], first_failure=1) == 1  # the rest were stopped because of rank 1
+    assert launch.exit_code([-9]) == 137 and launch.exit_code([]) == 1

@@ -102,3 +102,18 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split()[2] != "Z"
+
+
+def test_a_job_inside_a_job_keeps_the_outer_mark(tmp_path: Path) -> None:
+    """What an inner job leaves behind (a detached daemon) is still found by the outer job."""
+    outer = proc.Job()
+    inner_env = outer.env()
+    inner = proc.Job()
+    env = inner.env(base=inner_env)
+    assert env[contract.JOB_ID] == inner.id and env[contract.JOB_IDS].split(":") == [outer.id, inner.id]
+    p = inner.spawn([sys.executable, "-c", SPAWNS_AND_DETACHES], env={contract.JOB_IDS: inner_env[contract.JOB_IDS]},
+                    log=tmp_path / "o")
+    assert proc.wait_until(lambda: "started" in p.output(), 30)
+    assert len(proc.marked(outer.id)) >= 2  # the outer job sees the inner job's processes
+    outer.stop(grace=1)
+    assert proc.marked(inner.id) == []

@@ -165,3 +165,9 @@ def test_bench_runs_through_slurm(tmp_path: Path, slurm: object) -> None:
                         args=SMALL, runs_file=tmp_path / "runs.jsonl", cwd=tmp_path, timeout=600, echo=False)
     assert [p.workers for p in sweep.points] == [1, 2] and all(p.images_per_sec for p in sweep.points)
     assert {r["launcher"] for r in runs.read(tmp_path / "runs.jsonl")} == {"slurm"}
+
+
+def test_the_job_id_is_read_from_its_own_line() -> None:
+    assert slurm.parse_job_id("sbatch: warning: can't honor --ntasks-per-node set to 4\n1234\n") == "1234"
+    assert slurm.parse_job_id("77;cluster\n") == "77"
+    assert slurm.parse_job_id("12") == "12" and slurm.parse_job_id("sbatch: error: 4 nodes") is None
