@@ -126,7 +126,6 @@ class Job:
     def __init__(self, job_id: str | None = None) -> None:
         self.id = job_id or uuid.uuid4().hex
         self.procs: list[Proc] = []
-        self._stopped = False
 
     def env(self, extra: Mapping[str, str | None] | None = None,
             base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -180,7 +179,6 @@ class Job:
         proc.pump = threading.Thread(target=_pump, args=(popen, out, on_output, on_end, header), daemon=True)
         proc.pump.start()
         self.procs.append(proc)
-        self._stopped = False
         return proc
 
     def members(self) -> list[psutil.Process]:
@@ -217,7 +215,6 @@ class Job:
             psutil.wait_procs(left, timeout=1.0)
         for p in self.procs:
             p.wait(5)
-        self._stopped = True
 
     def __enter__(self) -> Job:
         return self
