@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8888
 
-.PHONY: setup lab test test-fast lint gen bench clean
+.PHONY: setup lab test test-fast lint gen bench clean probe-fixtures
 
 setup:
 	@bash scripts/setup.sh
@@ -26,6 +26,10 @@ test-fast:
 
 lint:
 	$(PY) -m ruff check labkit tests labs solutions
+
+# Record the checks' probe runs the judges are tested on (tests/fixtures/probes), about 20 minutes.
+probe-fixtures:
+	$(PY) tests/probe_cases.py
 
 gen:
 	$(PY) -m labkit.cli gen

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from labkit.bench import bench
+from labkit.cliargs import accuracy, positive_float, positive_int
 
 
 def parse_nps(text: str) -> list[int]:
@@ -48,13 +49,14 @@ def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
 
     d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
     p.add_argument("--np", type=parse_nps, default=d([1, 2]), help="worker counts, e.g. 1,2,4 (default: 1,2)")
-    p.add_argument("--repeat", type=int, default=d(1), help="runs per worker count; the median is kept (default: 1)")
-    p.add_argument("--threads", type=int, default=d(None),
+    p.add_argument("--repeat", type=positive_int, default=d(1),
+        help="runs per worker count; the median is kept (default: 1)")
+    p.add_argument("--threads", type=positive_int, default=d(None),
                    help="threads per worker (default: cores // workers); 1 gives equal cores per worker")
     p.add_argument("--launcher", choices=(*names(), "cluster"), default=d("mpirun"),
                    help="mpirun/horovodrun/gloo for Horovod scripts, cluster for tf.distribute ones (TF_CONFIG); "
                         "default: mpirun")
-    p.add_argument("--timeout", type=float, default=d(None), help="seconds per run before it is killed")
+    p.add_argument("--timeout", type=positive_float, default=d(None), help="seconds per run before it is killed")
     p.add_argument("--runs-file", default=d(None), help="records file (default: $LABKIT_RUNS_FILE or runs/runs.jsonl)")
     p.add_argument("--json", action="store_true", default=d(False), help="print one JSON object instead of the table")
     p.add_argument("--plot", default=d(None), metavar="OUT.png", help="also save throughput/speedup plots here")
@@ -64,7 +66,7 @@ def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     p.add_argument("--shrink", type=parse_shrink, default=d(None), metavar="TRAIN,TEST,DIVISOR",
                    help="train on the first TRAIN/TEST images with Conv2D filters divided by DIVISOR, "
                         "without editing the script (e.g. 6000,1000,10 for the full WRN-16-10 on a CPU)")
-    p.add_argument("--target", type=float, default=d(None),
+    p.add_argument("--target", type=accuracy, default=d(None),
                    help="validation accuracy for the time to accuracy (default: the script's --target-accuracy)")
     p.add_argument("--env", type=parse_env, action="append", default=d([]), metavar="NAME=VALUE",
                    help="a variable for every worker, e.g. HOROVOD_CYCLE_TIME=5 to try a setting (repeatable)")

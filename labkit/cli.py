@@ -74,14 +74,23 @@ def _extra() -> list:
             cluster.add_cli, k8s.add_cli]
 
 
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    parser.add_argument("--traceback", action="store_true", help="show the full traceback of an error")
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a clear line, not a traceback; --traceback shows it
+        if args.traceback:
+            raise
+        problem = str(e) if isinstance(e, (ValueError, OSError, LookupError)) else f"{type(e).__name__}: {e}"
+        print(f"labkit {args.command}: {problem}", file=sys.stderr)
+        if not isinstance(e, (ValueError, OSError, LookupError)):
+            print("(an unexpected error: run again with `labkit --traceback ...` to see where)", file=sys.stderr)
+        return 2 if isinstance(e, (ValueError, LookupError)) else 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import contract, hosts, jobrecord, launchers, output, proc, runs, tfconfig
+from labkit.cliargs import nonnegative_int, positive_float, positive_int
 
 TaskId = tuple[str, int]
 
@@ -400,14 +401,14 @@ def add_cli(sub) -> None:  # noqa: ANN001
         description="Example: labkit cluster --workers 2 -- python fashion_mnist_multiworker.py --epochs 2",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--workers", type=int, default=2, help="number of workers")
-    p.add_argument("--ps", type=int, default=0, help="number of parameter servers")
+    p.add_argument("--workers", type=positive_int, default=2, help="number of workers")
+    p.add_argument("--ps", type=nonnegative_int, default=0, help="number of parameter servers")
     p.add_argument("--chief", action="store_true", help="add a chief task (needed with --ps)")
     p.add_argument("--addresses", default=None, help="comma-separated host:port per task, in order chief, workers, ps")
     p.add_argument("-H", "--hosts", default=None, help="machines and slots, e.g. n1:2,n2:2 (remote tasks over ssh)")
     p.add_argument("--hostfile", default=None, help="OpenMPI hostfile naming the machines")
-    p.add_argument("--threads", type=int, default=None, help="threads per task (default: cores // tasks)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds before every task is killed")
+    p.add_argument("--threads", type=positive_int, default=None, help="threads per task (default: cores // tasks)")
+    p.add_argument("--timeout", type=positive_float, default=None, help="seconds before every task is killed")
     p.add_argument("--log-dir", default=None, help="folder for <type>.<index>.log (default: runs/logs/<time>)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
     p.set_defaults(func=_cli)

@@ -97,17 +97,31 @@ def _ids(x: Any) -> list[float]:
     return [round(float(v), 3) for v in x.numpy()[:, 0, 0, 0]]
 
 
-def _sample_batches(model: Any, x: Any, steps: int) -> dict[str, Any]:
-    """What each local replica receives, through the same distribution fit uses."""
+def _sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """What each local replica receives, through the same data handler fit uses.
+
+    Any input fit accepts (a dataset, a distributed dataset, arrays with batch_size)
+    goes through tf-keras' own data handler, which distributes it as fit does.
+    """
     import tensorflow as tf
+    from tf_keras.src.engine import data_adapter
 
     strategy = model.distribute_strategy
     out: dict[str, Any] = {"per_replica_batch": [], "ids": []}
-    if not isinstance(x, tf.data.Dataset):
-        out["note"] = f"input is {type(x).__name__}, not a tf.data.Dataset"
+    if isinstance(x, tf.data.Dataset) or type(x).__name__.startswith("Distributed"):
+        dist = x if not isinstance(x, tf.data.Dataset) else strategy.experimental_distribute_dataset(x)
+    elif hasattr(x, "shape") or isinstance(x, tuple | list | dict):
+        with strategy.scope():
+            handler = data_adapter.get_data_handler(
+                x=x, y=kw.get("y"), batch_size=kw.get("batch_size"), steps_per_epoch=kw.get("steps_per_epoch"),
+                epochs=1, shuffle=kw.get("shuffle", True), model=model,
+                steps_per_execution=getattr(model, "_steps_per_execution", None))
+        dist = handler._dataset
+    else:
+        out["note"] = f"input is {type(x).__name__}, which the probe cannot sample"
         return out
-    dist = strategy.experimental_distribute_dataset(x)
     it = iter(dist)
+    steps = int(kw.get("steps_per_epoch") or PROBE_BATCHES)
     for _ in range(max(1, min(steps, PROBE_BATCHES))):
         batch = next(it)
         xb = batch[0] if isinstance(batch, tuple | list) else batch
@@ -235,7 +249,8 @@ def install(rec: Recorder) -> None:
             x.dataset_fn = counted
         if "Parameter" not in info["strategy"]:
             try:
-                info["batches"] = _sample_batches(self, x, int(kw.get("steps_per_epoch") or PROBE_BATCHES))
+                positional = dict(zip(("y", "batch_size"), a, strict=False))  # fit(x, y, batch_size, ...)
+                info["batches"] = _sample_batches(self, x, {**positional, **kw})
             except Exception as e:  # noqa: BLE001 - report, never break the learner's run
                 info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
         rec.dump()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import course, labs, proc
+from labkit.cliargs import nonnegative_float, positive_float
 
 
 @dataclass
@@ -219,8 +220,8 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.add_argument("--classroom", metavar="FILE", help="write the GitHub Classroom result here (and FILE.b64)")
     p.add_argument("--summary", metavar="FILE", help="append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per lab (default: the lab's own)")
-    p.add_argument("--min-score", type=float, default=None, help="exit 0 when the score reaches this")
+    p.add_argument("--timeout", type=positive_float, default=None, help="seconds per lab (default: the lab's own)")
+    p.add_argument("--min-score", type=nonnegative_float, default=None, help="exit 0 when the score reaches this")
     p.set_defaults(func=_cli)
 
 

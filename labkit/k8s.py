@@ -34,6 +34,7 @@ from typing import Any
 
 from labkit import contract
 from labkit import env as lkenv
+from labkit.cliargs import nonnegative_int, positive_int
 
 # Placeholder: an image built from this repository (its requirements, Horovod with TensorFlow and
 # OpenMPI, openssh-server and -client, Fashion-MNIST in the Keras cache), the repository at /opt/labkit.
@@ -374,10 +375,11 @@ def add_cli(sub) -> None:  # noqa: ANN001
         k.add_argument("--image", help=f"container image (default: the placeholder {IMAGE})")
         if kind != "runtime":
             k.add_argument("--namespace", help="metadata.namespace (default: kubectl's current namespace)")
-            k.add_argument("--workers", type=int, help="worker pods (default: 2)")
+            k.add_argument("--workers", type=positive_int, help="worker pods (default: 2)")
             if kind == "mpijob":
-                k.add_argument("--slots-per-worker", type=int, help="MPI ranks per worker pod (default: 1)")
-            k.add_argument("--gpus-per-worker", type=int, help=f"{GPU} limit per worker (default: 0, CPU only)")
+                k.add_argument("--slots-per-worker", type=positive_int, help="MPI ranks per worker pod (default: 1)")
+            k.add_argument("--gpus-per-worker", type=nonnegative_int,
+                help=f"{GPU} limit per worker (default: 0, CPU only)")
             k.add_argument("--cpu", help="CPU request per worker (default: 2)")
             k.add_argument("--memory", help="memory request per worker (default: 8Gi)")
             if kind == "trainjob":

@@ -52,24 +52,24 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "broadcast the initial variables from rank 0",
         "divide steps_per_epoch and validation_steps by the number of workers",
         "average metrics with MetricAverageCallback before callbacks read them",
-    ), "fashion_mnist.py", "02_horovod.ipynb", 120.0, "labkit.check._horovod"),
+    ), "fashion_mnist.py", "02_horovod.ipynb", 120.0, "labkit.check.lab_horovod"),
     Lab("mirrored", "MirroredStrategy on one machine", (
         "several devices, one MirroredStrategy over them",
         "the model's variables created under the strategy (mirrored on every replica)",
         "the global batch: each replica gets --batch-size examples",
         "the trained model saved and loaded back",
-    ), "fashion_mnist_mirrored.py", "03_mirrored_strategy.ipynb", 120.0, "labkit.check._distribute"),
+    ), "fashion_mnist_mirrored.py", "03_mirrored_strategy.ipynb", 120.0, "labkit.check.lab_mirrored"),
     Lab("multiworker", "MultiWorkerMirroredStrategy across processes", (
         "one MultiWorkerMirroredStrategy cluster, the model built under it",
         "the global batch, and each worker its own part of the data",
         "only the chief writes logs and the model",
         "no epoch repeated after a worker is killed and restarted (BackupAndRestore)",
-    ), "fashion_mnist_multiworker.py", "04_multi_worker.ipynb", 300.0, "labkit.check._distribute"),
+    ), "fashion_mnist_multiworker.py", "04_multi_worker.ipynb", 300.0, "labkit.check.lab_multiworker"),
     Lab("parameter-server", "ParameterServerStrategy with a coordinator", (
         "a ParameterServerStrategy from TF_CONFIG; workers and servers serve",
         "the model's variables on the parameter servers",
         "each worker builds its own input pipeline; the coordinator schedules the steps",
-    ), "fashion_mnist_ps.py", "05_parameter_server.ipynb", 180.0, "labkit.check._distribute"),
+    ), "fashion_mnist_ps.py", "05_parameter_server.ipynb", 180.0, "labkit.check.lab_parameter_server"),
 )}
 
 

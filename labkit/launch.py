@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import contract, hosts, jobrecord, proc, runs
+from labkit.cliargs import nonnegative_int, positive_float, positive_int
 from labkit.launchers import Launcher, LaunchError, cpu_count, default_threads, get, names, python_command, worker_env
 from labkit.output import TAG, ConsoleSink, NotebookSink, Renderer, default_sink, error_tail, hints
 from labkit.proc import new_log_dir
@@ -238,18 +239,19 @@ def add_cli(sub) -> None:  # noqa: ANN001
         description="Run COMMAND on N workers, stream rank 0, log every rank. "
         "Example: labkit run --np 2 -- python train.py",
     )
-    p.add_argument("--np", type=int, default=None, help="number of workers (default: 2, or nodes x tasks with slurm)")
+    p.add_argument("--np", type=positive_int, default=None,
+        help="number of workers (default: 2, or nodes x tasks with slurm)")
     p.add_argument("--launcher", choices=names(), default="mpirun", help="default: %(default)s")
-    p.add_argument("--timeout", type=float, default=None, help="seconds before every rank is killed")
-    p.add_argument("--threads", type=int, default=None, help="threads per worker (default: cores // np)")
+    p.add_argument("--timeout", type=positive_float, default=None, help="seconds before every rank is killed")
+    p.add_argument("--threads", type=positive_int, default=None, help="threads per worker (default: cores // np)")
     p.add_argument("-H", "--hosts", default=None, help="host list, e.g. node1:2,node2:2 (mpirun, horovodrun, ssh)")
     p.add_argument("--hostfile", default=None, help="OpenMPI hostfile: one 'HOST slots=N' per line")
     p.add_argument("--log-dir", default=None, help="folder for rank.N.log (default: runs/logs/<time>)")
     s = p.add_argument_group("Slurm (--launcher slurm)")
-    s.add_argument("--nodes", type=int, default=None, help="nodes to allocate (default: 1)")
-    s.add_argument("--tasks-per-node", type=int, default=None, help="ranks per node (default: --np or 2)")
-    s.add_argument("--gpus-per-task", type=int, default=None, help="GPUs per rank")
-    s.add_argument("--cpus-per-task", type=int, default=None, help="CPU cores per rank")
+    s.add_argument("--nodes", type=positive_int, default=None, help="nodes to allocate (default: 1)")
+    s.add_argument("--tasks-per-node", type=positive_int, default=None, help="ranks per node (default: --np or 2)")
+    s.add_argument("--gpus-per-task", type=nonnegative_int, default=None, help="GPUs per rank")
+    s.add_argument("--cpus-per-task", type=positive_int, default=None, help="CPU cores per rank")
     s.add_argument("--partition", default=None, help="Slurm partition")
     s.add_argument("--account", default=None, help="Slurm account to charge")
     s.add_argument("--time", default=None, help="time limit, HH:MM:SS")

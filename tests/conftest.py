@@ -1,4 +1,4 @@
-"""Shared test helpers: a real single-node Slurm cluster, and looking for leftover processes."""
+"""Shared test helpers: a real single-node Slurm cluster, leftover processes, judging recorded probe runs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from labkit import slurm_local
+from labkit import labs, slurm_local
+from labkit.check import Report, judging
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +53,23 @@ def _running(needle: str) -> bool:
 def running() -> Callable[[str], bool]:
     """``running(text)``: is a process whose full command line contains ``text`` alive?"""
     return _running
+
+
+def judge_case(case) -> Report:  # noqa: ANN001 - a probe_cases.Case
+    """Judge a recorded probe run (``tests/fixtures/probes``) as the check would, without running anything."""
+    spec = labs.get(case.lab)
+    evidence = judging.load(case.fixture)
+    assert evidence.get("format") == judging.FORMAT, (
+        f"{case.fixture} was recorded in another evidence format: run `make probe-fixtures`")
+    module = judging.lab_module(case.lab)
+    upto = min(case.step or spec.n_steps, evidence["covers"])
+    return Report(case.lab, case.name, judging.judge(module.STEPS, evidence, upto, spec.steps))
+
+
+def expect_case(report: Report, case) -> None:  # noqa: ANN001
+    """Steps 1..case.passes pass; the next one fails, with case.hint in its message."""
+    judged = len(report.steps)
+    assert [s.passed for s in report.steps] == [s.step <= case.passes for s in report.steps], report.format()
+    if case.passes < judged:
+        assert report.first_failing_step == case.passes + 1, report.format()
+        assert case.hint in report.steps[case.passes].message, report.format()

@@ -1,0 +1,293 @@
+"""The Horovod lab's six steps, judged from one probed 2-rank run.
+
+:func:`collect` runs the learner's script once on 2 ranks under :mod:`labkit.probe`
+(tiny data, different per rank; narrow convolutions; two simulated GPUs with mirrored
+local ranks) and returns what the ranks did. Each ``step_N`` is a plain function of
+that evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labkit import launch
+from labkit.check.judging import Failed
+
+NP = 2
+BATCH = 16
+ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BATCH)]
+# Horovod aborts a collective that some ranks never join, so a deadlock ends fast.
+PROBE_ENV = {
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": "5",
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
+    "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
+}
+STAGE_TEXT = {
+    "fit_start": "model.fit",
+    "batch1_end": "the second training batch",
+    "train_end": "the end of training",
+    "epoch0_end": "the end of the first epoch",
+}
+PROJECTION = 64  # weight snapshots are kept as random projections: distances survive, size does not
+
+
+@lru_cache(maxsize=2)
+def _projection(n: int) -> np.ndarray:
+    return np.random.default_rng(n).standard_normal((PROJECTION, n)) / np.sqrt(PROJECTION)
+
+
+def _project(w: np.ndarray) -> list[float]:
+    return [float(v) for v in _projection(w.size) @ w.astype(np.float64)]
+
+
+def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+    """Run ``script`` on 2 ranks under the probe; what each rank recorded, its weights, how it ended."""
+    out = work / "probe"
+    job = launch.run(
+        [sys.executable, "-m", "labkit.probe", str(out), "--", str(script), *ARGS],
+        np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=work / "logs",
+        env=dict(PROBE_ENV), quiet=True, cwd=work, record=False,  # probe runs are not the learner's runs
+    )
+    ev: dict[str, Any] = {"lab": "horovod", "np": NP, "batch": BATCH, "states": {}, "weights": {}, "ranks": {},
+                          "timed_out": job.timed_out, "interrupted": job.interrupted,
+                          "returncode": job.returncode, "start_error": None}
+    for r in range(NP):
+        f = out / f"probe.{r}.json"
+        if f.exists():
+            try:
+                ev["states"][str(r)] = json.loads(f.read_text())
+            except json.JSONDecodeError:
+                pass
+        w = out / f"weights.{r}.npz"
+        if w.exists():
+            with np.load(w) as z:
+                ev["weights"][str(r)] = {k: _project(z[k]) for k in z.files}
+        log = job.log(r)
+        ev["ranks"][str(r)] = {"exit": job.rank_exit.get(r), "error": job.rank_errors.get(r, ""),
+                               "log_tail": log[-600:], "stalled": "stall" in log.lower()}
+    if not ev["states"] and job.returncode:
+        ev["start_error"] = job.summary()
+    return ev
+
+
+def _state(ev: dict[str, Any], rank: int) -> dict[str, Any]:
+    return ev["states"][str(rank)]
+
+
+def _script_frames(tb: str) -> str:
+    """The last traceback line that points into the learner's code, if any."""
+    lines = [m for m in re.findall(r'File "([^"]+)", line (\d+)', tb) if "site-packages" not in m[0]
+             and "/labkit/" not in m[0] and "runpy" not in m[0]]
+    if not lines:
+        return ""
+    path, line = lines[-1]
+    return f" (at {Path(path).name}:{line})"
+
+
+def why_not(ev: dict[str, Any], rank: int, milestone: str) -> str:
+    """Why ``rank`` never reached ``milestone``: its crash, or a hang."""
+    st = ev["states"].get(str(rank))
+    info = ev["ranks"].get(str(rank), {})
+    where = STAGE_TEXT.get(milestone, milestone)
+    if st and st.get("error"):
+        err = st["error"]
+        return (f"rank {rank} crashed before {where}: {err['type']}: {err['message'][:300]}"
+                f"{_script_frames(err.get('traceback', ''))}")
+    exit_code = info.get("exit")
+    if st is None:
+        tail = info.get("error") or info.get("log_tail", "")
+        return f"rank {rank} failed before the script started:\n{tail.strip()[-600:]}"
+    if st.get("exit_code") is not None or (exit_code is not None and "end" in st.get("milestones", [])):
+        return f"rank {rank} ended without reaching {where} (did the script call model.fit?)"
+    last = st.get("milestones", ["start"])[-1]
+    if ev.get("timed_out") or info.get("stalled"):
+        return (
+            f"rank {rank} never reached {where}: it was stuck after '{last}', waiting in a collective "
+            "operation the other rank did not join (a deadlock). Every rank must make the same Horovod "
+            "calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order."
+        )
+    return f"rank {rank} stopped after '{last}' (exit code {exit_code}) before {where}"
+
+
+def _need(ev: dict[str, Any], milestone: str) -> None:
+    """Fail unless every rank got as far as ``milestone``; a crashed rank explains the others."""
+    if ev.get("start_error"):
+        raise Failed(f"the job could not start:\n{ev['start_error']}")
+    missing = [r for r in range(ev["np"])
+               if milestone not in ev["states"].get(str(r), {}).get("milestones", [])]
+    if missing:
+        culprit = next((r for r in missing if ev["states"].get(str(r), {}).get("error")), missing[0])
+        raise Failed(why_not(ev, culprit, milestone))
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    denom = float(np.linalg.norm(a) + np.linalg.norm(b))
+    return float(np.linalg.norm(a - b)) / denom if denom else 0.0
+
+
+def step_1(ev: dict[str, Any]) -> str:
+    _need(ev, "fit_start")
+    n = ev["np"]
+    s0 = _state(ev, 0)
+    if "hvd_import_error" in s0 and not s0.get("hvd", {}).get("initialized"):
+        raise Failed(f"Horovod cannot be imported here ({s0['hvd_import_error']}); run `make setup`.")
+    hvds = [_state(ev, r).get("hvd", {}) for r in range(n)]
+    if not all(h.get("initialized") for h in hvds):
+        raise Failed(f"Horovod was not initialised: the {n} processes each trained alone. Add "
+                     "`import horovod.tensorflow.keras as hvd` and call `hvd.init()` at the start of the script.")
+    if any(h.get("size") != n for h in hvds):
+        raise Failed(f"hvd.size() was {[h.get('size') for h in hvds]} instead of {n} on every rank.")
+    problems = []
+    for r in range(n):
+        st = _state(ev, r)
+        local = st["hvd"]["local_rank"]
+        visible = st["pins"]["visible"]
+        cvd = (st["fit"][0].get("cuda_visible_devices") if st.get("fit") else None) or st["pins"].get(
+            "cuda_visible_devices")
+        if visible == [f"/physical_device:GPU:{local}"] or (visible is None and cvd == str(local)):
+            continue
+        if visible is None:
+            problems.append(f"rank {r} left both GPUs visible. Pin one GPU per process: "
+                            "`gpus = tf.config.list_physical_devices('GPU')` then "
+                            "`tf.config.set_visible_devices(gpus[hvd.local_rank()], 'GPU')`.")
+        else:
+            idx = [v.rsplit(":", 1)[-1] for v in visible]
+            hint = (" It looks pinned by hvd.rank(); use hvd.local_rank() (the rank within the node)."
+                    if idx == [str(r)] else "")
+            problems.append(f"rank {r} (local rank {local} in this simulated node) made GPU(s) {idx} visible "
+                            f"instead of GPU {local}.{hint}")
+    if problems:
+        raise Failed(" ".join(problems))
+    growth = all(_state(ev, r)["pins"]["memory_growth"] for r in range(n))
+    extra = "" if growth else " (Tip: also call tf.config.experimental.set_memory_growth(gpu, True).)"
+    return f"Horovod initialised on {n} ranks; each rank pinned the GPU of its local rank.{extra}"
+
+
+def _prints_progress(verbose: Any) -> bool:
+    return verbose not in (0, False, None) and verbose != "0"
+
+
+def step_2(ev: dict[str, Any]) -> str:
+    _need(ev, "fit_start")
+    v0 = _state(ev, 0)["fit"][0]["verbose"]
+    if not _prints_progress(v0) and v0 != "auto":
+        raise Failed(f"rank 0 called model.fit with verbose={v0!r}: rank 0 should still print progress "
+                     "(verbose=1).")
+    noisy = []
+    for r in range(1, ev["np"]):
+        st = _state(ev, r)
+        calls = [c["verbose"] for c in st.get("fit", [])] + [c["verbose"] for c in st.get("evaluate", [])]
+        if any(_prints_progress(v) for v in calls):
+            noisy.append(r)
+    if noisy:
+        raise Failed(f"rank(s) {noisy} also print Keras progress "
+                     f"(verbose={_state(ev, noisy[0])['fit'][0]['verbose']!r}). "
+                     "Set `verbose = 1 if hvd.rank() == 0 else 0` and pass it to fit() and evaluate().")
+    return "only rank 0 prints training progress."
+
+
+def _weights(ev: dict[str, Any], rank: int) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in ev["weights"].get(str(rank), {}).items()}
+
+
+def step_3(ev: dict[str, Any]) -> str:
+    _need(ev, "batch1_end")
+    upd = {}
+    for r in range(ev["np"]):
+        w = _weights(ev, r)
+        if "b1_begin" not in w or "b1_end" not in w:
+            raise Failed(f"rank {r} recorded no second training batch, so the update could not be compared.")
+        upd[r] = w["b1_end"] - w["b1_begin"]
+    if not any(np.linalg.norm(u) for u in upd.values()):
+        raise Failed("no weight changed during a training step (is the learning rate 0?).")
+    diff = _rel(upd[0], upd[1])
+    opt = _state(ev, 0)["fit"][0].get("optimizer") or "?"
+    if diff > 1e-3:
+        hint = "" if "horovod" not in opt else " (the optimizer is a Horovod one, yet the updates differ)"
+        raise Failed(
+            f"in the same training step the ranks applied different weight updates (relative difference "
+            f"{diff:.2f}): each rank used only its own gradients{hint}. Wrap the optimizer: "
+            "`opt = hvd.DistributedOptimizer(opt)` before model.compile().")
+    return f"both ranks applied the same averaged update in each step (relative difference {diff:.1e})."
+
+
+def step_4(ev: dict[str, Any]) -> str:
+    _need(ev, "train_end")
+    w = {r: _weights(ev, r) for r in range(ev["np"])}
+    if any(k not in w[r] for r in w for k in ("init", "after_b0", "final")):
+        raise Failed("the weight snapshots of a rank are missing; training did not finish on both ranks.")
+    final_diff = _rel(w[0]["final"], w[1]["final"])
+    if final_diff > 1e-4:
+        raise Failed(f"the ranks finished with different weights (relative difference {final_diff:.2f}): they "
+                     "started from different random weights. Add "
+                     "`hvd.callbacks.BroadcastGlobalVariablesCallback(0)` to the callbacks.")
+    for r in w:  # after the broadcast every rank continues from rank 0's initial weights
+        d_root = float(np.linalg.norm(w[r]["after_b0"] - w[0]["init"]))
+        d_other = min(float(np.linalg.norm(w[r]["after_b0"] - w[o]["init"])) for o in w if o)
+        if d_other < d_root:
+            raise Failed("the ranks agree, but on the initial weights of another rank: broadcast from rank 0 "
+                         "(`BroadcastGlobalVariablesCallback(0)`).")
+    return "all ranks start from rank 0's initial weights and stay identical."
+
+
+def _within(value: int, exact: float) -> bool:
+    return int(np.floor(exact)) - 1 <= value <= int(np.ceil(exact)) + 1
+
+
+def step_5(ev: dict[str, Any]) -> str:
+    _need(ev, "epoch0_end")
+    n, batch = ev["np"], ev["batch"]
+    data = _state(ev, 0)["data"]
+    full_train, full_val = -(-data["train"] // batch), -(-data["test"] // batch)
+    for r in range(n):
+        ep = _state(ev, r)["epochs"][0]
+        if not _within(ep["train_batches"], full_train / n):
+            raise Failed(
+                f"rank {r} ran {ep['train_batches']} training batches in an epoch of {full_train}; with {n} "
+                f"workers each should run about {full_train} // {n} = {full_train // n}. "
+                "Pass `steps_per_epoch=<batches per epoch> // hvd.size()` to fit().")
+        if not _within(ep["val_batches"], 3 * full_val / n):
+            raise Failed(
+                f"rank {r} ran {ep['val_batches']} validation batches; the lab's rule is 3 * {full_val} // {n} = "
+                f"{3 * full_val // n}. Pass `validation_steps=3 * <test batches> // hvd.size()` to fit().")
+    ep0 = _state(ev, 0)["epochs"][0]
+    return (f"each worker ran {ep0['train_batches']} of {full_train} training batches and "
+            f"{ep0['val_batches']} validation batches per epoch.")
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
+def step_6(ev: dict[str, Any]) -> str:
+    _need(ev, "epoch0_end")
+    n = ev["np"]
+    finals = [_state(ev, r)["epochs"][0]["final_logs"] for r in range(n)]
+    keys = sorted(k for k in finals[0] if k.startswith("val_") and all(k in f for f in finals))
+    if not keys:
+        raise Failed("no validation metrics were logged: pass validation_data and validation_steps to fit().")
+    if not all(_same(finals[0][k], f[k]) for k in keys for f in finals[1:]):
+        k = keys[0]
+        raise Failed(f"the ranks ended the epoch with different {k} ({finals[0][k]:.4f} vs {finals[1][k]:.4f}): "
+                     "each rank only saw its own validation batches. Add "
+                     "`hvd.callbacks.MetricAverageCallback()` to the callbacks.")
+    for r in range(n):
+        for rd in _state(ev, r)["epochs"][0]["reads"]:
+            if rd["callback"].startswith("horovod."):
+                continue
+            stale = [k for k in rd["read"] if k in keys and k in rd["seen"] and not _same(rd["seen"][k], finals[r][k])]
+            if stale:
+                name = rd["callback"].rsplit(".", 1)[-1]
+                raise Failed(f"{name} (callback #{rd['index']} on rank {r}) read {stale[0]} before it was averaged. "
+                             f"Put MetricAverageCallback before {name} in the callbacks list.")
+    return "validation metrics are averaged over the workers before any callback reads them."
+
+
+STEPS = [step_1, step_2, step_3, step_4, step_5, step_6]

@@ -1,0 +1,180 @@
+"""The MultiWorkerMirroredStrategy lab's four steps, judged from a probed 2-worker cluster.
+
+Steps 1-3 need one run of 2 epochs. Step 4 needs a run of 3 epochs in which worker 1
+is killed once the chief has begun its second epoch, and the dead workers restarted.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from labkit import cluster, contract
+from labkit.check import tfdist
+from labkit.check.judging import Failed
+
+WORKERS = 2
+MODEL = "saved/model.keras"
+
+
+def upto(step: int) -> int:
+    """The kill-and-resume run is only made when step 4 is asked for."""
+    return 4 if step >= 4 else 3
+
+
+def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+    """Run a 2-worker cluster under the probe (killing and restarting worker 1 when step 4 is judged)."""
+    probe = work / "probe"
+    epochs = 3 if upto >= 4 else 2
+    cmd = tfdist.probe_command(probe, script, "--epochs", str(epochs), "--backup-dir", str(work / "backup"),
+                               "--model-path", MODEL, "--log-dir", "logs")
+    c = cluster.Cluster(cmd, workers=WORKERS, log_dir=work / "logs", record=False,
+                        task_cwd=lambda t, i: work / f"{t}{i}", quiet=True, env={contract.PROBE_LOAD: MODEL})
+    kill: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    with c:
+        c.start()
+        if upto >= 4:
+            kill = _kill_and_restart(c, probe, deadline)
+        result = c.wait(max(5.0, deadline - time.monotonic()))
+    logs = {f"worker.{i}": work / "logs" / f"worker.{i}.log" for i in range(WORKERS)}
+    return {
+        "lab": "multiworker", "workers": WORKERS, "batch": tfdist.BATCH, "train": tfdist.TRAIN, "epochs": epochs,
+        "model_path": MODEL, "records": tfdist.records(probe),
+        "events": {"worker.0": tfdist.events(probe, "worker.0")},
+        "files": {f"worker{i}": tfdist.files(work / f"worker{i}") for i in range(WORKERS)},
+        "progress_bar": {n: p.exists() and "Epoch 1/" in p.read_text(errors="replace") for n, p in logs.items()},
+        "kill": kill, "timed_out": result.timed_out,
+        "run_error": None if result.ok else result.summary()[-1500:],
+    }
+
+
+def _kill_and_restart(c: cluster.Cluster, probe: Path, deadline: float) -> dict[str, Any]:
+    """Kill worker 1 once the chief has begun its second epoch; restart whatever died."""
+    while time.monotonic() < deadline - 30:
+        begun = [e for e in tfdist.events(probe, "worker.0") if e["kind"] == "epoch_begin" and e["epoch"] >= 1]
+        if begun:
+            break
+        if not all(t.alive() for t in c.tasks.values()):
+            return {"killed": False, "why": "a worker exited before its second epoch"}
+        time.sleep(0.2)
+    else:
+        return {"killed": False, "why": "the second epoch did not begin in time"}
+    c.kill_task("worker", 1, signal.SIGKILL)
+    # The survivors notice the lost peer and stop (a collective fails); give them a moment.
+    end = time.monotonic() + 25
+    while time.monotonic() < end and c.tasks[("worker", 0)].alive():
+        time.sleep(0.2)
+    restarted = c.restart_dead()
+    return {"killed": True, "epoch": begun[0]["epoch"], "restarted": restarted}
+
+
+def _names(ev: dict[str, Any]) -> list[str]:
+    return [f"worker.{i}" for i in range(ev["workers"])]
+
+
+def _records(ev: dict[str, Any]) -> list[dict[str, Any]]:
+    missing = [n for n in _names(ev) if n not in ev["records"]]
+    if missing:
+        raise Failed(f"{', '.join(missing)} did not get to training" + (" (the run timed out)" if ev["timed_out"]
+                                                                         else ""))
+    return [ev["records"][n] for n in _names(ev)]
+
+
+def _fits(ev: dict[str, Any]) -> list[dict[str, Any]]:
+    return [tfdist.last_fit(r, n) for r, n in zip(_records(ev), _names(ev), strict=True)]
+
+
+def step_1(ev: dict[str, Any]) -> str:
+    fits, n = _fits(ev), ev["workers"]
+    for name, r, f in zip(_names(ev), _records(ev), fits, strict=True):
+        made = [s["class"] for s in r.get("strategies", [])]
+        if f["replicas"] == 1 and not made:
+            raise Failed(f"{name} trained alone (1 replica, no strategy): create "
+                         "tf.distribute.MultiWorkerMirroredStrategy() at the start of main()")
+        if f["strategy"] != "CollectiveAllReduceStrategy":
+            raise Failed(f"{name}'s model belongs to {f['strategy']}, not the MultiWorkerMirroredStrategy "
+                         f"(strategies created: {', '.join(made) or 'none'}): build and compile the model "
+                         "inside `with strategy.scope():`")
+        if f["replicas"] != n:
+            raise Failed(f"{name} had num_replicas_in_sync={f['replicas']} but the cluster has {n} workers: "
+                         "create the strategy first thing in main(), so that it reads TF_CONFIG")
+        if not any("Mirrored" in t for t in f["variables"]["types"]):
+            raise Failed(f"{name}'s variables are {f['variables']['types']}, not MirroredVariables: "
+                         "create the model inside strategy.scope()")
+    digests = {f.get("weights") for f in fits}
+    if len(digests) != 1 or None in digests:
+        raise Failed("the workers finished with different weights: they did not train one model together")
+    return (f"both workers joined one MultiWorkerMirroredStrategy (num_replicas_in_sync={n}); "
+            "variables are MirroredVariables and identical on every worker after training")
+
+
+def step_2(ev: dict[str, Any]) -> str:
+    fits, n, batch = _fits(ev), ev["workers"], ev["batch"]
+    spe = [tfdist.global_batch(f, batch, n, ev["train"], f"each replica of {name}")
+           for name, f in zip(_names(ev), fits, strict=True)][0]
+    seen = [{x for b in f["batches"]["ids"] for replica in b for x in replica} for f in fits]
+    common = seen[0] & seen[1]
+    if len(common) > 0.1 * min(len(s) for s in seen):
+        raise Failed(f"workers 0 and 1 trained on the same examples ({len(common)} of {len(seen[0])} shared in "
+                     "their first batches): each worker needs its own shard. With AutoShardPolicy.DATA every "
+                     "worker must shuffle in the same order (one seed); or shard the data yourself "
+                     "(dataset.shard(num_workers, worker_index)) and set the policy to OFF")
+    return (f"each replica gets {batch} examples per step (global batch {batch * n}), "
+            f"steps_per_epoch={spe} covers the data once, and the workers' shards do not overlap")
+
+
+def step_3(ev: dict[str, Any]) -> str:
+    recs = _records(ev)
+    for name, r in zip(_names(ev), recs, strict=True):
+        if r.get("exit") not in (0, None) or r.get("error"):
+            raise Failed(f"{name} failed: {r.get('error', 'exit ' + str(r.get('exit')))}")
+        if not r.get("saves"):
+            raise Failed(f"{name} never called model.save: in multi-worker training every worker saves "
+                         "(saving may need all workers); non-chief workers save to a temporary path")
+    chief_files = ev["files"]["worker0"]
+    if ev["model_path"] not in chief_files:
+        raise Failed(f"the chief did not write --model-path ({ev['model_path']}) in its folder; it wrote "
+                     f"{chief_files or 'nothing'}")
+    load = recs[0].get("load") or {}
+    if not load.get("ok") or not load.get("same_weights"):
+        raise Failed(f"the chief's saved model does not reload with the trained weights: {load}")
+    other = ev["files"]["worker1"]
+    if other:
+        raise Failed(f"worker 1 left {', '.join(other[:5])} behind: only the chief keeps the model and logs; "
+                     "non-chief workers save to a temporary folder (e.g. workertemp_1) and delete it")
+    if ev["progress_bar"].get("worker.1"):
+        raise Failed("worker 1 printed the progress bar too: set verbose=0 on all workers but the chief")
+    return ("every worker saved; only the chief's model (which reloads with the trained weights) and logs "
+            "remain; worker 1 cleaned up its temporary copy and printed nothing")
+
+
+def step_4(ev: dict[str, Any]) -> str:
+    kill = ev["kill"]
+    if not kill.get("killed"):
+        raise Failed(f"could not kill a worker mid-training: {kill.get('why', 'training ended first')}")
+    ev0 = ev["events"]["worker.0"]
+    pids = list(dict.fromkeys(e["pid"] for e in ev0))
+    if len(pids) < 2:
+        raise Failed("the chief did not train again after the restart")
+    first = [e for e in ev0 if e["pid"] == pids[0]]
+    last = [e for e in ev0 if e["pid"] == pids[-1]]
+    done = sorted({e["epoch"] for e in first if e["kind"] == "epoch_end"})
+    again = sorted({e["epoch"] for e in last if e["kind"] == "epoch_begin"})
+    if not again:
+        raise Failed("after the restart the chief began no epoch")
+    repeated = sorted(set(done) & set(again))
+    if repeated:
+        raise Failed(f"worker 1 was killed after epoch(s) {[d + 1 for d in done]} had completed, and the "
+                     f"restarted cluster trained epoch(s) {[r + 1 for r in repeated]} again: add "
+                     "tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir) to the callbacks")
+    ended = {e["epoch"] for e in last if e["kind"] == "epoch_end"}
+    if not any(e["kind"] == "fit_end" for e in last) or max(ended, default=-1) != ev["epochs"] - 1:
+        raise Failed("after the restart training did not finish all epochs")
+    return (f"worker 1 was killed during epoch {kill['epoch'] + 1}; after the restart training resumed at epoch "
+            f"{again[0] + 1} (epochs {[d + 1 for d in done]} were not repeated) and finished")
+
+
+STEPS = [step_1, step_2, step_3, step_4]

@@ -1,0 +1,89 @@
+"""What the tf.distribute labs' checks share: the probe's command line, reading its
+records, and judges of a fit call that more than one lab needs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from labkit import launchers, proc
+from labkit.check.judging import Failed
+
+TRAIN, TEST, BATCH = 256, 128, 16
+COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", str(BATCH),
+          "--val-batch-size", str(BATCH), "--widen-factor", "1", "--mode", "small", "--target-accuracy", "2"]
+
+
+def probe_command(probe: Path, script: Path, *args: str) -> list[str]:
+    """The learner's script under :mod:`labkit.dprobe`, on the check's tiny data."""
+    return [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON, *args]
+
+
+def records(probe: Path) -> dict[str, dict[str, Any]]:
+    """Each task's record (``worker.0``, ``ps.0``, ``local.0``, ...)."""
+    out = {}
+    for f in sorted(probe.glob("*.json")):
+        try:
+            out[f.stem] = json.loads(f.read_text())
+        except ValueError:
+            continue
+    return out
+
+
+def events(probe: Path, task: str) -> list[dict[str, Any]]:
+    path = probe / f"{task}.events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a kill
+    return out
+
+
+def files(folder: Path) -> list[str]:
+    if not folder.exists():
+        return []
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def run_single(cmd: list[str], timeout: float, log: Path, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> tuple[int, bool]:
+    """Run one process through the process layer; everything it started is stopped at the end."""
+    with proc.Job() as job:
+        p = job.spawn(cmd, env={**launchers.worker_env(1), **(env or {}), "PYTHONUNBUFFERED": "1"}, cwd=cwd,
+                      log=log)
+        code = p.wait(timeout)
+    return (code if code is not None else p.returncode or -9), code is None
+
+
+def last_fit(rec: dict[str, Any], who: str) -> dict[str, Any]:
+    """The last ``fit`` call ``who`` made; fails when it crashed or never trained."""
+    if rec.get("error"):
+        raise Failed(f"{who} stopped with an error: {rec['error'][-600:]}")
+    if not rec.get("fits"):
+        raise Failed(f"{who} never called model.fit(...)")
+    return rec["fits"][-1]
+
+
+def global_batch(f: dict[str, Any], per_replica: int, replicas: int, train: int, who: str) -> int | None:
+    """Each replica got ``per_replica`` examples and steps_per_epoch covers the data once; returns it."""
+    b = f.get("batches") or {}
+    if not b.get("per_replica_batch"):
+        raise Failed(f"could not sample the batches fit trains on ({f.get('batches_error') or b.get('note')}): "
+                     "pass fit a tf.data.Dataset, a distributed dataset or arrays with batch_size")
+    sizes = {s for row in b["per_replica_batch"] for s in row}
+    gb = per_replica * replicas
+    if sizes != {per_replica}:
+        raise Failed(f"{who} received batches of {sorted(sizes)} examples but --batch-size is {per_replica} per "
+                     "replica: batch the dataset by the global batch, batch_size * strategy.num_replicas_in_sync "
+                     "(the strategy splits it over the replicas)")
+    spe = f.get("steps_per_epoch")
+    if spe and not (train * 0.9 <= spe * gb <= train + gb):
+        raise Failed(f"steps_per_epoch={spe} with a global batch of {gb} is {spe * gb} "
+                     f"examples per epoch for {train} training images: compute it from the global batch")
+    return spe

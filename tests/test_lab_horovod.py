@@ -1,0 +1,66 @@
+"""The Horovod lab's judges on recorded probe runs (offline); real checks prove the wiring and the timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import expect_case, judge_case
+from probe_cases import CASES, find
+
+from labkit import check, labs
+from labkit.check import judging, lab_horovod
+
+HERE = [c for c in CASES if c.lab == "horovod"]
+
+
+@pytest.mark.parametrize("case", HERE, ids=lambda c: c.name)
+def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:  # noqa: ANN001
+    expect_case(judge_case(case), case)
+
+
+def test_a_rank_that_left_no_record_fails_step_1_with_its_error() -> None:
+    ev = {"np": 2, "batch": 16, "timed_out": False, "start_error": None, "weights": {},
+          "states": {"0": {"milestones": ["start", "fit_start"], "error": None}},
+          "ranks": {"0": {"exit": None}, "1": {"exit": 1, "error": "ImportError: nope", "log_tail": ""}}}
+    results = judging.judge(lab_horovod.STEPS, ev, 3, labs.get("horovod").steps)
+    assert [r.passed for r in results] == [False, False, False]
+    assert "rank 1" in results[0].message and "ImportError" in results[0].message
+    assert "fix step 1" in results[2].message
+
+
+def test_a_hang_is_called_a_deadlock() -> None:
+    ev = {"np": 2, "timed_out": True, "start_error": None,
+          "states": {str(r): {"milestones": ["start"], "error": None} for r in range(2)},
+          "ranks": {str(r): {"exit": None, "stalled": False} for r in range(2)}}
+    with pytest.raises(judging.Failed, match="deadlock"):
+        lab_horovod.step_1(ev)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
+    case = find("horovod", "after_step_06")
+    out = tmp_path / "evidence.json"
+    report = check.run_check("horovod", case.script(tmp_path), fresh=True, evidence_out=out)
+    expect_case(report, case)
+    assert report.seconds is not None and report.seconds < 120  # 15-20 s on an idle 2-core machine
+    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
+        "the probe's evidence changed shape: run `make probe-fixtures`")
+    assert not running("labkit.probe")
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_a_deadlock_is_reported_within_the_timeout(tmp_path: Path, running) -> None:  # noqa: ANN001
+    text = (find("horovod", "after_step_06").script(tmp_path)).read_text().replace(
+        "    args = parse_args(argv)\n",
+        "    args = parse_args(argv)\n    if hvd.rank() == 0:\n"
+        "        hvd.allreduce(tf.constant(1.0), name='only_rank_0')\n")
+    script = tmp_path / "deadlock.py"
+    script.write_text(text)
+    report = check.run_check("horovod", script, timeout=90, fresh=True)
+    assert not report.passed
+    assert "deadlock" in report.format() or "stuck" in report.format(), report.format()
+    assert report.seconds is not None and report.seconds < 100
+    assert not running("labkit.probe")

@@ -1,0 +1,37 @@
+"""The MirroredStrategy lab's judges on recorded probe runs (offline); one real check proves the wiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import expect_case, judge_case
+from probe_cases import CASES, find
+
+from labkit import check
+from labkit.check import judging, lab_mirrored
+
+HERE = [c for c in CASES if c.lab == "mirrored"]
+
+
+@pytest.mark.parametrize("case", HERE, ids=lambda c: c.name)
+def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:  # noqa: ANN001
+    expect_case(judge_case(case), case)
+
+
+def test_a_model_never_saved_fails_step_4() -> None:
+    ev = judging.load(find("mirrored", "after_step_04").fixture)
+    ev["files"] = [f for f in ev["files"] if f != ev["model_path"]]
+    with pytest.raises(judging.Failed, match="model.save"):
+        lab_mirrored.step_4(ev)
+
+
+@pytest.mark.slow
+def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
+    case = find("mirrored", "after_step_04")
+    out = tmp_path / "evidence.json"
+    report = check.run_check("mirrored", case.script(tmp_path), fresh=True, evidence_out=out)
+    expect_case(report, case)
+    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
+        "the probe's evidence changed shape: run `make probe-fixtures`")
+    assert not running("labkit.dprobe")

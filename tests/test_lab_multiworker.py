@@ -1,0 +1,46 @@
+"""The MultiWorkerMirroredStrategy lab's judges on recorded probe runs (offline); one real check with the
+kill-and-resume run proves the wiring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import expect_case, judge_case
+from probe_cases import CASES, find
+
+from labkit import check
+from labkit.check import judging, lab_multiworker
+
+HERE = [c for c in CASES if c.lab == "multiworker"]
+
+
+@pytest.mark.parametrize("case", HERE, ids=lambda c: c.name)
+def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:  # noqa: ANN001
+    expect_case(judge_case(case), case)
+
+
+def test_step_4_says_why_when_no_worker_could_be_killed() -> None:
+    ev = judging.load(find("multiworker", "after_step_04").fixture)
+    ev["kill"] = {"killed": False, "why": "the second epoch did not begin in time"}
+    with pytest.raises(judging.Failed, match="second epoch did not begin"):
+        lab_multiworker.step_4(ev)
+
+
+def test_worker_1_printing_progress_fails_step_3() -> None:
+    ev = judging.load(find("multiworker", "after_step_04").fixture)
+    ev["progress_bar"]["worker.1"] = True
+    with pytest.raises(judging.Failed, match="verbose=0"):
+        lab_multiworker.step_3(ev)
+
+
+@pytest.mark.slow
+def test_a_real_check_with_a_killed_worker_passes_and_matches_its_recording(tmp_path: Path,
+                                                                            running) -> None:  # noqa: ANN001
+    case = find("multiworker", "after_step_04")
+    out = tmp_path / "evidence.json"
+    report = check.run_check("multiworker", case.script(tmp_path), 4, fresh=True, evidence_out=out)
+    expect_case(report, case)
+    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
+        "the probe's evidence changed shape: run `make probe-fixtures`")
+    assert not running("labkit.dprobe")
