@@ -81,7 +81,9 @@ def _env(cpu: str, procs: int, gpus: int) -> list[dict[str, Any]]:
     try:
         cores = float(cpu[:-1]) / 1000 if str(cpu).endswith("m") else float(cpu)
     except (TypeError, ValueError):
-        raise ValueError(f"cpu must be a Kubernetes quantity such as '2' or '500m', got {cpu!r}") from None
+        cores = -1.0
+    if not cores > 0:
+        raise ValueError(f"cpu must be a positive Kubernetes quantity such as '2' or '500m', got {cpu!r}")
     env = {**lkenv.DEFAULTS, **lkenv.thread_env(max(1, int(cores // procs)))}
     env.update({} if gpus else {"CUDA_VISIBLE_DEVICES": ""})  # a CPU pod never grabs a GPU the node shows
     return [{"name": k, "value": v} for k, v in env.items()]

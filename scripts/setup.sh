@@ -10,7 +10,8 @@
 #   LABKIT_SKIP_APT=1          never call apt-get (just report what is missing)
 #   LABKIT_SYSTEM_PYTHON=1     install into the current python3 environment instead of .venv (Binder)
 #   LABKIT_TEST_TOOLS=1        also the test-only system tools (`make test` sets it): a single-node
-#                              Slurm (slurm-wlm, munge) and an ssh server for the multi-host tests
+#                              Slurm (slurm-wlm, munge), an ssh server for the multi-host tests and
+#                              Debian's chromium for the browser test (never a downloaded browser)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +37,7 @@ hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 step "System packages"
 APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
 if [ "${LABKIT_TEST_TOOLS:-0}" = "1" ]; then
-  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client)
+  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client chromium)
 fi
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,30 @@ def _running(needle: str) -> bool:
         except psutil.Error:
             continue
     return False
+
+
+@pytest.fixture(scope="session")
+def notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """Run lab notebooks in JupyterLab in a real browser (``notebooks.run(name)``), each once per session.
+
+    Screenshots go to ``test-artifacts/browser/``. The tests' Slurm cluster is started first when
+    Slurm is installed, so that lab 7 submits to it.
+    """
+    import browser
+
+    problem = browser.missing()
+    if problem:
+        pytest.skip(problem)
+    if not slurm_local.missing():
+        request.getfixturevalue("slurm_cluster")
+    runner = browser.Runner(tmp_path_factory.mktemp("jupyterlab"), ARTIFACTS / "browser")
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
 @pytest.fixture

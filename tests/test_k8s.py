@@ -244,7 +244,7 @@ def test_threads_follow_the_cpu_request() -> None:
     ({"name": "1job"}, "bad name"),
     ({"name": "x" * 60}, "pod name"),  # x...x-worker-1 is longer than 63
     ({"script": ""}, "no script"),
-    ({"cpu": "two"}, "cpu must be a Kubernetes quantity"),
+    ({"cpu": "two"}, "cpu must be a positive Kubernetes quantity"),
 ])
 def test_bad_input_is_a_clear_value_error(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -279,9 +279,12 @@ def test_cli_prints_and_reports_errors(capsys: pytest.CaptureFixture[str]) -> No
     a = parse(["trainjob", "--namespace", "lab"])
     assert a.func(a) == 0
     assert yaml.safe_load(capsys.readouterr().out)["metadata"]["namespace"] == "lab"
-    a = parse(["trainjob", "--workers", "0"])
+    with pytest.raises(SystemExit) as e:  # argparse says what is wrong
+        parse(["trainjob", "--workers", "0"])
+    assert e.value.code == 2 and "--workers: must be at least 1" in capsys.readouterr().err
+    a = parse(["mpijob", "--cpu", "-2"])
     assert a.func(a) == 2
-    assert "labkit k8s: workers must be a whole number >= 1" in capsys.readouterr().err
+    assert "labkit k8s:" in capsys.readouterr().err
 
 
 def test_import_does_not_load_tensorflow() -> None:

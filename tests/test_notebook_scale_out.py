@@ -1,14 +1,13 @@
-"""labs/07_scale_out.ipynb runs headless; its Slurm cells submit to the tests' single-node Slurm cluster."""
+"""labs/07_scale_out.ipynb runs; its Slurm cells submit to the tests' single-node Slurm cluster."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 from test_notebooks import clean_code_cells, outputs_text
 
-from labkit import notebook, runs
+from labkit import runs
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NB = LABS / "07_scale_out.ipynb"
@@ -20,14 +19,10 @@ def test_committed_clean_with_short_cells() -> None:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_notebook_runs_headless_and_submits_to_slurm(monkeypatch: pytest.MonkeyPatch, slurm: object) -> None:
-    from nbclient import NotebookClient
-
-    monkeypatch.setenv(notebook.QUICK_VAR, "1")
+def test_notebook_runs_and_submits_to_slurm(notebooks, slurm: object) -> None:  # noqa: ANN001
     records = LABS / "runs" / "runs.jsonl"
     before = len(runs.read(records))
-    nb = nbformat.read(NB, as_version=4)
-    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(LABS)}}).execute()
+    nb = notebooks.run("07_scale_out.ipynb").nb
     text = outputs_text(nb)
     assert "rank 4 -> node2, local rank 2" in text and "node1 slots=2" in text
     assert "merge" in text.lower() or "twice" in text.lower()  # the duplicate host was named

@@ -1,14 +1,11 @@
-"""The lab notebooks run headless from top to bottom, and are committed without outputs."""
+"""The lab notebooks run from top to bottom (in the browser test's JupyterLab), and are committed clean."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-
-from labkit import notebook
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NOTEBOOKS = {
@@ -50,30 +47,10 @@ def outputs_text(nb) -> str:
     return "".join(parts)
 
 
-@pytest.fixture(scope="module")
-def kernel_name():
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    spec = KernelSpecManager().get_kernel_spec("python3")
-    # "python" in a kernel spec means the Python that starts the kernel, i.e. this one (.venv's).
-    if spec.argv[0] not in ("python", "python3", sys.executable):
-        pytest.fail(f"the python3 kernel runs {spec.argv[0]}, not {sys.executable}: "
-                    f"run `{sys.executable} -m ipykernel install --sys-prefix`")
-    return "python3"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_notebook_runs(name, kernel_name, monkeypatch):
-    from nbclient import NotebookClient
-
-    monkeypatch.setenv(notebook.QUICK_VAR, "1")
-    nb = nbformat.read(LABS / name, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name=kernel_name, resources={"metadata": {"path": str(LABS)}})
-    client.execute()  # raises CellExecutionError on the first failing cell
-    errors = [out for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "error"]
-    assert not errors
-    text = outputs_text(nb)
+def test_notebook_runs(name, notebooks):
+    text = outputs_text(notebooks.run(name).nb)
     for expected in NOTEBOOKS[name]:
         assert expected in text, f"{expected!r} not in the outputs of {name}"
     assert "Traceback" not in text

@@ -1,0 +1,285 @@
+"""JupyterLab in a real browser for the tests: `make lab` on a free port, driven by Playwright in Debian's chromium.
+
+Never downloads a browser: Playwright starts ``/usr/bin/chromium`` (``executable_path``). Autosave is
+off and the notebooks are compared before and after, so the committed notebooks stay clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit import contract, proc
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = ROOT / "labs"
+CHROMIUM = Path("/usr/bin/chromium")
+# The machine may have no network: keep chromium from calling home (each refused call slows it down).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+# Lab settings for the test: no autosave (the committed notebooks stay clean), every cell in the page (no
+# windowing, so that outputs of cells scrolled out of view can be read).
+SETTINGS = {
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                       "checkForUpdates": False},
+}
+
+
+def missing() -> str | None:
+    """Why the browser test cannot run here, or None."""
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} is missing: `make test` installs Debian's chromium"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is missing: `make setup` installs it with the test extras"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Lab:
+    """A running JupyterLab server."""
+
+    url: str
+    log: Path
+    job: proc.Job = field(repr=False)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@contextmanager
+def lab_server(scratch: Path, quick: bool = True, timeout: float = 120) -> Iterator[Lab]:
+    """``make lab`` (no browser of its own, no token) on a free port; stopped with everything it started."""
+    port = _free_port()
+    settings = scratch / "lab-settings"
+    for name, value in SETTINGS.items():
+        path = settings / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTER_CONFIG_DIR": str(scratch / "jupyter-config")}
+    if quick:
+        env[contract.NB_QUICK] = "1"
+    argv = ["make", "-s", "-o", "setup", "lab", f"PORT={port}",
+            "LAB_ARGS=--no-browser --ServerApp.token= --ServerApp.password= --LabApp.expose_app_in_browser=True"]
+    log = scratch / "jupyterlab.log"
+    with proc.Job() as job:
+        job.spawn(argv, env=env, cwd=ROOT, log=log, name="jupyterlab")
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status", timeout=5).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    tail = log.read_text()[-2000:]
+                    raise RuntimeError(f"JupyterLab did not answer in {timeout:.0f} s:\n{tail}") from None
+                time.sleep(0.5)
+        yield Lab(url, log, job)
+
+
+@contextmanager
+def browser(width: int = 1400, height: int = 1000) -> Iterator[Any]:
+    """A Playwright page in Debian's chromium (headless)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = b.new_page(viewport={"width": width, "height": height})
+            yield page
+        finally:
+            b.close()
+
+
+# Run in the page: the state of the current notebook, read from JupyterLab's own model and from the page.
+STATE_JS = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  if (!panel || !panel.content || !panel.sessionContext) return null;
+  const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
+  const cells = [];
+  panel.content.widgets.forEach((cell, i) => {
+    if (cell.model.type !== 'code') return;
+    const node = cell.node;
+    const outputs = cell.model.outputs.toJSON();
+    cells.push({
+      index: i,
+      source: cell.model.sharedModel.getSource().slice(0, 120),
+      prompt: (node.querySelector('.jp-InputPrompt') || {}).textContent || '',
+      outputs: outputs,
+      images: node.querySelectorAll('.jp-OutputArea-output img, .jp-OutputArea-output svg').length,
+      widgets: node.querySelectorAll('.jp-OutputArea-output .widget-box, .jp-OutputArea-output .jupyter-widgets')
+        .length,
+      widgetErrors: Array.from(node.querySelectorAll('.jp-OutputArea-output')).map(o => o.textContent)
+        .filter(t => t.includes('Error displaying widget') || t.includes('Loading widget')).length,
+    });
+  });
+  return {kernel: kernel ? kernel.status : 'none', cells: cells};
+}"""
+
+
+def open_notebook(page: Any, lab: Lab, name: str, timeout: float = 120) -> None:
+    """Open ``labs/NAME`` in JupyterLab and wait for its kernel to be idle."""
+    page.goto(f"{lab.url}/lab/tree/{name}", timeout=timeout * 1000)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
+                           f"&& window.jupyterapp.shell.currentWidget.title.label === {json.dumps(name)}",
+                           timeout=timeout * 1000)
+    page.wait_for_function("() => { const p = window.jupyterapp.shell.currentWidget; return p.sessionContext "
+                           "&& p.sessionContext.session && p.sessionContext.session.kernel "
+                           "&& p.sessionContext.session.kernel.status === 'idle'; }", timeout=timeout * 1000)
+
+
+def run_all(page: Any, timeout: float) -> dict[str, Any]:
+    """Run every cell (Run > Run All Cells) and wait until none is running; the notebook's state."""
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    deadline = time.monotonic() + timeout
+    idle_since = None
+    state: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        state = page.evaluate(STATE_JS) or {}
+        busy = state.get("kernel") != "idle" or any("*" in c["prompt"] for c in state.get("cells", []))
+        if busy:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > 2:
+            state["timed_out"] = False
+            return state
+        time.sleep(0.5)
+    state["timed_out"] = True
+    return state
+
+
+def problems(state: dict[str, Any], images: int = 0, widgets: int = 0) -> list[str]:
+    """What a learner would see as wrong in the notebook's outputs."""
+    found = []
+    if state.get("timed_out"):
+        running = [c["index"] for c in state.get("cells", []) if "*" in c["prompt"]]
+        found.append(f"cells {running} still running at the timeout")
+    for c in state.get("cells", []):
+        where = f"cell {c['index']} ({c['source'].splitlines()[0] if c['source'] else ''!r})"
+        if not c["prompt"].strip("[]: ") and not state.get("timed_out"):
+            found.append(f"{where} did not run")
+        for out in c["outputs"]:
+            kind = out.get("output_type")
+            if kind == "error":
+                found.append(f"{where} raised {out.get('ename')}: {out.get('evalue')}")
+            elif kind == "stream" and out.get("name") == "stderr":
+                found.append(f"{where} wrote to stderr (shown on red): {''.join(out.get('text', ''))[:400]!r}")
+            text = json.dumps(out)
+            if "Traceback (most recent call last)" in text:
+                found.append(f"{where} shows a traceback")
+        if c["widgetErrors"]:
+            found.append(f"{where}: a widget did not render")
+    if sum(c["images"] for c in state.get("cells", [])) < images:
+        found.append(f"fewer than {images} plots")
+    if sum(c["widgets"] for c in state.get("cells", [])) < widgets:
+        found.append(f"fewer than {widgets} widgets")
+    return found
+
+
+def screenshot(page: Any, path: Path) -> None:
+    """The whole notebook as one picture: the window is made as tall as the notebook's content first."""
+    height = page.evaluate("() => { const n = window.jupyterapp.shell.currentWidget.content.node; "
+                           "const inner = n.querySelector('.jp-WindowedPanel-viewport') || n; "
+                           "return inner.scrollHeight; }")
+    page.set_viewport_size({"width": 1400, "height": max(1000, min(int(height) + 250, 32000))})
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.content.node.scrollTo(0, 0)")
+    page.wait_for_timeout(500)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def close_all(page: Any) -> None:
+    """Close the notebook without saving and shut its kernel down."""
+    page.evaluate("async () => { const app = window.jupyterapp; const p = app.shell.currentWidget; "
+                  "if (p && p.sessionContext) { await p.sessionContext.shutdown(); } "
+                  "if (p) { p.context.model.dirty = false; p.dispose(); } }")
+
+
+def to_notebook(state: dict[str, Any], path: Path) -> Any:
+    """The executed notebook as nbformat reads it: the committed cells with the outputs the browser showed."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    by_index = {c["index"]: c for c in state.get("cells", [])}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and i in by_index:
+            cell.outputs = [nbformat.from_dict(o) for o in by_index[i]["outputs"]]
+    return nb
+
+
+@dataclass
+class Executed:
+    """A notebook run top to bottom in JupyterLab."""
+
+    name: str
+    nb: Any  # nbformat.NotebookNode with the outputs
+    state: dict[str, Any]
+    screenshot: Path
+    seconds: float
+
+    def problems(self, images: int = 0, widgets: int = 0) -> list[str]:
+        return problems(self.state, images=images, widgets=widgets)
+
+
+class Runner:
+    """One JupyterLab and one browser for the test session; each notebook is run once, on first request."""
+
+    def __init__(self, scratch: Path, artifacts: Path) -> None:
+        self.scratch, self.artifacts = scratch, artifacts
+        self.done: dict[str, Executed] = {}
+        self._stack: Any = None
+        self.lab: Lab | None = None
+        self.page: Any = None
+
+    def _start(self) -> None:
+        from contextlib import ExitStack
+
+        self._stack = ExitStack()
+        self.lab = self._stack.enter_context(lab_server(self.scratch))
+        self.page = self._stack.enter_context(browser())
+
+    def run(self, name: str, timeout: float = 900) -> Executed:
+        if name in self.done:
+            return self.done[name]
+        if self._stack is None:
+            self._start()
+        before = (LABS / name).read_bytes()
+        start = time.monotonic()
+        try:
+            open_notebook(self.page, self.lab, name)
+            state = run_all(self.page, timeout)
+            shot = self.artifacts / f"{Path(name).stem}.png"
+            screenshot(self.page, shot)
+            close_all(self.page)
+        finally:
+            if (LABS / name).read_bytes() != before:  # never leave a committed notebook changed
+                (LABS / name).write_bytes(before)
+        result = Executed(name, to_notebook(state, LABS / name), state, shot, time.monotonic() - start)
+        self.done[name] = result
+        return result
+
+    def close(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
