@@ -166,6 +166,7 @@ class Cluster:
         self.cwd = cwd
         self.show = show or tfconfig.chief_task(self.spec)
         self.sink = None if quiet else (sink or output.default_sink())
+        self.renderers: dict[tuple[str, int], output.Renderer] = {}  # of the task whose output is shown
         self.tasks: dict[TaskId, Task] = {}
         if independent and task_cwd is None:
             # Copies must not share what a script writes relative to its folder (backups, logs, models).
@@ -229,6 +230,8 @@ class Cluster:
         task.starts += 1
         show = (task_type, index) == self.show and self.sink is not None
         renderer = output.Renderer(self.sink.line, self.sink.progress) if show and self.sink else None
+        if renderer:
+            self.renderers[(task_type, index)] = renderer
         header = f"\n--- {task.name} restarted (start {task.starts}) ---\n".encode() if task.starts > 1 else b""
         if renderer and header:
             renderer.on_line(f"--- {task.name} restarted ---")
@@ -239,6 +242,11 @@ class Cluster:
         task.killed = False
         task.returncode = None
         return task
+
+    def expect_failures(self) -> None:
+        """From now on the shown task's tracebacks are expected (a peer is killed): one line each, full in the log."""
+        for renderer in self.renderers.values():
+            renderer.fold = True
 
     def kill_task(self, task_type: str, index: int, sig: int = signal.SIGKILL) -> None:
         """Kill one task (SIGKILL by default, like a machine that disappears)."""

@@ -123,6 +123,8 @@ def stop() -> None:
     batch_ids = []
     if cluster is not None:
         batch_ids = [str(e.job_id) for e in cluster.engines.values() if getattr(e, "job_id", None)]
+        # Stopping makes mpirun exit non-zero, which ipyparallel reports as a warning: expected here.
+        cluster.log.setLevel(logging.ERROR)
         # Engines first: an engine that loses its controller first dies with a traceback.
         for stop_part in (cluster.stop_engines_sync, cluster.stop_controller_sync):
             try:
@@ -156,6 +158,8 @@ def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, st
 
     os.environ.update(env)
     os.environ["TF_CONFIG"] = tf_config
+    # An engine's logging shows INFO records; TensorFlow logs one per collective at that level.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
     if cwd:
         os.makedirs(cwd, exist_ok=True)
         os.chdir(cwd)

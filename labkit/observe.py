@@ -176,7 +176,10 @@ def _patch_fit(module: Any) -> None:
             STATE["fits"].append({"start": time.time(), "batch_per_step": per_step, "batch_from": how,
                                   "epochs": a.get("epochs"), "steps_per_epoch": a.get("steps_per_epoch"),
                                   "initial_epoch": a.get("initial_epoch")})
-            a["callbacks"] = [*list(a.get("callbacks") or []), _observer(per_step)]
+            # Keras refuses batch-level callbacks under a ParameterServerStrategy: count steps from fit's arguments.
+            ps = "ParameterServer" in type(STATE["strategy"]).__name__
+            a["callbacks"] = [*list(a.get("callbacks") or []),
+                              _observer(per_step, batch_hooks=not ps, steps=a.get("steps_per_epoch"))]
             args, kwargs = bound.args[1:], bound.kwargs
         except Exception as e:  # noqa: BLE001 - never stand between the script and fit
             STATE.setdefault("observer_errors", []).append(f"fit: {type(e).__name__}: {e}")
@@ -185,7 +188,8 @@ def _patch_fit(module: Any) -> None:
     model_cls.fit = fit
 
 
-def _observer(per_step: int | None) -> Any:
+def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None = None) -> Any:
+    """The callback that records each epoch; without ``batch_hooks`` (parameter servers) steps come from ``steps``."""
     import tensorflow as tf
 
     class Observer(tf.keras.callbacks.Callback):
@@ -207,10 +211,6 @@ def _observer(per_step: int | None) -> Any:
             self.batches, self.train_s, self.cpu_s = 0, None, None
             self.t0, self.c0 = time.perf_counter(), time.process_time()
 
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            # With steps_per_execution=K Keras calls this once per K steps, with the last step's index.
-            self.batches = max(self.batches + 1, batch + 1)
-
         def on_test_begin(self, logs: Any = None) -> None:
             if self.t0 and self.train_s is None:
                 self.train_s = time.perf_counter() - self.t0
@@ -221,7 +221,7 @@ def _observer(per_step: int | None) -> Any:
             train = self.train_s if self.train_s is not None else wall
             cpu = self.cpu_s if self.cpu_s is not None else time.process_time() - self.c0
             entry: dict[str, Any] = {"epoch": epoch + 1, "end": time.time(), "wall_s": round(wall, 4),
-                                     "train_s": round(train, 4), "steps": self.batches,
+                                     "train_s": round(train, 4), "steps": self.batches or steps,
                                      "batch_per_step": per_step, "cpu_s": round(cpu, 4)}
             for key, value in (logs or {}).items():
                 try:
@@ -236,7 +236,12 @@ def _observer(per_step: int | None) -> Any:
             STATE["train_end"] = time.time()
             _save()
 
-    return Observer()
+    class BatchObserver(Observer):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            # With steps_per_execution=K Keras calls this once per K steps, with the last step's index.
+            self.batches = max(self.batches + 1, batch + 1)
+
+    return BatchObserver() if batch_hooks else Observer()
 
 
 def shrink_filters(filters: int, divisor: int) -> int:

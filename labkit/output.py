@@ -17,6 +17,10 @@ from labkit import env as lkenv
 TAG = re.compile(rb"\[\d+(?:,\d+)?\]<std(?:out|err)>:")  # horovodrun's per-line rank tags
 
 
+NATIVE_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")  # absl/glog lines: E0000 00:00:... file.cc:12]
+TRACEBACK_GLUE = ("During handling of the above exception", "The above exception was the direct cause")
+
+
 class Renderer:
     """Turns a byte stream with ``\\r``/``\\b`` progress updates into lines and progress.
 
@@ -25,8 +29,10 @@ class Renderer:
     """
 
     def __init__(self, on_line: Callable[[str], None], on_progress: Callable[[str], None] | None = None) -> None:
-        self.on_line = on_line
+        self.emit = on_line
         self.on_progress = on_progress
+        self.fold = False  # set when a failure is expected (a killed peer): tracebacks become one line
+        self._in_traceback = False
         self.current: list[str] = []
         self.rewind = False
         self._pending = b""
@@ -63,6 +69,23 @@ class Renderer:
             prev = ch
         if prev != "\b":
             self._show()
+
+    def on_line(self, line: str) -> None:
+        """A finished line; with ``fold`` set, a traceback is shown as its last line only (the log keeps it)."""
+        if not self.fold:
+            self.emit(line)
+            return
+        if NATIVE_LOG.match(line):
+            pass  # TensorFlow's own error log of the same failure (gRPC, collectives)
+        elif line.startswith("Traceback (most recent call last)"):
+            self._in_traceback = True
+        elif self._in_traceback and (not line.strip() or line[0] in " \t" or line.startswith(TRACEBACK_GLUE)):
+            pass
+        elif self._in_traceback:
+            self._in_traceback = False
+            self.emit(f"(expected) {line[:300]}  [traceback in the log]")
+        else:
+            self.emit(line)
 
     def _show(self) -> None:
         text = "".join(self.current)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import contract, proc
+from labkit.env import NOISE_MARKERS
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = ROOT / "labs"
@@ -34,6 +36,11 @@ SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                        "checkForUpdates": False},
 }
+
+
+# Log lines a learner should not see: TensorFlow's Python logging, absl/glog lines, native start-up noise.
+NOISE = re.compile(r"(?m)^(INFO|WARNING):tensorflow:.*$|^[IWEF]\d{4} \d\d:\d\d:\d\d.*$|^.*("
+                   + "|".join(re.escape(m) for m in NOISE_MARKERS) + ").*$")
 
 
 def missing() -> str | None:
@@ -183,11 +190,15 @@ def problems(state: dict[str, Any], images: int = 0, widgets: int = 0) -> list[s
             kind = out.get("output_type")
             if kind == "error":
                 found.append(f"{where} raised {out.get('ename')}: {out.get('evalue')}")
-            elif kind == "stream" and out.get("name") == "stderr":
+            elif kind == "stream" and NOISE.search("".join(out.get("text", ""))):
+                line = NOISE.search("".join(out.get("text", ""))).group(0)
+                found.append(f"{where} shows TensorFlow's log lines, e.g. {line[:200]!r}")
+            if kind == "stream" and out.get("name") == "stderr":
                 found.append(f"{where} wrote to stderr (shown on red): {''.join(out.get('text', ''))[:400]!r}")
-            text = json.dumps(out)
+            text = "".join(out.get("text", "")) if kind == "stream" else json.dumps(out.get("data", {}))
             if "Traceback (most recent call last)" in text:
-                found.append(f"{where} shows a traceback")
+                i = text.index("Traceback (most recent call last)")
+                found.append(f"{where} shows a traceback: {text[max(0, i - 300):i + 900]!r}")
         if c["widgetErrors"]:
             found.append(f"{where}: a widget did not render")
     if sum(c["images"] for c in state.get("cells", [])) < images:
@@ -203,7 +214,8 @@ def screenshot(page: Any, path: Path) -> None:
                            "const inner = n.querySelector('.jp-WindowedPanel-viewport') || n; "
                            "return inner.scrollHeight; }")
     page.set_viewport_size({"width": 1400, "height": max(1000, min(int(height) + 250, 32000))})
-    page.evaluate("() => window.jupyterapp.shell.currentWidget.content.node.scrollTo(0, 0)")
+    page.evaluate("() => { const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = 0; "
+                  "[nb.node, ...nb.node.querySelectorAll('*')].forEach(e => { if (e.scrollTop) e.scrollTop = 0; }); }")
     page.wait_for_timeout(500)
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path))

@@ -18,13 +18,37 @@ EXPECT = {
     "06_scaling.ipynb": {"images": 3, "widgets": 1},
 }
 
-pytestmark = [pytest.mark.slow, pytest.mark.horovod]
 
 
 def test_every_notebook_of_the_course_is_covered() -> None:
     assert len(NOTEBOOKS) >= 8 and set(EXPECT) <= set(NOTEBOOKS)
 
 
+def test_what_a_learner_would_see_as_wrong_is_found() -> None:
+    import browser
+
+    def cell(index: int, *outputs: dict, prompt: str = "[1]:", images: int = 0, widget_errors: int = 0) -> dict:
+        return {"index": index, "source": "x = 1", "prompt": prompt, "outputs": list(outputs), "images": images,
+                "widgets": 0, "widgetErrors": widget_errors}
+
+    clean = {"cells": [cell(0, {"output_type": "stream", "name": "stdout", "text": "Epoch 1/1\n"}, images=1)]}
+    assert browser.problems(clean, images=1) == []
+    bad = {"timed_out": True, "cells": [
+        cell(0, {"output_type": "stream", "name": "stderr", "text": "progress\n"}),
+        cell(1, {"output_type": "error", "ename": "ValueError", "evalue": "no", "traceback": []}),
+        cell(2, {"output_type": "stream", "name": "stdout", "text": "Traceback (most recent call last):\n  x\n"}),
+        cell(3, {"output_type": "stream", "name": "stdout", "text": "INFO:tensorflow:Collective all_reduce\n"}),
+        cell(4, {"output_type": "stream", "name": "stdout",
+                 "text": "E0000 00:00:1795 cuda_executor.cc:1] failed call to cuInit\n"}),
+        cell(5, prompt="[*]:", widget_errors=1)]}
+    found = "\n".join(browser.problems(bad, images=1))
+    for expected in ("stderr", "raised ValueError", "traceback", "INFO:tensorflow", "cuInit", "still running",
+                     "did not render", "fewer than 1 plots"):
+        assert expected in found, found
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_in_the_browser_without_errors(name: str, notebooks, running) -> None:  # noqa: ANN001
     done = notebooks.run(name)

@@ -189,3 +189,12 @@ def test_independent_copies_add_up(tmp_path: Path) -> None:
                            copies=True)
     assert rec["images_per_sec"] == 40.0 and len(rec["copies"]) == 2 and rec["workers"] == 2
     assert rec["time_to_target_s"] is None  # copies do not train one model together
+
+
+def test_the_observer_has_no_batch_hooks_where_parameter_servers_forbid_them() -> None:
+    """Keras refuses batch-level callbacks under a ParameterServerStrategy (the lab 5 solution failed with them)."""
+    from labkit import observe
+
+    assert observe._observer(32)._implements_train_batch_hooks()
+    ps = observe._observer(32, batch_hooks=False, steps=16)
+    assert not ps._implements_train_batch_hooks() and not ps._implements_test_batch_hooks()

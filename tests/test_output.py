@@ -42,3 +42,17 @@ def test_error_tail_keeps_the_traceback_end() -> None:
     text = "noise\n" * 50 + "Traceback (most recent call last):\n" + "  frame\n" * 30 + "ValueError: boom\n"
     tail = output.error_tail(text)
     assert tail.startswith("Traceback") and tail.endswith("ValueError: boom") and "  ..." in tail
+
+
+def test_expected_tracebacks_fold_into_their_last_line() -> None:
+    lines: list[str] = []
+    r = output.Renderer(lines.append)
+    tb = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    main()\n\n"
+          "During handling of the above exception, another exception occurred:\n\n"
+          "Traceback (most recent call last):\n  File \"x.py\", line 2\nUnavailableError: peer is gone\n")
+    r.feed(("Epoch 2/3\n" + tb).encode())
+    assert lines[0] == "Epoch 2/3" and "Traceback (most recent call last):" in lines  # unexpected: shown whole
+    lines.clear()
+    r.fold = True
+    r.feed(("before\n" + tb + "after\n").encode())
+    assert lines == ["before", "(expected) UnavailableError: peer is gone  [traceback in the log]", "after"]
