@@ -158,14 +158,18 @@ def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, st
 
     os.environ.update(env)
     os.environ["TF_CONFIG"] = tf_config
-    # An engine's logging shows INFO records; TensorFlow logs one per collective at that level.
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+
     if cwd:
         os.makedirs(cwd, exist_ok=True)
         os.chdir(cwd)
     sys.argv = [script, *args]
     if observed:
         observe.begin(observed)
+    # An engine looks interactive to TensorFlow, whose logger then shows INFO records (one per collective).
+    _import_tensorflow_quietly()
+    import tensorflow as tf
+
+    tf.get_logger().setLevel(logging.WARNING)
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
