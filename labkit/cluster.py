@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import contract, hosts, jobrecord, launchers, output, proc, runs, tfconfig
+from labkit import contract, hosts, jobrecord, launchers, output, proc, progress, runs, tfconfig
 from labkit.cliargs import nonnegative_int, positive_float, positive_int
 
 TaskId = tuple[str, int]
@@ -165,7 +165,7 @@ class Cluster:
         self.env.update(self.contract.to_env())
         self.cwd = cwd
         self.show = show or tfconfig.chief_task(self.spec)
-        self.sink = None if quiet else (sink or output.default_sink())
+        self.sink = None if quiet else (sink or progress.default_sink())
         self.renderers: dict[tuple[str, int], output.Renderer] = {}  # of the task whose output is shown
         self.tasks: dict[TaskId, Task] = {}
         if independent and task_cwd is None:

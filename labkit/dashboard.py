@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labkit import contract, runs
+from labkit import runs
 
 
 def read_state(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -124,16 +124,9 @@ class Dashboard:
 
 
 def _widgets_work() -> bool:
-    """True in a Jupyter kernel with ipywidgets installed."""
-    from labkit.output import in_notebook
+    from labkit.progress import widgets_work
 
-    if not in_notebook() or os.environ.get(contract.DASHBOARD) == "text":
-        return False
-    try:
-        import ipywidgets  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return widgets_work()
 
 
 def watch(command: list[str] | str, np: int = 2, every: float = 1.0, title: str | None = None,

@@ -25,8 +25,9 @@ from pathlib import Path
 from labkit import contract, hosts, jobrecord, proc, runs
 from labkit.cliargs import nonnegative_int, positive_float, positive_int
 from labkit.launchers import Launcher, LaunchError, cpu_count, default_threads, get, names, python_command, worker_env
-from labkit.output import TAG, ConsoleSink, NotebookSink, Renderer, default_sink, error_tail, hints
+from labkit.output import TAG, ConsoleSink, NotebookSink, Renderer, error_tail, hints
 from labkit.proc import new_log_dir
+from labkit.progress import default_sink
 from labkit.slurm import SlurmOptions
 
 __all__ = ["JobResult", "LaunchError", "run", "cpu_count", "default_threads", "worker_env", "new_log_dir"]

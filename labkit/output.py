@@ -167,10 +167,6 @@ def in_notebook() -> bool:
     return shell is not None and hasattr(shell, "kernel")
 
 
-def default_sink() -> ConsoleSink | NotebookSink:
-    return NotebookSink() if in_notebook() else ConsoleSink()
-
-
 # Known failures deep inside a rank, and what to do about them.
 HINTS: list[tuple[str, str]] = [
     ("No module named 'horovod'", "Horovod is not installed in this environment: run `make setup`."),
