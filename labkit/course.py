@@ -23,7 +23,8 @@ from labkit import labs, sources
 STARTERS = Path(".labkit") / "starters"  # pristine starters inside a released course
 WORKFLOW = Path("course") / "workflows" / "grade.yml"  # the template course repositories use
 # What a learner's course holds, besides labs/ (rendered below) and the starters' copies.
-COPIED = ("labkit", "scripts", "patches", "binder", "k8s", "Makefile", "README.md", ".gitignore", "course")
+COPIED = ("labkit", "scripts", "patches", "binder", "k8s", "Makefile", "README.md", ".gitignore", "course",
+          "labs/figures")
 GRADING = """
 [tool.labkit.grading]
 # Which labs `labkit grade` checks, where the learner's scripts are, and the points of each

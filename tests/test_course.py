@@ -24,6 +24,7 @@ def test_release_holds_starters_cleared_notebooks_and_grading_but_no_solutions(t
         assert (out / course.STARTERS / lab.starter).is_file()
     nb = json.loads((out / "labs" / "02_horovod.ipynb").read_text())
     assert all(c.get("outputs", []) == [] for c in nb["cells"] if c["cell_type"] == "code")
+    assert (out / "labs" / "figures" / "ring_allreduce.svg").is_file()  # the pictures the notebooks show
     assert "[tool.labkit.grading]" in (out / "pyproject.toml").read_text()
     assert course.release(out, check=True) == []
 
