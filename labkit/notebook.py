@@ -79,3 +79,45 @@ def pick(mine: str, solutions: Sequence[str]) -> str:
     found = next((s for s in solutions if Path(s).exists()), solutions[0])
     print(f"{mine} {why}: measuring {found} instead")
     return found
+
+
+def rank_lines(text: str, lines: int = 12) -> list[str]:
+    """The last ``lines`` lines of a rank's output as a terminal would show them (bars redrawn, no noise)."""
+    from labkit import env, output
+
+    out: list[str] = []
+    r = output.Renderer(out.append)
+    r.feed(text.encode())
+    r.close()
+    return [line for line in out if line.strip() and not env.is_noise(line)][-lines:]
+
+
+class Ranks:
+    """What a launch ran (the actual command) and every rank's last lines side by side."""
+
+    def __init__(self, command: Sequence[str], outputs: dict[int, list[str]]) -> None:
+        self.command, self.outputs = list(command), outputs
+
+    def __repr__(self) -> str:
+        import shlex
+
+        parts = [f"$ {shlex.join(self.command)}"]
+        for rank, rows in self.outputs.items():
+            parts += [f"--- rank {rank} ---", *rows] if rows else [f"--- rank {rank}: printed nothing ---"]
+        return "\n".join(parts)
+
+    def _repr_html_(self) -> str:
+        import html
+        import shlex
+
+        cols = "".join(
+            f"<td style='vertical-align:top;text-align:left'><b>rank {rank}</b><pre style='font-size:11px'>"
+            f"{html.escape(chr(10).join(rows)) or '(printed nothing)'}</pre></td>"
+            for rank, rows in self.outputs.items())
+        return (f"<div><code>$ {html.escape(shlex.join(self.command))}</code>"
+                f"<table><tr>{cols}</tr></table></div>")
+
+
+def ranks(result: Any, lines: int = 12) -> Ranks:
+    """The command a launch really ran and each rank's last ``lines`` lines (rank 0's stream hides the rest)."""
+    return Ranks(result.command, {r: rank_lines(result.log(r), lines) for r in range(result.np)})

@@ -77,3 +77,17 @@ def test_no_learner_cell_carries_test_plumbing() -> None:
              for i, cell in enumerate(json.loads(nb.read_text())["cells"]) if cell["cell_type"] == "code"
              for m in [plumbing.search("".join(cell["source"]))] if m]
     assert found == []
+
+
+def test_ranks_shows_the_command_and_every_rank(tmp_path: Path) -> None:
+    from labkit import launch
+
+    bar = "1/4 [==>...]"
+    (tmp_path / "rank.0.log").write_text(f"Epoch 1/1\n{bar}{chr(8) * len(bar)}4/4 [======] - loss: 1\n")
+    (tmp_path / "rank.1.log").write_text("")
+    result = launch.JobResult(0, ["mpirun", "-np", "2", "python", "my script.py"], tmp_path, 2, 1.0)
+    shown = notebook.ranks(result)
+    text = repr(shown)
+    assert "$ mpirun -np 2 python 'my script.py'" in text
+    assert "--- rank 0 ---\nEpoch 1/1\n4/4 [======] - loss: 1" in text and "rank 1: printed nothing" in text
+    assert "<b>rank 1</b>" in shown._repr_html_() and "my script.py" in shown._repr_html_()
