@@ -133,6 +133,7 @@ def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | 
     if evidence_out:
         save(evidence, Path(evidence_out))
     report.steps = judge(module.STEPS, evidence, min(step, covers), spec.steps)
+    report.evidence = evidence
     failed = report.first_failing_step
     report.steps += [StepResult(k, False, f"not checked: fix step {failed} first.")
                      for k in range(covers + 1, step + 1)] if failed else []

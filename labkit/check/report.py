@@ -21,6 +21,7 @@ class Report:
     script: str
     steps: list[StepResult] = field(default_factory=list)
     seconds: float | None = None
+    evidence: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # what the probe recorded
 
     @property
     def passed(self) -> bool:

@@ -1,0 +1,87 @@
+"""Pictures of what the ranks did, from data the lab already has: the weights a check recorded on
+each rank, and the epochs around a worker kill."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.plot import _figure
+
+SNAPSHOTS = (("init", "initial\nweights"), ("after_b0", "after\nstep 1"), ("b1_begin", "before\nstep 2"),
+             ("b1_end", "after\nstep 2"), ("final", "end of\ntraining"))
+
+
+def weight_gaps(evidence: dict[str, Any]) -> list[tuple[str, float | None]]:
+    """How far rank 1's weights are from rank 0's at each snapshot (relative distance; None when missing)."""
+    import numpy as np
+
+    w = evidence.get("weights") or {}
+    out: list[tuple[str, float | None]] = []
+    for key, label in SNAPSHOTS:
+        a, b = (w.get(r, {}).get(key) for r in ("0", "1"))
+        if a is None or b is None:
+            out.append((label, None))
+            continue
+        a, b = np.asarray(a), np.asarray(b)
+        denom = float(np.linalg.norm(a) + np.linalg.norm(b)) or 1.0
+        out.append((label, float(np.linalg.norm(a - b)) / denom))
+    return out
+
+
+def update_gap(evidence: dict[str, Any]) -> float | None:
+    """How different the two ranks' updates were in the same training step (0: averaged gradients)."""
+    import numpy as np
+
+    w = evidence.get("weights") or {}
+    try:
+        u0, u1 = (np.asarray(w[r]["b1_end"]) - np.asarray(w[r]["b1_begin"]) for r in ("0", "1"))
+    except KeyError:
+        return None
+    denom = float(np.linalg.norm(u0) + np.linalg.norm(u1))
+    return float(np.linalg.norm(u0 - u1)) / denom if denom else 0.0
+
+
+def rank_weights(report: Any) -> Any:
+    """Rank 0 against rank 1 in a Horovod check's run: the same weights (step 4), the same updates (step 3)."""
+    evidence = getattr(report, "evidence", None) or {}
+    if not evidence.get("weights"):
+        raise ValueError("this report has no weight snapshots: run a Horovod check first (check.horovod(N))")
+    gaps, update = weight_gaps(evidence), update_gap(evidence)
+    fig, (ax, bx) = _figure(ncols=2, width=4.2, height=3.2)
+    xs = [i for i, (_, g) in enumerate(gaps) if g is not None]
+    ax.plot(xs, [gaps[i][1] for i in xs], "o-", color="#C44E52")
+    ax.set_xticks(range(len(gaps)), [label for label, _ in gaps], fontsize=7)
+    ax.set_ylabel("relative distance")
+    ax.set_ylim(-0.03, max(0.1, max((g for _, g in gaps if g is not None), default=0) * 1.2))
+    ax.set_title("weights: rank 1 vs rank 0", fontsize=10)
+    bx.bar([0], [update or 0.0], color="#4C72B0", width=0.5)
+    bx.set_xticks([0], ["update of\nstep 2"], fontsize=7)
+    bx.set_xlim(-1, 1)
+    bx.set_ylim(0, max(0.1, (update or 0) * 1.2))
+    bx.set_title("updates: rank 1 vs rank 0", fontsize=10)
+    for a in (ax, bx):
+        a.axhline(0, color="#888", lw=0.8)
+        a.grid(alpha=0.3)
+    return fig
+
+
+def resume_timeline(report: Any) -> Any:
+    """Epochs the chief ran before a worker was killed and after the cluster restarted."""
+    fig, (ax,) = _figure(width=6.5, height=2.4)
+    done, cut = report.completed_before, report.before[-1:] if report.before else []
+    for row, epochs, color, label in ((1, done, "#55A868", "completed"), (1, cut, "#C44E52", "cut by the kill"),
+                                      (0, report.after, "#4C72B0", "after the restart")):
+        for e in epochs:
+            ax.barh(row, 0.9, left=e - 0.45, color=color, alpha=0.8, label=label)
+            ax.text(e, row, str(e), ha="center", va="center", color="white", fontsize=9)
+    if report.before:
+        ax.axvline(report.before[-1] + 0.3, color="#C44E52", ls="--")
+        ax.text(report.before[-1] + 0.35, 1.45, f"{report.killed} killed", color="#C44E52", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_yticks([0, 1], ["second start", "first start"])
+    ax.set_xlabel("epoch")
+    ax.set_ylim(-0.6, 1.8)
+    ax.set_title("Kill and resume: which epochs ran when", fontsize=10)
+    return fig
