@@ -59,6 +59,6 @@ def test_postbuild_installs_a_working_lab_into_a_fresh_environment(tmp_path: Pat
     assert report["ready"] is True, doctor.stdout[-3000:]
     assert report["horovod"]["mpi"] is True and report["horovod"]["version"] == "0.28.1"
     where = subprocess.run([str(python), "-c", "import labkit, tensorflow as tf; print(labkit.__file__)"],
-                           env=env, capture_output=True, text=True, timeout=300)
+                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)  # not this checkout
     assert where.stdout.strip().startswith(str(repo)), where.stdout + where.stderr
     assert sys.prefix != str(env_dir)
