@@ -121,3 +121,48 @@ class Ranks:
 def ranks(result: Any, lines: int = 12) -> Ranks:
     """The command a launch really ran and each rank's last ``lines`` lines (rank 0's stream hides the rest)."""
     return Ranks(result.command, {r: rank_lines(result.log(r), lines) for r in range(result.np)})
+
+
+class Finished:
+    """A plain process that ran to its end: exit code, seconds, and its output without start-up noise."""
+
+    def __init__(self, command: list[str], returncode: int | None, seconds: float, text: str, log: Path) -> None:
+        self.command, self.returncode, self.seconds, self.text, self.log = command, returncode, seconds, text, log
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def __repr__(self) -> str:
+        how = "timed out" if self.returncode is None else f"exit code {self.returncode}"
+        return f"{how} after {self.seconds:.0f} s; full output in {self.log}"
+
+
+def python(script: str | Path, *args: str, log: str | Path | None = None, timeout: float = 7200) -> Finished:
+    """Run ``python SCRIPT ARGS`` as one plain process (no launcher), as a terminal would, showing its
+    output here without TensorFlow's start-up messages; everything goes to ``log`` too."""
+    import shlex
+    import sys
+    import time
+
+    from labkit import env, output, proc, progress
+
+    shown = ["python", str(script), *map(str, args)]
+    path = Path(log) if log else proc.new_log_dir() / "output.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sink = progress.default_sink()
+    sink.line(f"$ {shlex.join(shown)}")
+    renderer = output.Renderer(sink.line, sink.progress)
+    start = time.perf_counter()
+    with proc.Job() as job:
+        p = job.spawn([sys.executable, *shown[1:]], env={"PYTHONUNBUFFERED": "1"}, log=path,
+                      on_output=renderer.feed, on_end=renderer.close)
+        code = p.wait(timeout)
+    lines: list[str] = []
+    clean = output.Renderer(lines.append)
+    clean.feed(path.read_bytes())
+    clean.close()
+    done = Finished(shown, code, time.perf_counter() - start, "\n".join(x for x in lines if not env.is_noise(x)), path)
+    if not done.ok:
+        sink.line(repr(done))
+    return done

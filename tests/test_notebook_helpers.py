@@ -91,3 +91,15 @@ def test_ranks_shows_the_command_and_every_rank(tmp_path: Path) -> None:
     assert "$ mpirun -np 2 python 'my script.py'" in text
     assert "--- rank 0 ---\nEpoch 1/1\n4/4 [======] - loss: 1" in text and "rank 1: printed nothing" in text
     assert "<b>rank 1</b>" in shown._repr_html_() and "my script.py" in shown._repr_html_()
+
+
+def test_python_runs_a_plain_process_without_start_up_noise(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    script = tmp_path / "s.py"
+    script.write_text("import sys\nprint('I0000 00:00:1.5  7 cudart_stub.cc:31] Could not find cuda drivers', "
+                      "file=sys.stderr, flush=True)\nprint('Images/sec: 12.5')\nsys.exit(int(sys.argv[1]))\n")
+    done = notebook.python(script, "0", log=tmp_path / "logs" / "out.txt")
+    shown = capsys.readouterr().out
+    assert done.ok and done.text == "Images/sec: 12.5" and f"$ python {script} 0" in shown
+    assert "cudart" not in shown and "cudart" in (tmp_path / "logs" / "out.txt").read_text()  # kept in the log
+    failed = notebook.python(script, "3")
+    assert not failed.ok and failed.returncode == 3 and "exit code 3" in capsys.readouterr().out
