@@ -67,7 +67,8 @@ def syntax_error(script: Path) -> str | None:
     try:
         ast.parse(script.read_bytes(), filename=str(script))
     except SyntaxError as e:
-        return f"{script.name} does not parse: line {e.lineno}: {e.msg}. Fix the syntax, then check again."
+        return (f"{script.name} does not parse (SyntaxError at line {e.lineno}: {e.msg}). "
+                "Fix the syntax, then check again.")
     except ValueError as e:  # null bytes
         return f"{script.name} is not Python source: {e}"
     return None
