@@ -250,6 +250,19 @@ class Executed:
     state: dict[str, Any]
     screenshot: Path
     seconds: float
+    started: float = 0.0  # time.time() when the run began: records of the notebook's runs come after
+
+    def new_records(self, path: Path) -> list[dict[str, Any]]:
+        """The run records the notebook's own runs appended to ``path``."""
+        from datetime import datetime
+
+        from labkit import runs
+
+        def start(r: dict[str, Any]) -> float:
+            text = r.get("start_time") or "1970-01-01T00:00:00+0000"
+            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+        return [r for r in runs.read(path) if start(r) >= self.started - 1]
 
     def problems(self, images: int = 0, widgets: int = 0) -> list[str]:
         return problems(self.state, images=images, widgets=widgets)
@@ -278,7 +291,7 @@ class Runner:
         if self._stack is None:
             self._start()
         before = (LABS / name).read_bytes()
-        start = time.monotonic()
+        start, started = time.monotonic(), time.time()
         try:
             open_notebook(self.page, self.lab, name)
             state = run_all(self.page, timeout)
@@ -288,7 +301,7 @@ class Runner:
         finally:
             if (LABS / name).read_bytes() != before:  # never leave a committed notebook changed
                 (LABS / name).write_bytes(before)
-        result = Executed(name, to_notebook(state, LABS / name), state, shot, time.monotonic() - start)
+        result = Executed(name, to_notebook(state, LABS / name), state, shot, time.monotonic() - start, started)
         self.done[name] = result
         return result
 

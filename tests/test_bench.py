@@ -219,13 +219,12 @@ def test_real_sweep_of_the_horovod_solution(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_scaling_notebook_runs(notebooks) -> None:  # noqa: ANN001
     """labs/06_scaling.ipynb executes top to bottom in quick mode (tiny data); its sweeps are recorded."""
-    records_file = ROOT / "labs" / "runs" / "scaling.jsonl"
-    before = len(runs.read(records_file))
-    nb = notebooks.run("06_scaling.ipynb").nb
+    done = notebooks.run("06_scaling.ipynb")
+    nb = done.nb
     text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stdout")
     assert "speedup" in text and "efficiency" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
-    records = runs.read(records_file)[before:]
+    records = done.new_records(ROOT / "labs" / "runs" / "scaling.jsonl")
     assert {r["workers"] for r in records if r.get("strategy") == "horovod" and r["status"] == "ok"} >= {1, 2}
 
 
