@@ -166,3 +166,18 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
     if not done.ok:
         sink.line(repr(done))
     return done
+
+
+def tensorflow() -> Any:
+    """TensorFlow for a notebook cell, without its native start-up messages (CUDA probing on a CPU
+    machine) and with its logger at WARNING (a kernel looks interactive to it, so it would log INFO)."""
+    import logging
+
+    from labkit import env
+
+    with env.quiet_native_stderr():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()  # probes CUDA: its messages go nowhere
+    tf.get_logger().setLevel(logging.WARNING)
+    return tf

@@ -18,7 +18,6 @@ EXPECT = {
     "02_horovod.ipynb": {"images": 2, "widgets": 1},  # the ranks' weights at steps 3 and 4; launch progress bars
     "03_mirrored_strategy.ipynb": {"widgets": 1},
     "04_multi_worker.ipynb": {"images": 1, "widgets": 1},  # the kill-and-resume timeline
-    "05_parameter_server.ipynb": {"widgets": 1},
     "06_scaling.ipynb": {"images": 3, "widgets": 1},
 }
 
