@@ -27,7 +27,7 @@ test-fast:
 lint:
 	$(PY) -m ruff check labkit tests labs solutions
 
-# Record the checks' probe runs the judges are tested on (tests/fixtures/probes), about 20 minutes.
+# Record the checks' probe runs the judges are tested on (tests/fixtures/probes), about 16 minutes.
 probe-fixtures:
 	$(PY) tests/probe_cases.py
 

@@ -145,7 +145,7 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
     import sys
     import time
 
-    from labkit import env, output, proc, progress
+    from labkit import output, proc, progress
 
     shown = ["python", str(script), *map(str, args)]
     path = Path(log) if log else proc.new_log_dir() / "output.log"
@@ -158,11 +158,8 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
         p = job.spawn([sys.executable, *shown[1:]], env={"PYTHONUNBUFFERED": "1"}, log=path,
                       on_output=renderer.feed, on_end=renderer.close)
         code = p.wait(timeout)
-    lines: list[str] = []
-    clean = output.Renderer(lines.append)
-    clean.feed(path.read_bytes())
-    clean.close()
-    done = Finished(shown, code, time.perf_counter() - start, "\n".join(x for x in lines if not env.is_noise(x)), path)
+    text = "\n".join(rank_lines(path.read_text(errors="replace"), lines=10**9))  # as shown, without noise
+    done = Finished(shown, code, time.perf_counter() - start, text, path)
     if not done.ok:
         sink.line(repr(done))
     return done

@@ -222,6 +222,15 @@ def screenshot(page: Any, path: Path) -> None:
     page.set_viewport_size({"width": 1400, "height": 1000})
 
 
+def shutdown_kernels(lab: Lab) -> None:
+    """Shut every kernel of the server down through its REST API (closing a tab leaves its kernel running)."""
+    with urllib.request.urlopen(f"{lab.url}/api/kernels", timeout=10) as r:
+        kernels = json.loads(r.read())
+    for k in kernels:
+        urllib.request.urlopen(urllib.request.Request(f"{lab.url}/api/kernels/{k['id']}", method="DELETE"),
+                               timeout=30).read()
+
+
 def close_all(page: Any) -> None:
     """Close the notebook without saving and shut its kernel down."""
     page.evaluate("async () => { const app = window.jupyterapp; const p = app.shell.currentWidget; "
@@ -298,6 +307,7 @@ class Runner:
             shot = self.artifacts / f"{Path(name).stem}.png"
             screenshot(self.page, shot)
             close_all(self.page)
+            shutdown_kernels(self.lab)
         finally:
             if (LABS / name).read_bytes() != before:  # never leave a committed notebook changed
                 (LABS / name).write_bytes(before)

@@ -98,3 +98,17 @@ def expect_case(report: Report, case) -> None:  # noqa: ANN001
     if case.passes < judged:
         assert report.first_failing_step == case.passes + 1, report.format()
         assert case.hint in report.steps[case.passes].message, report.format()
+
+
+def real_check_matches_recording(case, tmp_path: Path, running: Callable[[str], bool], probe: str,  # noqa: ANN001
+                                 step: int | None = None) -> Report:
+    """Check ``case`` for real: it is judged as recorded, its evidence has the recorded shape, nothing is left."""
+    from labkit import check
+
+    out = tmp_path / "evidence.json"
+    report = check.run_check(case.lab, case.script(tmp_path), step, fresh=True, evidence_out=out)
+    expect_case(report, case)
+    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
+        "the probe's evidence changed shape: run `make probe-fixtures`")
+    assert not running(probe)
+    return report

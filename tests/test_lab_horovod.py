@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import expect_case, judge_case
+from conftest import expect_case, judge_case, real_check_matches_recording
 from probe_cases import CASES, find
 
 from labkit import check, labs
@@ -40,14 +40,9 @@ def test_a_hang_is_called_a_deadlock() -> None:
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
-    case = find("horovod", "after_step_06")
-    out = tmp_path / "evidence.json"
-    report = check.run_check("horovod", case.script(tmp_path), fresh=True, evidence_out=out)
-    expect_case(report, case)
+    report = real_check_matches_recording(find("horovod", "after_step_06"), tmp_path, running,
+                                          "labkit.probe")
     assert report.seconds is not None and report.seconds < 120  # 15-20 s on an idle 2-core machine
-    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
-        "the probe's evidence changed shape: run `make probe-fixtures`")
-    assert not running("labkit.probe")
 
 
 @pytest.mark.slow

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import expect_case, judge_case
+from conftest import expect_case, judge_case, real_check_matches_recording
 from probe_cases import CASES, find
 
-from labkit import check
 from labkit.check import judging, lab_mirrored
 
 HERE = [c for c in CASES if c.lab == "mirrored"]
@@ -28,10 +27,5 @@ def test_a_model_never_saved_fails_step_4() -> None:
 
 @pytest.mark.slow
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
-    case = find("mirrored", "after_step_04")
-    out = tmp_path / "evidence.json"
-    report = check.run_check("mirrored", case.script(tmp_path), fresh=True, evidence_out=out)
-    expect_case(report, case)
-    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
-        "the probe's evidence changed shape: run `make probe-fixtures`")
-    assert not running("labkit.dprobe")
+    real_check_matches_recording(find("mirrored", "after_step_04"), tmp_path, running,
+                                          "labkit.dprobe")

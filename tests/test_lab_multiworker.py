@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import expect_case, judge_case
+from conftest import expect_case, judge_case, real_check_matches_recording
 from probe_cases import CASES, find
 
-from labkit import check
 from labkit.check import judging, lab_multiworker
 
 HERE = [c for c in CASES if c.lab == "multiworker"]
@@ -37,10 +36,5 @@ def test_worker_1_printing_progress_fails_step_3() -> None:
 @pytest.mark.slow
 def test_a_real_check_with_a_killed_worker_passes_and_matches_its_recording(tmp_path: Path,
                                                                             running) -> None:  # noqa: ANN001
-    case = find("multiworker", "after_step_04")
-    out = tmp_path / "evidence.json"
-    report = check.run_check("multiworker", case.script(tmp_path), 4, fresh=True, evidence_out=out)
-    expect_case(report, case)
-    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
-        "the probe's evidence changed shape: run `make probe-fixtures`")
-    assert not running("labkit.dprobe")
+    real_check_matches_recording(find("multiworker", "after_step_04"), tmp_path, running,
+                                          "labkit.dprobe", step=4)

@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import expect_case, judge_case
+from conftest import expect_case, judge_case, real_check_matches_recording
 from probe_cases import CASES, find
 
 from labkit import check
-from labkit.check import judging
 
 HERE = [c for c in CASES if c.lab == "parameter-server"]
 
@@ -23,13 +22,8 @@ def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:  # noqa: ANN0
 
 @pytest.mark.slow
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
-    case = find("parameter-server", "after_step_03")
-    out = tmp_path / "evidence.json"
-    report = check.run_check("parameter-server", case.script(tmp_path), fresh=True, evidence_out=out)
-    expect_case(report, case)
-    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
-        "the probe's evidence changed shape: run `make probe-fixtures`")
-    assert not running("labkit.dprobe")
+    real_check_matches_recording(find("parameter-server", "after_step_03"), tmp_path, running,
+                                          "labkit.dprobe")
 
 
 @pytest.mark.slow
