@@ -33,7 +33,7 @@ labs = ["horovod", "mirrored", "multiworker", "parameter-server"]
 path = "labs"
 
 [tool.labkit.grading.points]
-horovod = 6
+horovod = 7
 mirrored = 4
 multiworker = 4
 parameter-server = 3

@@ -52,7 +52,8 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "broadcast the initial variables from rank 0",
         "divide steps_per_epoch and validation_steps by the number of workers",
         "average metrics with MetricAverageCallback before callbacks read them",
-    ), "fashion_mnist.py", "02_horovod.ipynb", 120.0, "labkit.check.lab_horovod"),
+        "checkpoints on rank 0 only; resume from the latest, its epoch broadcast from rank 0",
+    ), "fashion_mnist.py", "02_horovod.ipynb", 240.0, "labkit.check.lab_horovod"),
     Lab("mirrored", "MirroredStrategy on one machine", (
         "several devices, one MirroredStrategy over them",
         "the model's variables created under the strategy (mirrored on every replica)",

@@ -46,6 +46,7 @@ class JobResult:
     interrupted: bool = False
     rank_exit: dict[int, int] = field(default_factory=dict)
     rank_errors: dict[int, str] = field(default_factory=dict)
+    record: dict | None = None  # the run record, when the job was recorded
 
     @property
     def ok(self) -> bool:
@@ -211,7 +212,7 @@ def run(
     result = JobResult(code, shown[0], logs, np, duration, timed_out, interrupted, exits, errors)
     if record:
         status = "ok" if result.ok else "timeout" if timed_out else "interrupted" if interrupted else "failed"
-        jobrecord.finish(
+        result.record = jobrecord.finish(
             job_env.run_id or "", logs / "observed", command=list(command), launcher=job_env.launcher or chosen.name,
             workers=np, threads=job_env.threads, start=started, duration=duration, exit_status=code,
             status=status, error=next(iter(errors.values()), None), log_dir=logs, target=target, path=records,

@@ -57,6 +57,19 @@ def unfinished(script: str | Path) -> bool:
     return not path.is_file() or "TODO: Step" in path.read_text()
 
 
+def new_folder(name: str) -> str:
+    """A new, empty ``runs/<name>-<date>-<time>`` folder for one try; earlier tries stay as they were."""
+    import time
+
+    base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = base.with_name(f"{base.name}-{k}")
+    path.mkdir(parents=True)
+    return str(path)
+
+
 def run_cluster(command: Sequence[str], **kw: Any) -> Any:
     """:func:`labkit.cluster.run` with its summary printed. In quick mode an unfinished script is
     not launched: the check cell after it runs it."""
@@ -126,8 +139,10 @@ def ranks(result: Any, lines: int = 12) -> Ranks:
 class Finished:
     """A plain process that ran to its end: exit code, seconds, and its output without start-up noise."""
 
-    def __init__(self, command: list[str], returncode: int | None, seconds: float, text: str, log: Path) -> None:
+    def __init__(self, command: list[str], returncode: int | None, seconds: float, text: str, log: Path,
+                 record: dict[str, Any] | None = None) -> None:
         self.command, self.returncode, self.seconds, self.text, self.log = command, returncode, seconds, text, log
+        self.record = record  # the run record (labkit.runs): epochs, images/sec, accuracy
 
     @property
     def ok(self) -> bool:
@@ -140,12 +155,13 @@ class Finished:
 
 def python(script: str | Path, *args: str, log: str | Path | None = None, timeout: float = 7200) -> Finished:
     """Run ``python SCRIPT ARGS`` as one plain process (no launcher), as a terminal would, showing its
-    output here without TensorFlow's start-up messages; everything goes to ``log`` too."""
+    output here without TensorFlow's start-up messages; everything goes to ``log`` too. The run is
+    observed and recorded like every launch (``Finished.record``)."""
     import shlex
     import sys
     import time
 
-    from labkit import output, proc, progress
+    from labkit import contract, jobrecord, output, proc, progress, runs
 
     shown = ["python", str(script), *map(str, args)]
     path = Path(log) if log else proc.new_log_dir() / "output.log"
@@ -153,13 +169,21 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
     sink = progress.default_sink()
     sink.line(f"$ {shlex.join(shown)}")
     renderer = output.Renderer(sink.line, sink.progress)
-    start = time.perf_counter()
+    observed, records = path.parent / f"{path.stem}-observed", runs.runs_file().resolve()
+    run_env = contract.JobEnv(run_id=runs.new_run_id(), launcher="python", np=1, observe=str(observed),
+                              runs_file=str(records))
+    start, started = time.perf_counter(), time.time()
     with proc.Job() as job:
-        p = job.spawn([sys.executable, *shown[1:]], env={"PYTHONUNBUFFERED": "1"}, log=path,
+        p = job.spawn([sys.executable, *shown[1:]], env={"PYTHONUNBUFFERED": "1", **run_env.to_env()}, log=path,
                       on_output=renderer.feed, on_end=renderer.close)
         code = p.wait(timeout)
+    seconds = time.perf_counter() - start
     text = "\n".join(rank_lines(path.read_text(errors="replace"), lines=10**9))  # as shown, without noise
-    done = Finished(shown, code, time.perf_counter() - start, text, path)
+    record = jobrecord.finish(run_env.run_id or "", observed, command=shown, launcher="python", workers=1, threads=None,
+                              start=started, duration=seconds, exit_status=124 if code is None else code,
+                              status="ok" if code == 0 else "timeout" if code is None else "failed",
+                              log_dir=path.parent, path=records)
+    done = Finished(shown, code, seconds, text, path, record)
     if not done.ok:
         sink.line(repr(done))
     return done

@@ -10,7 +10,12 @@ patches library entry points in this process only:
   local rank is mirrored (rank 0 has local rank 1) so that pinning by global rank
   can be told from pinning by local rank;
 * ``Model.fit``/``evaluate``: arguments, callback order, metric reads per callback,
-  batches per epoch and weight snapshots are recorded (at most one epoch runs).
+  batches per epoch and weight snapshots are recorded (at most one epoch runs);
+* saving: every ``Model.save``/``save_weights``/``save_model`` and ``tf.train.Checkpoint``
+  write is recorded with its path and the epoch it happened in.
+
+With ``--own-folders`` each rank runs in a folder of its own (``rank0/``, ``rank1/``), as
+ranks on separate nodes see only their own disk.
 
 Each rank writes ``OUT/probe.N.json`` (rewritten at every milestone, so a hang
 still leaves evidence) and ``OUT/weights.N.npz``.
@@ -40,6 +45,7 @@ STATE: dict[str, Any] = {
     "pins": {"visible": None, "memory_growth": [], "cuda_visible_devices": None},
     "fit": [],
     "evaluate": [],
+    "saves": [],
     "epochs": [],
     "data": {"train": TRAIN_PER_RANK, "test": TEST_PER_RANK},
     "error": None,
@@ -113,6 +119,10 @@ def patch_model(tf: Any) -> None:
     class Conv2D(real):  # type: ignore[misc, valid-type]
         def __init__(self, filters: int, *args: Any, **kwargs: Any) -> None:
             super().__init__(shrink(int(filters)), *args, **kwargs)
+
+        @classmethod
+        def from_config(cls, config: dict) -> Any:  # a saved model's layers are already narrow
+            return real.from_config(config)
 
     Conv2D.__name__ = "Conv2D"
     patch.set_everywhere(tf, "layers", "Conv2D", Conv2D)
@@ -267,17 +277,19 @@ def make_probe_callback(tf: Any, record: dict) -> Any:
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch, self.train_batches, self.test_batches = epoch, 0, 0
+            self.first = getattr(self, "first", epoch)  # the first epoch this fit runs (initial_epoch)
+            STATE["epoch"] = epoch
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            if self.epoch == 0 and batch == 1:
+            if self.epoch == self.first and batch == 1:
                 WEIGHTS["b1_begin"] = _flat_weights(self.model)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.train_batches += 1
-            if self.epoch == 0 and batch == 0:
+            if self.epoch == self.first and batch == 0:
                 WEIGHTS["after_b0"] = _flat_weights(self.model)
                 milestone("batch0_end")
-            if self.epoch == 0 and batch == 1:
+            if self.epoch == self.first and batch == 1:
                 WEIGHTS["b1_end"] = _flat_weights(self.model)
                 _save_weights()  # evidence for steps 3-4 even if the run is cut short later
                 milestone("batch1_end")
@@ -309,6 +321,27 @@ def _save_weights() -> None:
     os.replace(path + ".tmp.npz", path)
 
 
+def patch_saving(tf: Any) -> None:
+    """Record every model or checkpoint save: which path, in which epoch."""
+
+    def recorder(owner: Any, name: str, kind: str, path_arg: int) -> None:
+        real = getattr(owner, name)
+
+        def save(*args: Any, **kwargs: Any) -> Any:
+            path = args[path_arg] if len(args) > path_arg else kwargs.get("filepath", kwargs.get("file_prefix"))
+            STATE["saves"].append({"kind": kind, "path": str(path), "epoch": STATE.get("epoch"),
+                                   "in_fit": bool(STATE.get("in_fit"))})
+            _save()
+            return real(*args, **kwargs)
+
+        setattr(owner, name, save)
+
+    recorder(tf.keras.Model, "save", "model", 1)
+    recorder(tf.keras.Model, "save_weights", "weights", 1)
+    recorder(tf.keras.models, "save_model", "model", 1)
+    recorder(tf.train.Checkpoint, "write", "checkpoint", 1)
+
+
 def patch_keras(tf: Any) -> None:
     import inspect
 
@@ -329,6 +362,7 @@ def patch_keras(tf: Any) -> None:
         STATE["fit"].append({
             "verbose": a.get("verbose"),
             "epochs": a.get("epochs"),
+            "initial_epoch": a.get("initial_epoch"),
             "steps_per_epoch": a.get("steps_per_epoch"),
             "validation_steps": a.get("validation_steps"),
             "has_validation": a.get("validation_data") is not None,
@@ -362,11 +396,18 @@ def patch_keras(tf: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     global OUT
     argv = list(sys.argv[1:] if argv is None else argv)
+    own_folders = len(argv) > 1 and argv[1] == "--own-folders"
+    if own_folders:
+        del argv[1]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m labkit.probe OUTDIR -- SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m labkit.probe OUTDIR [--own-folders] -- SCRIPT [ARGS...]", file=sys.stderr)
         return 2
-    OUT, script, script_args = argv[0], argv[2], argv[3:]
+    OUT, script, script_args = os.path.abspath(argv[0]), os.path.abspath(argv[2]), argv[3:]
     os.makedirs(OUT, exist_ok=True)
+    if own_folders:  # as on separate nodes: each rank sees only its own files
+        folder = os.path.join(os.getcwd(), f"rank{STATE['rank_env']}")
+        os.makedirs(folder, exist_ok=True)
+        os.chdir(folder)
     milestone("start")
     import tensorflow as tf
 
@@ -375,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     patch_devices(tf)
     patch_horovod()
     patch_keras(tf)
+    patch_saving(tf)
     milestone("patched")
 
     sys.argv = [script, *script_args]

@@ -1,5 +1,5 @@
 """Pictures of what the ranks did, from data the lab already has: the weights a check recorded on
-each rank, and the epochs around a worker kill."""
+each rank, the epochs around a worker kill, and the run records (training curves, runs side by side)."""
 
 from __future__ import annotations
 
@@ -84,4 +84,52 @@ def resume_timeline(report: Any) -> Any:
     ax.set_xlabel("epoch")
     ax.set_ylim(-0.6, 1.8)
     ax.set_title("Kill and resume: which epochs ran when", fontsize=10)
+    return fig
+
+
+def _record(run: Any) -> dict[str, Any]:
+    rec = run if isinstance(run, dict) else getattr(run, "record", None)
+    if not rec:
+        raise ValueError("this run has no record: launch it through labkit (notebook.python, notebook.run, launch.run)")
+    return rec
+
+
+def curves(*runs: Any, labels: list[str] | None = None) -> Any:
+    """Training curves from run records: validation (and training) accuracy against the wall clock, and
+    images/sec per epoch. Each run is a launch result, a ``notebook.python`` result or a record."""
+    fig, (ax, bx) = _figure(ncols=2, width=4.6, height=3.2)
+    for i, run in enumerate(runs):
+        rec = _record(run)
+        name = labels[i] if labels else f"{rec.get('workers') or 1} worker(s), batch {rec.get('batch_per_worker')}"
+        eps = [e for e in rec.get("epochs") or [] if e.get("elapsed_s") is not None]
+        line, = ax.plot([e["elapsed_s"] for e in eps], [e.get("val_accuracy") for e in eps], "o-", label=name)
+        ax.plot([e["elapsed_s"] for e in eps], [e.get("accuracy") for e in eps], ":", color=line.get_color())
+        bx.plot([e["epoch"] for e in eps], [e.get("images_per_sec") for e in eps], "o-", label=name)
+        if rec.get("target_accuracy"):
+            ax.axhline(rec["target_accuracy"], color="#888", ls="--", lw=0.8)
+    ax.set_xlabel("seconds since the start")
+    ax.set_ylabel("accuracy (solid: validation, dotted: training)")
+    bx.set_xlabel("epoch")
+    bx.set_ylabel("training images/sec")
+    bx.set_ylim(bottom=0)
+    for a in (ax, bx):
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    return fig
+
+
+def compare_runs(named: dict[str, Any]) -> Any:
+    """Bars side by side: training images/sec and wall time of each named run (e.g. one big worker
+    against N small ones)."""
+    fig, (ax, bx) = _figure(ncols=2, width=3.8, height=2.8)
+    names = list(named)
+    recs = [_record(named[n]) for n in names]
+    rates = [r.get("images_per_sec") or 0.0 for r in recs]
+    walls = [r.get("duration_s") or 0.0 for r in recs]
+    panels = ((ax, rates, "training images/sec", "{:.0f}"), (bx, walls, "wall time (s)", "{:.0f} s"))
+    for a, values, title, unit in panels:
+        bars = a.bar(names, values, color=["#4C72B0", "#55A868", "#C44E52", "#8172B2"][: len(names)])
+        a.bar_label(bars, [unit.format(v) for v in values], fontsize=8)
+        a.set_title(title, fontsize=10)
+        a.tick_params(axis="x", labelsize=8)
     return fig

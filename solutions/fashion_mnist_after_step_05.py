@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
+    # TODO: Step 7: add --checkpoint-dir (default "": no checkpoints, no resuming)
     return apply_mode(p.parse_args(argv))
 
 
@@ -139,10 +140,13 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
-def lr_schedule(base_lr: float):
-    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35."""
+def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
+    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
+    warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
 
     def schedule(epoch: int, lr: float | None = None) -> float:
+        if epoch < warmup_epochs and start_lr is not None:
+            return start_lr + (base_lr - start_lr) * epoch / warmup_epochs
         return base_lr * (1.0 if epoch < 15 else 1e-1 if epoch < 25 else 1e-2 if epoch < 35 else 1e-3)
 
     return schedule
@@ -212,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     # Horovod: only the first worker (rank 0) prints progress.
     verbose = 1 if hvd.rank() == 0 else 0
 
+    # TODO: Step 7: with --checkpoint-dir, find the latest checkpoint-{epoch}.h5 there and
+    # broadcast its epoch from rank 0 to all ranks (hvd.broadcast)
+    resume_from_epoch = 0
+
     (x_train, y_train), (x_test, y_test) = load_fashion_mnist(args.train_size, args.test_size)
     mean, std = float(x_train.mean()), float(x_train.std())
     # Input pipeline: every worker shuffles the whole training set in its own random order,
@@ -241,11 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     # Horovod: average the gradients of all workers (allreduce) before each update.
     opt = hvd.DistributedOptimizer(opt)
     model.compile(loss="categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
+    # TODO: Step 7: when resuming, load the checkpoint on rank 0 with hvd.load_model
 
     callbacks: list[tf.keras.callbacks.Callback] = [tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr))]
     # Horovod: start every worker from the initial weights of rank 0.
     callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
     # TODO: Step 6: average the metrics over all workers at the end of every epoch
+    # TODO: Step 7: with --checkpoint-dir, save a checkpoint every epoch on rank 0 only (ModelCheckpoint)
     if verbose:
         callbacks.append(Throughput(images_per_epoch=len(x_train)))
         callbacks.append(CumulativeTime())
@@ -256,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if verbose:
         print(f"mode={args.mode} widen_factor={args.widen_factor} train={len(x_train)} test={len(x_test)} "
               f"batch={args.batch_size} steps/epoch={steps_per_epoch}", flush=True)
-    model.fit(train_ds, steps_per_epoch=steps_per_epoch, epochs=args.epochs,
+    model.fit(train_ds, steps_per_epoch=steps_per_epoch, epochs=args.epochs, initial_epoch=resume_from_epoch,
               validation_data=test_ds, validation_steps=validation_steps,
               callbacks=callbacks, verbose=verbose)
     loss, accuracy = model.evaluate(test_ds, steps=test_steps, verbose=verbose)

@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
+    p.add_argument("--warmup-epochs", type=int, default=3,
+                   help="epochs to ramp the learning rate up to its scaled value")
     return apply_mode(p.parse_args(argv))
 
 
@@ -140,10 +142,13 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
-def lr_schedule(base_lr: float):
-    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35."""
+def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
+    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
+    warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
 
     def schedule(epoch: int, lr: float | None = None) -> float:
+        if epoch < warmup_epochs and start_lr is not None:
+            return start_lr + (base_lr - start_lr) * epoch / warmup_epochs
         return base_lr * (1.0 if epoch < 15 else 1e-1 if epoch < 25 else 1e-2 if epoch < 35 else 1e-3)
 
     return schedule
@@ -225,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     # tf.distribute: fit's batch is the global batch; the strategy splits it over the replicas.
     global_batch = args.batch_size * replicas
     val_batch = args.val_batch_size * replicas
+    # Linear scaling: the learning rate grows with the global batch, ramped up from the one-replica rate
+    # over the first epochs (the rule of the Horovod solution; a batch of --batch-size: no change).
+    base_lr = args.base_lr * global_batch / args.batch_size
     train_ds = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
                 .shuffle(len(x_train)).repeat()
                 .batch(global_batch, drop_remainder=True)
@@ -241,12 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     # tf.distribute: variables made in the scope are MirroredVariables, one copy per device.
     with strategy.scope():
         model = wide_resnet(args.widen_factor, weight_decay=args.wd)
-        opt = tf.keras.optimizers.SGD(learning_rate=args.base_lr)
+        opt = tf.keras.optimizers.SGD(learning_rate=base_lr)
         model.compile(loss="categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
 
     os.makedirs(args.log_dir, exist_ok=True)
     callbacks: list[tf.keras.callbacks.Callback] = [
-        tf.keras.callbacks.LearningRateScheduler(lr_schedule(args.base_lr)),
+        tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr, args.warmup_epochs, start_lr=args.base_lr)),
         Throughput(images_per_epoch=len(x_train)),
         CumulativeTime(),
         tf.keras.callbacks.CSVLogger(os.path.join(args.log_dir, "training.csv")),

@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
+    p.add_argument("--warmup-epochs", type=int, default=3,
+                   help="epochs to ramp the learning rate up to its scaled value")
     p.add_argument("--seed", type=int, default=1234, help="shuffle seed, the same on every worker")
     return apply_mode(p.parse_args(argv))
 
@@ -141,10 +143,13 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
-def lr_schedule(base_lr: float):
-    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35."""
+def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
+    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
+    warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
 
     def schedule(epoch: int, lr: float | None = None) -> float:
+        if epoch < warmup_epochs and start_lr is not None:
+            return start_lr + (base_lr - start_lr) * epoch / warmup_epochs
         return base_lr * (1.0 if epoch < 15 else 1e-1 if epoch < 25 else 1e-2 if epoch < 35 else 1e-3)
 
     return schedule
@@ -216,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     # tf.distribute: the batch given to fit is the global batch; each worker gets batch_size of it.
     global_batch = args.batch_size * replicas
     val_batch = args.val_batch_size * replicas
+    # Linear scaling: the learning rate grows with the global batch, ramped up from the one-replica rate
+    # over the first epochs (the rule of the Horovod solution; a batch of --batch-size: no change).
+    base_lr = args.base_lr * global_batch / args.batch_size
     train_ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
     # tf.distribute: every worker shuffles in the same order, so that sharding by DATA splits one permutation.
     train_ds = train_ds.shuffle(len(x_train), seed=args.seed)
@@ -239,11 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     # tf.distribute: variables created in the scope are mirrored on every replica of every worker.
     with strategy.scope():
         model = wide_resnet(args.widen_factor, weight_decay=args.wd)
-        opt = tf.keras.optimizers.SGD(learning_rate=args.base_lr)
+        opt = tf.keras.optimizers.SGD(learning_rate=base_lr)
         model.compile(loss="categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
 
     callbacks: list[tf.keras.callbacks.Callback] = [
-        tf.keras.callbacks.LearningRateScheduler(lr_schedule(args.base_lr))
+        tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr, args.warmup_epochs, start_lr=args.base_lr))
     ]
     # TODO: Step 4: add a tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir) callback
     if chief:

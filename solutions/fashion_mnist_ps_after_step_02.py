@@ -139,10 +139,13 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
-def lr_schedule(base_lr: float):
-    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35."""
+def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
+    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
+    warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
 
     def schedule(epoch: int, lr: float | None = None) -> float:
+        if epoch < warmup_epochs and start_lr is not None:
+            return start_lr + (base_lr - start_lr) * epoch / warmup_epochs
         return base_lr * (1.0 if epoch < 15 else 1e-1 if epoch < 25 else 1e-2 if epoch < 35 else 1e-3)
 
     return schedule

@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
+    p.add_argument("--checkpoint-dir", default="",
+                   help="save a checkpoint here every epoch and resume from the latest one (empty: off)")
     p.add_argument("--warmup-epochs", type=int, default=3, help="epochs to ramp the learning rate up")
     return apply_mode(p.parse_args(argv))
 
@@ -140,10 +142,13 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
-def lr_schedule(base_lr: float):
-    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35."""
+def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
+    """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
+    warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
 
     def schedule(epoch: int, lr: float | None = None) -> float:
+        if epoch < warmup_epochs and start_lr is not None:
+            return start_lr + (base_lr - start_lr) * epoch / warmup_epochs
         return base_lr * (1.0 if epoch < 15 else 1e-1 if epoch < 25 else 1e-2 if epoch < 35 else 1e-3)
 
     return schedule
@@ -213,6 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     # Horovod: only the first worker (rank 0) prints progress.
     verbose = 1 if hvd.rank() == 0 else 0
 
+    # Horovod: resume from the latest checkpoint. Only rank 0 is sure to see it (on a cluster it is on
+    # rank 0's disk), so rank 0 decides the epoch and broadcasts it to every rank.
+    checkpoint_format = os.path.join(args.checkpoint_dir, "checkpoint-{epoch}.h5")
+    resume_from_epoch = 0
+    if args.checkpoint_dir:
+        for try_epoch in range(args.epochs, 0, -1):
+            if os.path.exists(checkpoint_format.format(epoch=try_epoch)):
+                resume_from_epoch = try_epoch
+                break
+    resume_from_epoch = int(hvd.broadcast(resume_from_epoch, 0, name="resume_from_epoch"))
+
     (x_train, y_train), (x_test, y_test) = load_fashion_mnist(args.train_size, args.test_size)
     mean, std = float(x_train.mean()), float(x_train.std())
     # Input pipeline: every worker shuffles the whole training set in its own random order,
@@ -243,12 +259,20 @@ def main(argv: list[str] | None = None) -> int:
     # Horovod: average the gradients of all workers (allreduce) before each update.
     opt = hvd.DistributedOptimizer(opt)
     model.compile(loss="categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
+    if resume_from_epoch > 0 and hvd.rank() == 0:
+        # Horovod: rank 0 loads the checkpoint (hvd.load_model wraps its optimizer in
+        # DistributedOptimizer); the broadcast callback then gives every rank its weights.
+        model = hvd.load_model(checkpoint_format.format(epoch=resume_from_epoch))
 
     callbacks: list[tf.keras.callbacks.Callback] = [tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr))]
     # Horovod: start every worker from the initial weights of rank 0.
     callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
     # Horovod: average the validation metrics over workers, before any callback reads them.
     callbacks.append(hvd.callbacks.MetricAverageCallback())
+    if args.checkpoint_dir and hvd.rank() == 0:
+        # Horovod: only rank 0 saves checkpoints (other ranks would overwrite the same files).
+        os.makedirs(args.checkpoint_dir, exist_ok=True)
+        callbacks.append(tf.keras.callbacks.ModelCheckpoint(checkpoint_format))
     # Horovod: ramp the learning rate up from base_lr / size over the first epochs.
     callbacks.append(hvd.callbacks.LearningRateWarmupCallback(
         initial_lr=base_lr, warmup_epochs=args.warmup_epochs, verbose=verbose,
@@ -263,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     if verbose:
         print(f"mode={args.mode} widen_factor={args.widen_factor} train={len(x_train)} test={len(x_test)} "
               f"batch={args.batch_size} steps/epoch={steps_per_epoch}", flush=True)
-    model.fit(train_ds, steps_per_epoch=steps_per_epoch, epochs=args.epochs,
+    model.fit(train_ds, steps_per_epoch=steps_per_epoch, epochs=args.epochs, initial_epoch=resume_from_epoch,
               validation_data=test_ds, validation_steps=validation_steps,
               callbacks=callbacks, verbose=verbose)
     loss, accuracy = model.evaluate(test_ds, steps=test_steps, verbose=verbose)

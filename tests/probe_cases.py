@@ -68,6 +68,8 @@ def _steps(lab: str, stem: str, n: int) -> list[Case]:
 
 
 HVD = "solutions/fashion_mnist_after_step_06.py"
+HVD7 = "solutions/fashion_mnist_after_step_07.py"
+LOAD = "        model = hvd.load_model(checkpoint_format.format(epoch=resume_from_epoch))\n"
 MIR = "solutions/fashion_mnist_mirrored_after_step_04.py"
 MW2 = "solutions/fashion_mnist_multiworker_after_step_02.py"
 MW4 = "solutions/fashion_mnist_multiworker_after_step_04.py"
@@ -115,8 +117,9 @@ def _custom_loop(text: str) -> str:
 
 
 CASES: list[Case] = [
-    # Horovod: the six steps, wrong scripts failing at the right step, other correct ways passing.
-    *_steps("horovod", "fashion_mnist", 6),
+    # Horovod: the seven steps, wrong scripts failing at the right step, other correct ways passing.
+    *[Case(c.lab, c.name, c.source, c.passes, "--checkpoint-dir" if c.passes == 6 else "")
+      for c in _steps("horovod", "fashion_mnist", 7)],
     Case("horovod", "pin_by_rank", HVD, 0, "hvd.local_rank()", (("gpus[hvd.local_rank()]", "gpus[hvd.rank()]"),)),
     Case("horovod", "broadcast_from_rank1", HVD, 3, "rank 0",
          (("BroadcastGlobalVariablesCallback(0)", "BroadcastGlobalVariablesCallback(1)"),)),
@@ -141,7 +144,24 @@ CASES: list[Case] = [
          "    model.compile(loss=\"categorical_crossentropy\", optimizer=opt, metrics=[\"accuracy\"])\n"
          "    import horovod.tensorflow as hvd_tf\n"
          "    hvd_tf.broadcast_variables(model.variables, root_rank=0)\n"))),
-    Case("horovod", "original_solution", "seed:fashion_mnist_solution.py\n|参考资料", 6),
+    Case("horovod", "checkpoint_on_every_rank", HVD7, 6, "saved checkpoints too",
+         (("if args.checkpoint_dir and hvd.rank() == 0:", "if args.checkpoint_dir:"),), step=7),
+    Case("horovod", "resume_epoch_not_broadcast", HVD7, 6, "Broadcast the epoch", ((
+        '    resume_from_epoch = int(hvd.broadcast(resume_from_epoch, 0, name="resume_from_epoch"))\n', ""),),
+         step=7),
+    Case("horovod", "no_initial_epoch", HVD7, 6, "initial_epoch", (("initial_epoch=resume_from_epoch,", ""),),
+         step=7),
+    Case("horovod", "checkpoint_not_loaded", HVD7, 6, "checkpoint's weights",
+         ((LOAD, "        pass\n"),), step=7),
+    Case("horovod", "plain_load_model", HVD7, 6, "hvd.load_model", (
+        ("model = hvd.load_model(", "model = tf.keras.models.load_model("),), step=7),
+    Case("horovod", "weights_checkpoint", HVD7, 7, "", (  # weights only, loaded into the compiled model
+        ('"checkpoint-{epoch}.h5"', '"weights-{epoch}.h5"'),
+        ("ModelCheckpoint(checkpoint_format)", "ModelCheckpoint(checkpoint_format, save_weights_only=True)"),
+        (LOAD, "        model.load_weights(checkpoint_format.format(epoch=resume_from_epoch))\n"),
+        ('int(hvd.broadcast(resume_from_epoch, 0, name="resume_from_epoch"))',
+         "hvd.broadcast_object(resume_from_epoch, 0)")), step=7),
+    Case("horovod", "original_solution", "seed:fashion_mnist_solution.py\n|参考资料", 6, "--checkpoint-dir"),
     Case("horovod", "original_starter", "seed:fashion_mnist.py:\n|基准", 0, "hvd.init()"),
     # MirroredStrategy
     *_steps("mirrored", "fashion_mnist_mirrored", 4),

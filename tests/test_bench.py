@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_notebooks import outputs_text
 
 from labkit import bench, bench_cli, cli, runs
 
@@ -226,6 +227,9 @@ def test_scaling_notebook_runs(notebooks) -> None:  # noqa: ANN001
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     records = done.new_records(ROOT / "labs" / "runs" / "scaling.jsonl")
     assert {r["workers"] for r in records if r.get("strategy") == "horovod" and r["status"] == "ok"} >= {1, 2}
+    no_warmup = [r for r in records if (r.get("config") or {}).get("warmup_epochs") == 0]  # the learning-rate runs
+    assert len(no_warmup) == 2 and 0.025 in {r["config"].get("base_lr") for r in no_warmup}, no_warmup
+    assert outputs_text(nb).count("assessment (82% validation accuracy within 180 s on 2 workers)") == 2
 
 
 SEED = next(iter(sorted((ROOT.parent / "shared" / "seeds").glob("004_*.txt"))), None)

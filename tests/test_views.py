@@ -35,3 +35,34 @@ def test_resume_timeline_marks_the_kill() -> None:
     fig = views.resume_timeline(ResumeReport("worker.1", before=[1, 2], after=[2, 3]))
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "worker.1 killed" in texts and texts.count("2") == 2  # epoch 2 cut, then run again after the restart
+
+
+def _rec(workers: int, rate: float, accs: list[float]) -> dict:
+    eps = [{"epoch": i + 1, "elapsed_s": 10.0 * (i + 1), "val_accuracy": a, "accuracy": a - 0.02,
+            "images_per_sec": rate} for i, a in enumerate(accs)]
+    return {"workers": workers, "batch_per_worker": 32, "epochs": eps, "target_accuracy": 0.8,
+            "images_per_sec": rate, "duration_s": 12.0 * len(accs)}
+
+
+def test_curves_draw_accuracy_against_time_and_throughput_per_epoch() -> None:
+    fig = views.curves(_rec(1, 500.0, [0.6, 0.7, 0.81]), _rec(2, 900.0, [0.65, 0.79]))
+    acc, rate = fig.axes
+    assert list(acc.get_lines()[0].get_xdata()) == [10.0, 20.0, 30.0]
+    assert list(acc.get_lines()[0].get_ydata()) == [0.6, 0.7, 0.81]
+    assert list(rate.get_lines()[-1].get_ydata()) == [900.0, 900.0]
+
+
+def test_compare_runs_labels_each_bar() -> None:
+    fig = views.compare_runs({"1 × 2 threads": _rec(1, 700.0, [0.7]), "2 × 1 thread": _rec(2, 780.0, [0.7])})
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels == ["700", "780"]
+
+
+def test_a_run_without_record_is_a_clear_error() -> None:
+    import pytest
+
+    class Unrecorded:
+        record = None
+
+    with pytest.raises(ValueError, match="no record"):
+        views.curves(Unrecorded())

@@ -1,9 +1,11 @@
-"""The Horovod lab's six steps, judged from one probed 2-rank run.
+"""The Horovod lab's seven steps, judged from probed 2-rank runs.
 
-:func:`collect` runs the learner's script once on 2 ranks under :mod:`labkit.probe`
+:func:`collect` runs the learner's script on 2 ranks under :mod:`labkit.probe`
 (tiny data, different per rank; narrow convolutions; two simulated GPUs with mirrored
 local ranks) and returns what the ranks did. Each ``step_N`` is a plain function of
-that evidence.
+that evidence. Steps 1-6 need one run; step 7 (checkpoints) two more with
+``--checkpoint-dir``, each rank in a folder of its own as on separate nodes: one run that
+saves, and one that must resume from what it saved.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -47,13 +50,44 @@ def _project(w: np.ndarray) -> list[float]:
     return [float(v) for v in _projection(w.size) @ w.astype(np.float64)]
 
 
+CHECKPOINT_DIR = "checkpoints"
+RESUME_RUNS = {"first": ["--epochs", "1"], "second": ["--epochs", "2"]}
+
+
+def upto(step: int) -> int:
+    """Steps 1-6 come from one run; step 7 adds the two checkpoint runs."""
+    return 6 if step <= 6 else 7
+
+
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
-    """Run ``script`` on 2 ranks under the probe; what each rank recorded, its weights, how it ended."""
-    out = work / "probe"
+    """Run ``script`` on 2 ranks under the probe (and, for step 7, the save and resume runs)."""
+    deadline = time.monotonic() + timeout
+    ev = _run(script, ARGS, work / "probe", work, timeout)
+    if upto >= 7 and _reached(ev, "train_end"):
+        ckpt = ["--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--checkpoint-dir", CHECKPOINT_DIR]
+        ev["resume"] = {}
+        for name, epochs in RESUME_RUNS.items():
+            left = max(10.0, deadline - time.monotonic())
+            ev["resume"][name] = run = _run(script, [*epochs, *ckpt], work / f"probe-{name}", work / "resume",
+                                            left, own_folders=True)
+            if not _reached(run, "train_end"):
+                break
+    return ev
+
+
+def _reached(ev: dict[str, Any], milestone: str) -> bool:
+    return len(ev["states"]) == ev["np"] and all(milestone in s.get("milestones", []) for s in ev["states"].values())
+
+
+def _run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
+         own_folders: bool = False) -> dict[str, Any]:
+    """One probed 2-rank run: what each rank recorded, its weights, how it ended."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    flags = ["--own-folders"] if own_folders else []
     job = launch.run(
-        [sys.executable, "-m", "labkit.probe", str(out), "--", str(script), *ARGS],
-        np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=work / "logs",
-        env=dict(PROBE_ENV), quiet=True, cwd=work, record=False,  # probe runs are not the learner's runs
+        [sys.executable, "-m", "labkit.probe", str(out), *flags, "--", str(script), *args],
+        np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
+        env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False,  # probe runs are not the learner's runs
     )
     ev: dict[str, Any] = {"lab": "horovod", "np": NP, "batch": BATCH, "states": {}, "weights": {}, "ranks": {},
                           "timed_out": job.timed_out, "interrupted": job.interrupted,
@@ -290,4 +324,78 @@ def step_6(ev: dict[str, Any]) -> str:
     return "validation metrics are averaged over the workers before any callback reads them."
 
 
-STEPS = [step_1, step_2, step_3, step_4, step_5, step_6]
+
+def _resume_runs(ev: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    runs = ev.get("resume") or {}
+    if "first" not in runs:
+        raise Failed("the checkpoint runs did not happen: steps 1-6 must pass first.")
+    first = runs["first"]
+    logs = " ".join(i.get("log_tail", "") + i.get("error", "") for i in first["ranks"].values())
+    if "unrecognized arguments" in logs and "--checkpoint-dir" in logs:
+        raise Failed("the check runs your script with `--checkpoint-dir DIR` (the lab's command line): add that "
+                     "argument, default '' for no checkpoints.")
+    return first, runs.get("second")
+
+
+def _on_other_disk(why: str) -> str:
+    """``why`` a rank crashed, with the reason when it looked for rank 0's checkpoint."""
+    if "checkpoint" in why.lower() or "no such file" in why.lower() or "unable to open" in why.lower():
+        why += (" Only rank 0 saved the checkpoint, so only rank 0's disk has it (the check gives each rank a "
+                "folder of its own, as separate nodes have): load it on rank 0 and let "
+                "BroadcastGlobalVariablesCallback(0) give the other ranks its weights.")
+    return why
+
+
+def step_7(ev: dict[str, Any]) -> str:
+    first, second = _resume_runs(ev)
+    _need(first, "train_end")
+    saves = {r: [s for s in _state(first, r).get("saves", []) if s.get("in_fit")] for r in range(first["np"])}
+    if not saves[0]:
+        raise Failed(f"with `--checkpoint-dir {CHECKPOINT_DIR}` rank 0 saved no checkpoint during training: append "
+                     "`tf.keras.callbacks.ModelCheckpoint(os.path.join(args.checkpoint_dir, "
+                     "'checkpoint-{epoch}.h5'))` to the callbacks on rank 0.")
+    others = [r for r in saves if r and saves[r]]
+    if others:
+        raise Failed(f"rank {others[0]} saved checkpoints too ({saves[others[0]][0]['path']}): on a shared disk the "
+                     "ranks would overwrite each other's files. Add ModelCheckpoint only when hvd.rank() == 0.")
+    if second is None:
+        raise Failed("the second run (which should resume) did not happen.")
+    try:
+        _need(second, "batch1_end")
+    except Failed as e:
+        opts = {r: (_state(second, r).get("fit") or [{}])[0].get("optimizer") or ""
+                for r in range(second["np"]) if str(r) in second["states"]}
+        if len({"horovod" in o for o in opts.values()}) > 1:
+            raise Failed("in the resumed run rank 0's optimizer no longer averaged gradients (a plain "
+                         f"{opts.get(0, '?').rsplit('.', 1)[-1]}), so the ranks waited for each other: load the "
+                         "checkpoint with `hvd.load_model`, which wraps its optimizer in DistributedOptimizer."
+                         ) from None
+        raise Failed(_on_other_disk(str(e))) from None
+    saved_epochs = len(_state(first, 0).get("epochs", []))
+    starts = [(_state(second, r)["fit"][0].get("initial_epoch") or 0) for r in range(second["np"])]
+    if starts[0] != saved_epochs:
+        raise Failed(f"the second run started at epoch {starts[0]} although rank 0 had saved a checkpoint after epoch "
+                     f"{saved_epochs}: find the latest checkpoint-<epoch> file and pass `initial_epoch=<its epoch>` "
+                     "to fit().")
+    late = [r for r, e in enumerate(starts) if e != starts[0]]
+    if late:
+        raise Failed(f"rank {late[0]} started at epoch {starts[late[0]]} while rank 0 resumed at epoch {starts[0]}: "
+                     "rank 1 cannot see rank 0's checkpoint (on a cluster it is on rank 0's disk; the check gives each "
+                     "rank a folder of its own). Broadcast the epoch rank 0 found: "
+                     "`resume_from_epoch = hvd.broadcast(resume_from_epoch, 0, name='resume_from_epoch')`.")
+    saved, resumed = _weights(first, 0).get("final"), _weights(second, 0).get("init")
+    if saved is None or resumed is None or _rel(saved, resumed) > 1e-5:
+        raise Failed(f"rank 0 resumed at epoch {starts[0]} but not from the checkpoint's weights: load the model the "
+                     "checkpoint holds on rank 0 (`model = hvd.load_model(path)`).")
+    upd = {r: _weights(second, r)["b1_end"] - _weights(second, r)["b1_begin"] for r in range(second["np"])}
+    if _rel(upd[0], upd[1]) > 1e-3:
+        raise Failed("after resuming, the ranks applied different weight updates: the loaded model's optimizer does "
+                     "not average gradients. Load with `hvd.load_model`, which wraps it in DistributedOptimizer.")
+    if not _reached(second, "train_end") or _rel(_weights(second, 0)["final"], _weights(second, 1)["final"]) > 1e-4:
+        raise Failed("after resuming, the ranks ended with different weights: keep "
+                     "`BroadcastGlobalVariablesCallback(0)` so every rank gets the weights rank 0 loaded.")
+    return (f"only rank 0 saved checkpoints; a second run resumed at epoch {starts[0]} on every rank, from the "
+            "checkpoint's weights, still averaging gradients.")
+
+
+STEPS = [step_1, step_2, step_3, step_4, step_5, step_6, step_7]
