@@ -67,6 +67,7 @@ class ClusterResult:
     timed_out: bool = False
     interrupted: bool = False
     errors: dict[str, str] = field(default_factory=dict)
+    record: dict | None = None  # the run record, when the cluster was recorded
 
     @property
     def ok(self) -> bool:
@@ -324,7 +325,7 @@ class Cluster:
             self.stop()
         result = self._result(timed_out, interrupted)
         if self.record:
-            self._write_record(result)
+            result.record = self._write_record(result)
         if self.sink and not result.ok:
             for line in result.summary().splitlines():
                 self.sink.line(line)
@@ -332,12 +333,12 @@ class Cluster:
             raise KeyboardInterrupt(result.summary())
         return result
 
-    def _write_record(self, result: ClusterResult) -> None:
+    def _write_record(self, result: ClusterResult) -> dict:
         status = "ok" if result.ok else "timeout" if result.timed_out else (
             "interrupted" if result.interrupted else "failed")
         code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
         workers = len(self.spec.get("worker", [])) + len(self.spec.get("chief", []))
-        jobrecord.finish(
+        return jobrecord.finish(
             self.contract.run_id or "", self.log_dir / "observed", command=self.command,
             launcher=self.contract.launcher or "cluster", workers=workers, threads=self.contract.threads,
             start=self.start_wall or time.time(), duration=result.duration, exit_status=code or 0,

@@ -1,15 +1,20 @@
-"""Fault tolerance made visible: kill one task of a running cluster, restart it, report the epochs.
+"""Faults made visible: kill one task of a running cluster and restart it, or slow one down.
 
     report = kill_and_resume(["python", "fashion_mnist_multiworker.py"], workers=2)
     print(report)      # epochs before the kill, after the restart, and any repeated
+    result = slowed_worker(["python", "fashion_mnist_ps.py"], share=0.3)
+    result.record["worker_steps"]     # steps each worker ran: the slow one ran fewer
 """
 
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from labkit.cluster import Cluster, ClusterResult, TaskId
 
@@ -94,3 +99,47 @@ def kill_and_resume(
     after = [int(m) for m in EPOCH_LINE.findall(after_text)]
     return ResumeReport(f"{kill[0]}.{kill[1]}", sorted(dict.fromkeys(before)), sorted(dict.fromkeys(after)), result,
                         c.job_id)
+
+
+class Throttle:
+    """Let a process run only ``share`` of the time, as a busy or weaker machine would: its process
+    group is stopped (SIGSTOP) and continued (SIGCONT) every ``period`` seconds. Always continued on exit."""
+
+    def __init__(self, proc: Any, share: float = 0.3, period: float = 0.2) -> None:
+        if not 0 < share < 1:
+            raise ValueError(f"share is the fraction of time the process runs, between 0 and 1; got {share}")
+        self.proc, self.share, self.period = proc, share, period
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="labkit-throttle", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._done.is_set() and self.proc.alive():
+            self.proc.signal(signal.SIGCONT)
+            if self._done.wait(self.share * self.period):
+                break
+            self.proc.signal(signal.SIGSTOP)
+            self._done.wait((1 - self.share) * self.period)
+        self.proc.signal(signal.SIGCONT)
+
+    def __enter__(self) -> Throttle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+        self.proc.signal(signal.SIGCONT)
+
+
+def slowed_worker(command: Sequence[str] | str, slow: TaskId = ("worker", 1), share: float = 0.3,
+                  workers: int = 2, ps: int = 1, timeout: float = 900, **kw: object) -> ClusterResult:
+    """Run a parameter-server cluster (a chief, ``workers`` workers, ``ps`` servers) with one task slowed
+    down to ``share`` of the time; the result's record has the steps each worker ran (``worker_steps``)."""
+    c = Cluster(command, workers=workers, ps=ps, chief=True, **kw)  # type: ignore[arg-type]
+    with c:
+        c.start()
+        task = c.tasks[slow]
+        if c.sink:
+            c.sink.line(f"*** {task.name} runs {share:.0%} of the time ***")
+        with Throttle(task.proc, share):
+            return c.wait(timeout)

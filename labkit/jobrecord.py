@@ -109,6 +109,8 @@ def measured(observations: list[dict[str, Any]], target: float | None = None,
     else:
         per_worker = max(1, global_batch // workers)
     accs = [e.get("val_accuracy") for e in epochs]
+    steps = last.get("worker_steps") or {}  # ParameterServerStrategy: when each worker finished each step
+    t_steps = t0 or last.get("train_begin") or 0.0
     return {
         "strategy": world.get("strategy"),
         "workers_seen": workers if world else None,
@@ -135,6 +137,8 @@ def measured(observations: list[dict[str, Any]], target: float | None = None,
         "epochs_to_target": epochs_to,
         "train_time_s": round(sum(e.get("train_s") or 0.0 for e in epochs), 4),
         "called_fit": bool(fits),
+        "worker_steps": {k: len(v) for k, v in sorted(steps.items())} or None,
+        "worker_step_times": {k: [round(t - t_steps, 2) for t in v] for k, v in sorted(steps.items())} or None,
         "observer_errors": [err for o in observations for err in o.get("observer_errors") or []] or None,
     }
 

@@ -244,6 +244,19 @@ def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None 
     return BatchObserver() if batch_hooks else Observer()
 
 
+def _patch_coordinator(module: Any) -> None:
+    """ParameterServerStrategy: note when each worker finished each step (closure) the coordinator sent it."""
+    real = module.Worker._process_closure
+
+    def _process_closure(self: Any, closure: Any) -> Any:
+        try:
+            return real(self, closure)
+        finally:
+            STATE.setdefault("worker_steps", {}).setdefault(str(self.worker_index), []).append(round(time.time(), 3))
+
+    module.Worker._process_closure = _process_closure
+
+
 def shrink_filters(filters: int, divisor: int) -> int:
     """Conv2D filters after ``--shrink``: divided, but not below 16 (nor above the original)."""
     return max(min(filters, 16), filters // max(1, divisor))
@@ -297,6 +310,7 @@ def install(folder: str | None = None) -> bool:
         if os.environ.get(SHRINK_VAR):
             _shrink(os.environ[SHRINK_VAR])
         when_imported("tf_keras.src.engine.training", _patch_fit)
+        when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
         atexit.register(_at_exit)
         _INSTALLED.append(True)
     except Exception as e:  # noqa: BLE001

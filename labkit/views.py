@@ -133,3 +133,24 @@ def compare_runs(named: dict[str, Any]) -> Any:
         a.set_title(title, fontsize=10)
         a.tick_params(axis="x", labelsize=8)
     return fig
+
+
+def worker_steps(run: Any, slowed: str | None = None) -> Any:
+    """ParameterServerStrategy: the steps each worker finished over time, from the run record. With one
+    worker slowed down, the coordinator gives the other more steps: training is asynchronous."""
+    rec = _record(run)
+    times = rec.get("worker_step_times") or {}
+    if not times:
+        raise ValueError("this record has no per-worker steps: it is not a ParameterServerStrategy run")
+    fig, (ax, bx) = _figure(ncols=2, width=4.4, height=3.0)
+    names = [f"worker {k}" + (" (slowed)" if slowed == f"worker.{k}" else "") for k in times]
+    for name, ts in zip(names, times.values(), strict=True):
+        ax.step(sorted(ts), range(1, len(ts) + 1), where="post", label=name)
+    ax.set_xlabel("seconds since the start")
+    ax.set_ylabel("steps finished")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    bars = bx.bar(names, [len(ts) for ts in times.values()], color=["#4C72B0", "#C44E52", "#55A868", "#8172B2"])
+    bx.bar_label(bars, fontsize=8)
+    bx.set_title("steps per worker", fontsize=10)
+    return fig

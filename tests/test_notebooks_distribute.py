@@ -21,7 +21,8 @@ def test_committed_without_outputs(name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_and_leaves_nothing_running(name: str, notebooks, running) -> None:  # noqa: ANN001
-    nb = notebooks.run(name).nb
+    done = notebooks.run(name)
+    nb = done.nb
     text = "\n".join(
         o.get("text", "") if isinstance(o.get("text", ""), str) else ""
         for c in nb.cells if c.cell_type == "code" for o in c.outputs
@@ -32,5 +33,8 @@ def test_notebook_runs_and_leaves_nothing_running(name: str, notebooks, running)
     if name.startswith("04"):
         assert "nothing repeated: training resumed from the last backup" in text
         assert "exit codes: [0, 0]" in text
+    if name.startswith("05"):  # with worker 1 slowed down, worker 0 ran more of the steps
+        slowed = [r["worker_steps"] for r in done.new_records(LABS / "runs" / "runs.jsonl") if r.get("worker_steps")]
+        assert slowed and slowed[-1]["0"] > slowed[-1]["1"], slowed
     for script in ("fashion_mnist_mirrored.py", "fashion_mnist_multiworker", "fashion_mnist_ps", "labkit.dprobe"):
         assert not running(script), f"a process of {name} is still running"

@@ -66,3 +66,14 @@ def test_a_run_without_record_is_a_clear_error() -> None:
 
     with pytest.raises(ValueError, match="no record"):
         views.curves(Unrecorded())
+
+
+def test_worker_steps_count_each_workers_steps() -> None:
+    rec = {"worker_step_times": {"0": [1.0, 1.5, 2.0, 2.5], "1": [2.2]}}
+    fig = views.worker_steps(rec, slowed="worker.1")
+    assert [t.get_text() for t in fig.axes[1].texts] == ["4", "1"]
+    assert fig.axes[0].get_legend().get_texts()[1].get_text() == "worker 1 (slowed)"
+    import pytest
+
+    with pytest.raises(ValueError, match="not a ParameterServerStrategy run"):
+        views.worker_steps({"epochs": []})
