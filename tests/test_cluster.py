@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, engines, faults, launch, output, proc, runs, tfconfig
+from labkit import cluster, engines, launch, output, proc, runs, tfconfig
 
 TASK = textwrap.dedent(
     """
@@ -130,24 +130,6 @@ def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest
     (record,) = runs.read(tmp_path / "runs" / "runs.jsonl")  # recorded like any run labkit starts
     assert (record["launcher"], record["status"], record["workers"]) == ("ipyparallel", "ok", 2)
     assert record["duration_s"] > 0 and record["script"] == str(script.resolve())
-
-
-@pytest.mark.slow
-def test_kill_and_resume_repeats_no_completed_epoch(tmp_path: Path) -> None:
-    solution = Path(__file__).resolve().parent.parent / "solutions" / "fashion_mnist_multiworker_after_step_04.py"
-    cmd = ["python", str(solution), "--epochs", "3", "--train-size", "256", "--test-size", "128", "--batch-size",
-           "16", "--target-accuracy", "2", "--backup-dir", str(tmp_path / "backup"),
-           "--model-path", str(tmp_path / "m.keras"), "--log-dir", str(tmp_path / "csv")]
-    report = faults.kill_and_resume(cmd, workers=2, kill_in_epoch=2, timeout=600, log_dir=tmp_path / "logs",
-                                     quiet=True)
-    assert report.ok, str(report)
-    assert report.completed_before == [1] and report.after == [2, 3] and report.repeated == []
-    assert report.result is not None
-    assert "restarted" in report.result.log("worker.1")
-    assert proc.marked(report.job_id) == []
-    spec = json.loads((tmp_path / "logs" / "cluster.json").read_text())["cluster"]
-    assert all(tfconfig.port_is_free(p) for p in tfconfig.ports(spec))
-    assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())
 
 
 def test_tasks_on_other_hosts_start_over_ssh_with_their_tf_config(tmp_path: Path) -> None:
