@@ -118,21 +118,40 @@ def judge_records(records: Iterable[dict[str, Any]], goal: Goal = Goal()) -> Ver
 
 def assess(script: str | Path, goal: Goal = Goal(), args: Sequence[str] = (), launcher: str = "mpirun",
            threads: int | None = 1, records: str | Path | None = None, timeout: float | None = None,
-           quiet: bool = True) -> Verdict:
-    """Run ``script ARGS`` once on ``goal.workers`` workers (recorded) and judge its record."""
+           quiet: bool = True, cwd: str | Path | None = None) -> Verdict:
+    """Run ``script ARGS`` once on ``goal.workers`` workers (recorded) and judge its record; the run's
+    files (logs, checkpoints) go to ``cwd`` (default: here)."""
     from labkit import bench, runs
 
     if not Path(script).is_file():
         raise FileNotFoundError(f"no such script: {script}")
     with tempfile.TemporaryDirectory(prefix="labkit-assess-") as tmp:
         path = Path(records) if records else Path(tmp) / "runs.jsonl"
-        sweep = bench.bench(script, nps=[goal.workers], args=list(args), launcher=launcher, threads=threads,
-                            runs_file=path, timeout=timeout or goal.budget_s * 3, quiet=quiet, target=goal.target,
-                            echo=False)
+        sweep = bench.bench(Path(script).resolve(), nps=[goal.workers], args=list(args), launcher=launcher,
+                            threads=threads, runs_file=path.resolve(), timeout=timeout or goal.budget_s * 3,
+                            quiet=quiet, target=goal.target, echo=False, cwd=cwd)
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)
     return judge(mine[-1], goal)
+
+
+def from_config(table: dict[str, Any]) -> tuple[Goal, dict[str, Any]]:
+    """The goal and run settings of ``[tool.labkit.grading.assessment]`` in a course's pyproject.toml."""
+    known = {"script", "workers", "target", "budget", "points", "args", "launcher"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ValueError(f"[tool.labkit.grading.assessment]: unknown key(s) {unknown}; known: {sorted(known)}")
+    goal = Goal(int(table.get("workers", Goal.workers)), float(table.get("target", DEFAULT_TARGET)),
+                float(table.get("budget", DEFAULT_BUDGET)))
+    if goal.workers < 1 or not 0 < goal.target <= 1 or goal.budget_s <= 0:
+        raise ValueError(f"[tool.labkit.grading.assessment]: workers >= 1, 0 < target <= 1, budget > 0; got {goal}")
+    args = table.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError("[tool.labkit.grading.assessment] args: a list of strings, e.g. [\"--epochs\", \"20\"]")
+    run = {"script": str(table.get("script", "fashion_mnist.py")), "args": args,
+           "launcher": str(table.get("launcher", "mpirun")), "points": float(table.get("points", 1.0))}
+    return goal, run
 
 
 def add_cli(sub) -> None:  # noqa: ANN001

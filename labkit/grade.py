@@ -179,6 +179,22 @@ def grade_lab(lab: labs.Lab, folder: Path, scratch: Path, config: dict[str, Any]
     return cases
 
 
+def grade_assessment(table: dict[str, Any], folder: Path, scratch: Path) -> Case:
+    """The final assessment, if the course asks for it: one run of the learner's script, judged from its record."""
+    from labkit import assessment
+
+    goal, run = assessment.from_config(table)
+    start = time.perf_counter()
+    if not (folder / run["script"]).is_file():
+        return Case("assessment", 1, str(goal), False, f"missing: {folder / run['script']} was not found", 0.0,
+                    run["points"])
+    work = scratch / "assessment"
+    work.mkdir(exist_ok=True)
+    verdict = assessment.assess(scratch / run["script"], goal, run["args"], run["launcher"], cwd=work)
+    return Case("assessment", 1, str(goal), verdict.passed, verdict.message,
+                run["points"] if verdict.passed else 0.0, run["points"], time.perf_counter() - start)
+
+
 def grade(path: str | Path = "labs", lab_names: list[str] | None = None, timeout: float | None = None,
           config: dict[str, Any] | None = None, progress: Any = None) -> Result:
     """Grade the labs of the checkout folder ``path``; nothing in it is written."""
@@ -202,6 +218,10 @@ def grade(path: str | Path = "labs", lab_names: list[str] | None = None, timeout
             if progress:
                 got, top = sum(c.points for c in cases), sum(c.max_points for c in cases)
                 progress(f"  {lab.name}: {got:g}/{top:g} points")
+        if config.get("assessment"):
+            if progress:
+                progress("the final assessment ...")
+            result.cases.append(grade_assessment(config["assessment"], folder, scratch))
     result.seconds = time.perf_counter() - start
     return result
 

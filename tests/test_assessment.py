@@ -65,3 +65,38 @@ def test_bad_invocations_are_one_line_errors(argv: list[str], error: str, capsys
         cli.main(argv)
     assert e.value.code != 0
     assert error in str(e.value.code) + capsys.readouterr().err
+
+
+def test_a_course_configures_the_assessment_and_bad_settings_are_named() -> None:
+    goal, run = assessment.from_config({"workers": 4, "target": 0.85, "budget": 600, "points": 5,
+                                        "args": ["--epochs", "30"]})
+    assert goal == Goal(4, 0.85, 600.0) and run["points"] == 5.0 and run["script"] == "fashion_mnist.py"
+    with pytest.raises(ValueError, match="unknown key"):
+        assessment.from_config({"worker": 2})
+    with pytest.raises(ValueError, match="0 < target <= 1"):
+        assessment.from_config({"target": 82})
+    with pytest.raises(ValueError, match="list of strings"):
+        assessment.from_config({"args": "--epochs 20"})
+
+
+def test_grading_adds_the_assessment_as_one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit import grade
+
+    folder = tmp_path / "labs"
+    folder.mkdir()
+    (folder / "fashion_mnist.py").write_text("print('mine')\n")
+    seen = {}
+
+    def fake_assess(script, goal, args, launcher, cwd=None, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen.update(script=Path(script), cwd=Path(cwd), args=args, goal=goal)
+        return assessment.Verdict(True, "reached 83.0% after 70 s", goal)
+
+    monkeypatch.setattr(assessment, "assess", fake_assess)
+    config = {"labs": ["mirrored"], "assessment": {"points": 5, "args": ["--epochs", "20"]}}
+    result = grade.grade(folder, config=config)
+    case = result.cases[-1]
+    assert (case.lab, case.passed, case.points, case.max_points) == ("assessment", True, 5.0, 5.0)
+    assert seen["script"].name == "fashion_mnist.py" and seen["script"].parent != folder  # a scratch copy
+    assert seen["cwd"].parent == seen["script"].parent and seen["args"] == ["--epochs", "20"]
+    assert result.max_score == 4 + 5  # the mirrored lab (missing here: 0 of 4) and the assessment
+    assert sorted(p.name for p in folder.iterdir()) == ["fashion_mnist.py"]  # nothing written in the checkout
