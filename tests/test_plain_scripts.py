@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -56,14 +57,24 @@ def test_missing_data_says_how_to_get_it(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_final_horovod_solution_runs_under_mpirun_without_labkit(tmp_path: Path) -> None:
+    """...and, as lab 2 says at step 5, each rank validates on its own random batches: with 2 ranks and the
+    factor 3, each runs 1.5 passes over its own shuffled copy of the test set, so each sees every test image."""
     script = ROOT / "solutions" / "fashion_mnist_solution.py"
     (_, command, _), = launchers.MPIRun(2).commands(
-        [sys.executable, NO_LABKIT, str(script), *SMALL, "--log-dir", "logs"], {})
+        [sys.executable, NO_LABKIT, "--record-validation", str(tmp_path / "val"), str(script), *SMALL,
+         "--log-dir", "logs"], {})
     out = subprocess.run(command, cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("Test accuracy:") == 1  # rank 0 only
     assert (tmp_path / "logs" / "training.csv").is_file()
     assert not list(tmp_path.glob("runs")), "a run without labkit must not write labkit records"
+    steps = 3 * (256 // 32) // 2  # --test-size 256, --val-batch-size 32, 2 ranks
+    seen = [json.loads((tmp_path / f"val.{r}.json").read_text())[:steps] for r in range(2)]
+    assert all(len(s) == steps for s in seen), [len(s) for s in seen]
+    assert seen[0][0] != seen[1][0] and seen[0] != seen[1]  # different batches on each rank
+    images = {x for s in seen for batch in s for x in batch}
+    assert len(images) > 0.95 * 256  # (a few test images may share a pixel sum)
+    assert all({x for batch in s for x in batch} == images for s in seen)  # each rank saw every test image
 
 
 @pytest.mark.slow
