@@ -10,46 +10,17 @@ saves, and one that must resume from what it saved.
 
 from __future__ import annotations
 
-import json
-import re
-import sys
 import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from labkit import launch
+from labkit.check import hvd_runs as hr
+from labkit.check.hvd_runs import BATCH
 from labkit.check.judging import Failed
 
-NP = 2
-BATCH = 16
 ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BATCH)]
-# Horovod aborts a collective that some ranks never join, so a deadlock ends fast.
-PROBE_ENV = {
-    "HOROVOD_STALL_CHECK_TIME_SECONDS": "5",
-    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
-    "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
-}
-STAGE_TEXT = {
-    "fit_start": "model.fit",
-    "batch1_end": "the second training batch",
-    "train_end": "the end of training",
-    "epoch0_end": "the end of the first epoch",
-}
-PROJECTION = 64  # weight snapshots are kept as random projections: distances survive, size does not
-
-
-@lru_cache(maxsize=2)
-def _projection(n: int) -> np.ndarray:
-    return np.random.default_rng(n).standard_normal((PROJECTION, n)) / np.sqrt(PROJECTION)
-
-
-def _project(w: np.ndarray) -> list[float]:
-    return [float(v) for v in _projection(w.size) @ w.astype(np.float64)]
-
-
 CHECKPOINT_DIR = "checkpoints"
 RESUME_RUNS = {"first": ["--epochs", "1"], "second": ["--epochs", "2"]}
 
@@ -62,117 +33,35 @@ def upto(step: int) -> int:
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
     """Run ``script`` on 2 ranks under the probe (and, for step 7, the save and resume runs)."""
     deadline = time.monotonic() + timeout
-    ev = _run(script, ARGS, work / "probe", work, timeout)
-    if upto >= 7 and _reached(ev, "train_end"):
+    ev = hr.run(script, ARGS, work / "probe", work, timeout)
+    if upto >= 7 and _first_six_pass(ev):  # a script that fails earlier is not run again
         ckpt = ["--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--checkpoint-dir", CHECKPOINT_DIR]
         ev["resume"] = {}
         for name, epochs in RESUME_RUNS.items():
             left = max(10.0, deadline - time.monotonic())
-            ev["resume"][name] = run = _run(script, [*epochs, *ckpt], work / f"probe-{name}", work / "resume",
+            ev["resume"][name] = run = hr.run(script, [*epochs, *ckpt], work / f"probe-{name}", work / "resume",
                                             left, own_folders=True)
-            if not _reached(run, "train_end"):
+            if not hr.reached(run, "train_end"):
                 break
     return ev
 
 
-def _reached(ev: dict[str, Any], milestone: str) -> bool:
-    return len(ev["states"]) == ev["np"] and all(milestone in s.get("milestones", []) for s in ev["states"].values())
-
-
-def _run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
-         own_folders: bool = False) -> dict[str, Any]:
-    """One probed 2-rank run: what each rank recorded, its weights, how it ended."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    flags = ["--own-folders"] if own_folders else []
-    job = launch.run(
-        [sys.executable, "-m", "labkit.probe", str(out), *flags, "--", str(script), *args],
-        np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
-        env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False,  # probe runs are not the learner's runs
-    )
-    ev: dict[str, Any] = {"lab": "horovod", "np": NP, "batch": BATCH, "states": {}, "weights": {}, "ranks": {},
-                          "timed_out": job.timed_out, "interrupted": job.interrupted,
-                          "returncode": job.returncode, "start_error": None}
-    for r in range(NP):
-        f = out / f"probe.{r}.json"
-        if f.exists():
-            try:
-                ev["states"][str(r)] = json.loads(f.read_text())
-            except json.JSONDecodeError:
-                pass
-        w = out / f"weights.{r}.npz"
-        if w.exists():
-            with np.load(w) as z:
-                ev["weights"][str(r)] = {k: _project(z[k]) for k in z.files}
-        log = job.log(r)
-        ev["ranks"][str(r)] = {"exit": job.rank_exit.get(r), "error": job.rank_errors.get(r, ""),
-                               "log_tail": log[-600:], "stalled": "stall" in log.lower()}
-    if not ev["states"] and job.returncode:
-        ev["start_error"] = job.summary()
-    return ev
-
-
-def _state(ev: dict[str, Any], rank: int) -> dict[str, Any]:
-    return ev["states"][str(rank)]
-
-
-def _script_frames(tb: str) -> str:
-    """The last traceback line that points into the learner's code, if any."""
-    lines = [m for m in re.findall(r'File "([^"]+)", line (\d+)', tb) if "site-packages" not in m[0]
-             and "/labkit/" not in m[0] and "runpy" not in m[0]]
-    if not lines:
-        return ""
-    path, line = lines[-1]
-    return f" (at {Path(path).name}:{line})"
-
-
-def why_not(ev: dict[str, Any], rank: int, milestone: str) -> str:
-    """Why ``rank`` never reached ``milestone``: its crash, or a hang."""
-    st = ev["states"].get(str(rank))
-    info = ev["ranks"].get(str(rank), {})
-    where = STAGE_TEXT.get(milestone, milestone)
-    if st and st.get("error"):
-        err = st["error"]
-        return (f"rank {rank} crashed before {where}: {err['type']}: {err['message'][:300]}"
-                f"{_script_frames(err.get('traceback', ''))}")
-    exit_code = info.get("exit")
-    if st is None:
-        tail = info.get("error") or info.get("log_tail", "")
-        return f"rank {rank} failed before the script started:\n{tail.strip()[-600:]}"
-    if st.get("exit_code") is not None or (exit_code is not None and "end" in st.get("milestones", [])):
-        return f"rank {rank} ended without reaching {where} (did the script call model.fit?)"
-    last = st.get("milestones", ["start"])[-1]
-    if ev.get("timed_out") or info.get("stalled"):
-        return (
-            f"rank {rank} never reached {where}: it was stuck after '{last}', waiting in a collective "
-            "operation the other rank did not join (a deadlock). Every rank must make the same Horovod "
-            "calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order."
-        )
-    return f"rank {rank} stopped after '{last}' (exit code {exit_code}) before {where}"
-
-
-def _need(ev: dict[str, Any], milestone: str) -> None:
-    """Fail unless every rank got as far as ``milestone``; a crashed rank explains the others."""
-    if ev.get("start_error"):
-        raise Failed(f"the job could not start:\n{ev['start_error']}")
-    missing = [r for r in range(ev["np"])
-               if milestone not in ev["states"].get(str(r), {}).get("milestones", [])]
-    if missing:
-        culprit = next((r for r in missing if ev["states"].get(str(r), {}).get("error")), missing[0])
-        raise Failed(why_not(ev, culprit, milestone))
-
-
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    denom = float(np.linalg.norm(a) + np.linalg.norm(b))
-    return float(np.linalg.norm(a - b)) / denom if denom else 0.0
+def _first_six_pass(ev: dict[str, Any]) -> bool:
+    try:
+        for judge in STEPS[:6]:
+            judge(ev)
+    except Failed:
+        return False
+    return True
 
 
 def step_1(ev: dict[str, Any]) -> str:
-    _need(ev, "fit_start")
+    hr.need(ev, "fit_start")
     n = ev["np"]
-    s0 = _state(ev, 0)
+    s0 = hr.state(ev, 0)
     if "hvd_import_error" in s0 and not s0.get("hvd", {}).get("initialized"):
         raise Failed(f"Horovod cannot be imported here ({s0['hvd_import_error']}); run `make setup`.")
-    hvds = [_state(ev, r).get("hvd", {}) for r in range(n)]
+    hvds = [hr.state(ev, r).get("hvd", {}) for r in range(n)]
     if not all(h.get("initialized") for h in hvds):
         raise Failed(f"Horovod was not initialised: the {n} processes each trained alone. Add "
                      "`import horovod.tensorflow.keras as hvd` and call `hvd.init()` at the start of the script.")
@@ -180,7 +69,7 @@ def step_1(ev: dict[str, Any]) -> str:
         raise Failed(f"hvd.size() was {[h.get('size') for h in hvds]} instead of {n} on every rank.")
     problems = []
     for r in range(n):
-        st = _state(ev, r)
+        st = hr.state(ev, r)
         local = st["hvd"]["local_rank"]
         visible = st["pins"]["visible"]
         cvd = (st["fit"][0].get("cuda_visible_devices") if st.get("fit") else None) or st["pins"].get(
@@ -199,7 +88,7 @@ def step_1(ev: dict[str, Any]) -> str:
                             f"instead of GPU {local}.{hint}")
     if problems:
         raise Failed(" ".join(problems))
-    growth = all(_state(ev, r)["pins"]["memory_growth"] for r in range(n))
+    growth = all(hr.state(ev, r)["pins"]["memory_growth"] for r in range(n))
     extra = "" if growth else " (Tip: also call tf.config.experimental.set_memory_growth(gpu, True).)"
     return f"Horovod initialised on {n} ranks; each rank pinned the GPU of its local rank.{extra}"
 
@@ -209,40 +98,36 @@ def _prints_progress(verbose: Any) -> bool:
 
 
 def step_2(ev: dict[str, Any]) -> str:
-    _need(ev, "fit_start")
-    v0 = _state(ev, 0)["fit"][0]["verbose"]
+    hr.need(ev, "fit_start")
+    v0 = hr.state(ev, 0)["fit"][0]["verbose"]
     if not _prints_progress(v0) and v0 != "auto":
         raise Failed(f"rank 0 called model.fit with verbose={v0!r}: rank 0 should still print progress "
                      "(verbose=1).")
     noisy = []
     for r in range(1, ev["np"]):
-        st = _state(ev, r)
+        st = hr.state(ev, r)
         calls = [c["verbose"] for c in st.get("fit", [])] + [c["verbose"] for c in st.get("evaluate", [])]
         if any(_prints_progress(v) for v in calls):
             noisy.append(r)
     if noisy:
         raise Failed(f"rank(s) {noisy} also print Keras progress "
-                     f"(verbose={_state(ev, noisy[0])['fit'][0]['verbose']!r}). "
+                     f"(verbose={hr.state(ev, noisy[0])['fit'][0]['verbose']!r}). "
                      "Set `verbose = 1 if hvd.rank() == 0 else 0` and pass it to fit() and evaluate().")
     return "only rank 0 prints training progress."
 
 
-def _weights(ev: dict[str, Any], rank: int) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in ev["weights"].get(str(rank), {}).items()}
-
-
 def step_3(ev: dict[str, Any]) -> str:
-    _need(ev, "batch1_end")
+    hr.need(ev, "batch1_end")
     upd = {}
     for r in range(ev["np"]):
-        w = _weights(ev, r)
+        w = hr.weights(ev, r)
         if "b1_begin" not in w or "b1_end" not in w:
             raise Failed(f"rank {r} recorded no second training batch, so the update could not be compared.")
         upd[r] = w["b1_end"] - w["b1_begin"]
     if not any(np.linalg.norm(u) for u in upd.values()):
         raise Failed("no weight changed during a training step (is the learning rate 0?).")
-    diff = _rel(upd[0], upd[1])
-    opt = _state(ev, 0)["fit"][0].get("optimizer") or "?"
+    diff = hr.rel(upd[0], upd[1])
+    opt = hr.state(ev, 0)["fit"][0].get("optimizer") or "?"
     if diff > 1e-3:
         hint = "" if "horovod" not in opt else " (the optimizer is a Horovod one, yet the updates differ)"
         raise Failed(
@@ -253,11 +138,11 @@ def step_3(ev: dict[str, Any]) -> str:
 
 
 def step_4(ev: dict[str, Any]) -> str:
-    _need(ev, "train_end")
-    w = {r: _weights(ev, r) for r in range(ev["np"])}
+    hr.need(ev, "train_end")
+    w = {r: hr.weights(ev, r) for r in range(ev["np"])}
     if any(k not in w[r] for r in w for k in ("init", "after_b0", "final")):
         raise Failed("the weight snapshots of a rank are missing; training did not finish on both ranks.")
-    final_diff = _rel(w[0]["final"], w[1]["final"])
+    final_diff = hr.rel(w[0]["final"], w[1]["final"])
     if final_diff > 1e-4:
         raise Failed(f"the ranks finished with different weights (relative difference {final_diff:.2f}): they "
                      "started from different random weights. Add "
@@ -276,12 +161,12 @@ def _within(value: int, exact: float) -> bool:
 
 
 def step_5(ev: dict[str, Any]) -> str:
-    _need(ev, "epoch0_end")
+    hr.need(ev, "epoch0_end")
     n, batch = ev["np"], ev["batch"]
-    data = _state(ev, 0)["data"]
+    data = hr.state(ev, 0)["data"]
     full_train, full_val = -(-data["train"] // batch), -(-data["test"] // batch)
     for r in range(n):
-        ep = _state(ev, r)["epochs"][0]
+        ep = hr.state(ev, r)["epochs"][0]
         if not _within(ep["train_batches"], full_train / n):
             raise Failed(
                 f"rank {r} ran {ep['train_batches']} training batches in an epoch of {full_train}; with {n} "
@@ -291,7 +176,7 @@ def step_5(ev: dict[str, Any]) -> str:
             raise Failed(
                 f"rank {r} ran {ep['val_batches']} validation batches; the lab's rule is 3 * {full_val} // {n} = "
                 f"{3 * full_val // n}. Pass `validation_steps=3 * <test batches> // hvd.size()` to fit().")
-    ep0 = _state(ev, 0)["epochs"][0]
+    ep0 = hr.state(ev, 0)["epochs"][0]
     return (f"each worker ran {ep0['train_batches']} of {full_train} training batches and "
             f"{ep0['val_batches']} validation batches per epoch.")
 
@@ -301,9 +186,9 @@ def _same(a: float, b: float) -> bool:
 
 
 def step_6(ev: dict[str, Any]) -> str:
-    _need(ev, "epoch0_end")
+    hr.need(ev, "epoch0_end")
     n = ev["np"]
-    finals = [_state(ev, r)["epochs"][0]["final_logs"] for r in range(n)]
+    finals = [hr.state(ev, r)["epochs"][0]["final_logs"] for r in range(n)]
     keys = sorted(k for k in finals[0] if k.startswith("val_") and all(k in f for f in finals))
     if not keys:
         raise Failed("no validation metrics were logged: pass validation_data and validation_steps to fit().")
@@ -313,7 +198,7 @@ def step_6(ev: dict[str, Any]) -> str:
                      "each rank only saw its own validation batches. Add "
                      "`hvd.callbacks.MetricAverageCallback()` to the callbacks.")
     for r in range(n):
-        for rd in _state(ev, r)["epochs"][0]["reads"]:
+        for rd in hr.state(ev, r)["epochs"][0]["reads"]:
             if rd["callback"].startswith("horovod."):
                 continue
             stale = [k for k in rd["read"] if k in keys and k in rd["seen"] and not _same(rd["seen"][k], finals[r][k])]
@@ -348,8 +233,8 @@ def _on_other_disk(why: str) -> str:
 
 def step_7(ev: dict[str, Any]) -> str:
     first, second = _resume_runs(ev)
-    _need(first, "train_end")
-    saves = {r: [s for s in _state(first, r).get("saves", []) if s.get("in_fit")] for r in range(first["np"])}
+    hr.need(first, "train_end")
+    saves = {r: [s for s in hr.state(first, r).get("saves", []) if s.get("in_fit")] for r in range(first["np"])}
     if not saves[0]:
         raise Failed(f"with `--checkpoint-dir {CHECKPOINT_DIR}` rank 0 saved no checkpoint during training: append "
                      "`tf.keras.callbacks.ModelCheckpoint(os.path.join(args.checkpoint_dir, "
@@ -361,9 +246,9 @@ def step_7(ev: dict[str, Any]) -> str:
     if second is None:
         raise Failed("the second run (which should resume) did not happen.")
     try:
-        _need(second, "batch1_end")
+        hr.need(second, "batch1_end")
     except Failed as e:
-        opts = {r: (_state(second, r).get("fit") or [{}])[0].get("optimizer") or ""
+        opts = {r: (hr.state(second, r).get("fit") or [{}])[0].get("optimizer") or ""
                 for r in range(second["np"]) if str(r) in second["states"]}
         if len({"horovod" in o for o in opts.values()}) > 1:
             raise Failed("in the resumed run rank 0's optimizer no longer averaged gradients (a plain "
@@ -371,8 +256,8 @@ def step_7(ev: dict[str, Any]) -> str:
                          "checkpoint with `hvd.load_model`, which wraps its optimizer in DistributedOptimizer."
                          ) from None
         raise Failed(_on_other_disk(str(e))) from None
-    saved_epochs = len(_state(first, 0).get("epochs", []))
-    starts = [(_state(second, r)["fit"][0].get("initial_epoch") or 0) for r in range(second["np"])]
+    saved_epochs = len(hr.state(first, 0).get("epochs", []))
+    starts = [(hr.state(second, r)["fit"][0].get("initial_epoch") or 0) for r in range(second["np"])]
     if starts[0] != saved_epochs:
         raise Failed(f"the second run started at epoch {starts[0]} although rank 0 had saved a checkpoint after epoch "
                      f"{saved_epochs}: find the latest checkpoint-<epoch> file and pass `initial_epoch=<its epoch>` "
@@ -383,15 +268,16 @@ def step_7(ev: dict[str, Any]) -> str:
                      "rank 1 cannot see rank 0's checkpoint (on a cluster it is on rank 0's disk; the check gives each "
                      "rank a folder of its own). Broadcast the epoch rank 0 found: "
                      "`resume_from_epoch = hvd.broadcast(resume_from_epoch, 0, name='resume_from_epoch')`.")
-    saved, resumed = _weights(first, 0).get("final"), _weights(second, 0).get("init")
-    if saved is None or resumed is None or _rel(saved, resumed) > 1e-5:
+    saved, resumed = hr.weights(first, 0).get("final"), hr.weights(second, 0).get("init")
+    if saved is None or resumed is None or hr.rel(saved, resumed) > 1e-5:
         raise Failed(f"rank 0 resumed at epoch {starts[0]} but not from the checkpoint's weights: load the model the "
                      "checkpoint holds on rank 0 (`model = hvd.load_model(path)`).")
-    upd = {r: _weights(second, r)["b1_end"] - _weights(second, r)["b1_begin"] for r in range(second["np"])}
-    if _rel(upd[0], upd[1]) > 1e-3:
+    upd = {r: hr.weights(second, r)["b1_end"] - hr.weights(second, r)["b1_begin"] for r in range(second["np"])}
+    if hr.rel(upd[0], upd[1]) > 1e-3:
         raise Failed("after resuming, the ranks applied different weight updates: the loaded model's optimizer does "
                      "not average gradients. Load with `hvd.load_model`, which wraps it in DistributedOptimizer.")
-    if not _reached(second, "train_end") or _rel(_weights(second, 0)["final"], _weights(second, 1)["final"]) > 1e-4:
+    finals = [hr.weights(second, r).get("final") for r in range(second["np"])]
+    if not hr.reached(second, "train_end") or hr.rel(finals[0], finals[1]) > 1e-4:
         raise Failed("after resuming, the ranks ended with different weights: keep "
                      "`BroadcastGlobalVariablesCallback(0)` so every rank gets the weights rank 0 loaded.")
     return (f"only rank 0 saved checkpoints; a second run resumed at epoch {starts[0]} on every rank, from the "

@@ -1,0 +1,142 @@
+"""Probed 2-rank Horovod runs: how the Horovod lab's check starts one, and how its evidence is read.
+
+:func:`run` launches the learner's script on 2 ranks under :mod:`labkit.probe` and returns what
+each rank recorded (its milestones, calls, weights as random projections, how it ended);
+the other helpers read that evidence for the step judges of :mod:`labkit.check.lab_horovod`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labkit import launch
+from labkit.check.judging import Failed
+
+NP = 2
+BATCH = 16
+# Horovod aborts a collective that some ranks never join, so a deadlock ends fast.
+PROBE_ENV = {
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": "5",
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
+    "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
+}
+STAGE_TEXT = {
+    "fit_start": "model.fit",
+    "batch1_end": "the second training batch",
+    "train_end": "the end of training",
+    "epoch0_end": "the end of the first epoch",
+}
+PROJECTION = 64  # weight snapshots are kept as random projections: distances survive, size does not
+
+
+@lru_cache(maxsize=2)
+def _projection(n: int) -> np.ndarray:
+    return np.random.default_rng(n).standard_normal((PROJECTION, n)) / np.sqrt(PROJECTION)
+
+
+def _project(w: np.ndarray) -> list[float]:
+    return [float(v) for v in _projection(w.size) @ w.astype(np.float64)]
+
+
+def reached(ev: dict[str, Any], milestone: str) -> bool:
+    return len(ev["states"]) == ev["np"] and all(milestone in s.get("milestones", []) for s in ev["states"].values())
+
+
+def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
+         own_folders: bool = False) -> dict[str, Any]:
+    """One probed 2-rank run: what each rank recorded, its weights, how it ended."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    flags = ["--own-folders"] if own_folders else []
+    job = launch.run(
+        [sys.executable, "-m", "labkit.probe", str(out), *flags, "--", str(script), *args],
+        np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
+        env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False,  # probe runs are not the learner's runs
+    )
+    ev: dict[str, Any] = {"lab": "horovod", "np": NP, "batch": BATCH, "states": {}, "weights": {}, "ranks": {},
+                          "timed_out": job.timed_out, "interrupted": job.interrupted,
+                          "returncode": job.returncode, "start_error": None}
+    for r in range(NP):
+        f = out / f"probe.{r}.json"
+        if f.exists():
+            try:
+                ev["states"][str(r)] = json.loads(f.read_text())
+            except json.JSONDecodeError:
+                pass
+        w = out / f"weights.{r}.npz"
+        if w.exists():
+            with np.load(w) as z:
+                ev["weights"][str(r)] = {k: _project(z[k]) for k in z.files}
+        log = job.log(r)
+        ev["ranks"][str(r)] = {"exit": job.rank_exit.get(r), "error": job.rank_errors.get(r, ""),
+                               "log_tail": log[-600:], "stalled": "stall" in log.lower()}
+    if not ev["states"] and job.returncode:
+        ev["start_error"] = job.summary()
+    return ev
+
+
+def state(ev: dict[str, Any], rank: int) -> dict[str, Any]:
+    return ev["states"][str(rank)]
+
+
+def script_frames(tb: str) -> str:
+    """The last traceback line that points into the learner's code, if any."""
+    lines = [m for m in re.findall(r'File "([^"]+)", line (\d+)', tb) if "site-packages" not in m[0]
+             and "/labkit/" not in m[0] and "runpy" not in m[0]]
+    if not lines:
+        return ""
+    path, line = lines[-1]
+    return f" (at {Path(path).name}:{line})"
+
+
+def why_not(ev: dict[str, Any], rank: int, milestone: str) -> str:
+    """Why ``rank`` never reached ``milestone``: its crash, or a hang."""
+    st = ev["states"].get(str(rank))
+    info = ev["ranks"].get(str(rank), {})
+    where = STAGE_TEXT.get(milestone, milestone)
+    if st and st.get("error"):
+        err = st["error"]
+        return (f"rank {rank} crashed before {where}: {err['type']}: {err['message'][:300]}"
+                f"{script_frames(err.get('traceback', ''))}")
+    exit_code = info.get("exit")
+    if st is None:
+        tail = info.get("error") or info.get("log_tail", "")
+        return f"rank {rank} failed before the script started:\n{tail.strip()[-600:]}"
+    if st.get("exit_code") is not None or (exit_code is not None and "end" in st.get("milestones", [])):
+        return f"rank {rank} ended without reaching {where} (did the script call model.fit?)"
+    last = st.get("milestones", ["start"])[-1]
+    if ev.get("timed_out") or info.get("stalled"):
+        return (
+            f"rank {rank} never reached {where}: it was stuck after '{last}', waiting in a collective "
+            "operation the other rank did not join (a deadlock). Every rank must make the same Horovod "
+            "calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order."
+        )
+    return f"rank {rank} stopped after '{last}' (exit code {exit_code}) before {where}"
+
+
+def need(ev: dict[str, Any], milestone: str) -> None:
+    """Fail unless every rank got as far as ``milestone``; a crashed rank explains the others."""
+    if ev.get("start_error"):
+        raise Failed(f"the job could not start:\n{ev['start_error']}")
+    missing = [r for r in range(ev["np"])
+               if milestone not in ev["states"].get(str(r), {}).get("milestones", [])]
+    if missing:
+        culprit = next((r for r in missing if ev["states"].get(str(r), {}).get("error")), missing[0])
+        raise Failed(why_not(ev, culprit, milestone))
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    denom = float(np.linalg.norm(a) + np.linalg.norm(b))
+    return float(np.linalg.norm(a - b)) / denom if denom else 0.0
+
+
+def weights(ev: dict[str, Any], rank: int) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in ev["weights"].get(str(rank), {}).items()}
+
+
