@@ -97,7 +97,7 @@ def test_untouched_starters_score_zero_in_seconds(tmp_path: Path) -> None:
     start = time.perf_counter()
     result = grade.grade(folder)
     assert time.perf_counter() - start < 30
-    assert result.score == 0 and result.max_score == 17 and len(result.cases) == 17
+    assert result.score == 0 and result.max_score == 18 and len(result.cases) == 18
     assert all(c.message.startswith("not started") for c in result.cases)
     assert _snapshot(folder.parent) == before
 

@@ -94,12 +94,17 @@ def test_timeout_kills_every_process(tmp_path: Path, launcher: dict[str, Any],
 def test_interrupt_kills_every_process(tmp_path: Path, launcher: dict[str, Any],
                                        running: Callable[[str], bool]) -> None:
     script = _script(tmp_path, JOB.replace("{extra}", "time.sleep(300)"))
+    # Ctrl-C raises KeyboardInterrupt even when the suite was started in the background (which ignores SIGINT).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(8, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=120, cwd=tmp_path,
-                   **launcher)
-    timer.cancel()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=120,
+                       cwd=tmp_path, **launcher)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, before)
     assert not running(str(script))
 
 
