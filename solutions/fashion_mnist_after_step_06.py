@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     # Horovod: average the gradients of all workers (allreduce) before each update.
     opt = hvd.DistributedOptimizer(opt)
     model.compile(loss="categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
-    # TODO: Step 7: when resuming, load the checkpoint on rank 0 with hvd.load_model
+    # TODO: Step 7: when resuming, restore the checkpoint's weights on rank 0 (model.load_weights)
 
     callbacks: list[tf.keras.callbacks.Callback] = [tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr))]
     # Horovod: start every worker from the initial weights of rank 0.

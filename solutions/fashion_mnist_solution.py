@@ -260,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     opt = hvd.DistributedOptimizer(opt)
     model.compile(loss="categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
     if resume_from_epoch > 0 and hvd.rank() == 0:
-        # Horovod: rank 0 loads the checkpoint (hvd.load_model wraps its optimizer in
-        # DistributedOptimizer); the broadcast callback then gives every rank its weights.
-        model = hvd.load_model(checkpoint_format.format(epoch=resume_from_epoch))
+        # Horovod: rank 0 restores the checkpoint's weights into the model every rank built;
+        # the broadcast callback then gives them to every other rank.
+        model.load_weights(checkpoint_format.format(epoch=resume_from_epoch))
 
     callbacks: list[tf.keras.callbacks.Callback] = [tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr))]
     # Horovod: start every worker from the initial weights of rank 0.

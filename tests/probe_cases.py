@@ -69,7 +69,7 @@ def _steps(lab: str, stem: str, n: int) -> list[Case]:
 
 HVD = "solutions/fashion_mnist_after_step_06.py"
 HVD7 = "solutions/fashion_mnist_after_step_07.py"
-LOAD = "        model = hvd.load_model(checkpoint_format.format(epoch=resume_from_epoch))\n"
+LOAD = "        model.load_weights(checkpoint_format.format(epoch=resume_from_epoch))\n"
 MIR = "solutions/fashion_mnist_mirrored_after_step_04.py"
 MW2 = "solutions/fashion_mnist_multiworker_after_step_02.py"
 MW4 = "solutions/fashion_mnist_multiworker_after_step_04.py"
@@ -153,14 +153,16 @@ CASES: list[Case] = [
          step=7),
     Case("horovod", "checkpoint_not_loaded", HVD7, 6, "checkpoint's weights",
          ((LOAD, "        pass\n"),), step=7),
-    Case("horovod", "plain_load_model", HVD7, 6, "hvd.load_model", (
-        ("model = hvd.load_model(", "model = tf.keras.models.load_model("),), step=7),
-    Case("horovod", "weights_checkpoint", HVD7, 7, "", (  # weights only, loaded into the compiled model
+    Case("horovod", "plain_load_model", HVD7, 6, "optimizer", ((  # a model whose optimizer does not average
+        LOAD, "        model = tf.keras.models.load_model(checkpoint_format.format(epoch=resume_from_epoch))\n"),),
+         step=7),
+    Case("horovod", "weights_checkpoint", HVD7, 7, "", (  # weights-only files, the epoch broadcast as an object
         ('"checkpoint-{epoch}.h5"', '"weights-{epoch}.h5"'),
         ("ModelCheckpoint(checkpoint_format)", "ModelCheckpoint(checkpoint_format, save_weights_only=True)"),
-        (LOAD, "        model.load_weights(checkpoint_format.format(epoch=resume_from_epoch))\n"),
+        ("import horovod.tensorflow.keras as hvd  # Horovod: the Keras API of Horovod\n",
+         "import horovod.tensorflow as hvd_tf\nimport horovod.tensorflow.keras as hvd\n"),
         ('int(hvd.broadcast(resume_from_epoch, 0, name="resume_from_epoch"))',
-         "hvd.broadcast_object(resume_from_epoch, 0)")), step=7),
+         "hvd_tf.broadcast_object(resume_from_epoch, 0)")), step=7),
     Case("horovod", "original_solution", "seed:fashion_mnist_solution.py\n|参考资料", 6, "--checkpoint-dir"),
     Case("horovod", "original_starter", "seed:fashion_mnist.py:\n|基准", 0, "hvd.init()"),
     # MirroredStrategy

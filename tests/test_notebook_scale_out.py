@@ -30,3 +30,6 @@ def test_notebook_runs_and_submits_to_slurm(notebooks, slurm: object) -> None:  
     new = done.new_records(LABS / "runs" / "runs.jsonl")
     assert [r["launcher"] for r in new if r["launcher"] == "slurm"] == ["slurm", "slurm"]
     assert all(r["status"] == "ok" and r["workers"] == 2 for r in new)
+    # Horovod ranks started by mpirun in the allocation; tf.distribute workers with TF_CONFIG made from it.
+    strategies = [str(r.get("strategy")) for r in new if r["launcher"] == "slurm"]
+    assert strategies[0] == "horovod" and "MultiWorkerMirrored" in strategies[1], strategies

@@ -210,6 +210,11 @@ def step_6(ev: dict[str, Any]) -> str:
 
 
 
+RESTORE = ("Restore the checkpoint's weights on rank 0 into the model every rank built and compiled with "
+           "DistributedOptimizer: `model.load_weights(path)`; BroadcastGlobalVariablesCallback(0) gives them to "
+           "the other ranks.")
+
+
 def _resume_runs(ev: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     runs = ev.get("resume") or {}
     if "first" not in runs:
@@ -252,9 +257,12 @@ def step_7(ev: dict[str, Any]) -> str:
                 for r in range(second["np"]) if str(r) in second["states"]}
         if len({"horovod" in o for o in opts.values()}) > 1:
             raise Failed("in the resumed run rank 0's optimizer no longer averaged gradients (a plain "
-                         f"{opts.get(0, '?').rsplit('.', 1)[-1]}), so the ranks waited for each other: load the "
-                         "checkpoint with `hvd.load_model`, which wraps its optimizer in DistributedOptimizer."
-                         ) from None
+                         f"{opts.get(0, '?').rsplit('.', 1)[-1]} from the loaded model), so the ranks waited for each "
+                         f"other. {RESTORE}") from None
+        if "HorovodBroadcast" in str(e):
+            raise Failed("in the resumed run the broadcast of rank 0's variables failed: Horovod matches variables by "
+                         "name, and a model loaded whole brings optimizer variables named unlike the other ranks' "
+                         f"fresh ones. {RESTORE}") from None
         raise Failed(_on_other_disk(str(e))) from None
     saved_epochs = len(hr.state(first, 0).get("epochs", []))
     starts = [(hr.state(second, r)["fit"][0].get("initial_epoch") or 0) for r in range(second["np"])]
@@ -270,12 +278,11 @@ def step_7(ev: dict[str, Any]) -> str:
                      "`resume_from_epoch = hvd.broadcast(resume_from_epoch, 0, name='resume_from_epoch')`.")
     saved, resumed = hr.weights(first, 0).get("final"), hr.weights(second, 0).get("init")
     if saved is None or resumed is None or hr.rel(saved, resumed) > 1e-5:
-        raise Failed(f"rank 0 resumed at epoch {starts[0]} but not from the checkpoint's weights: load the model the "
-                     "checkpoint holds on rank 0 (`model = hvd.load_model(path)`).")
+        raise Failed(f"rank 0 resumed at epoch {starts[0]} but not from the checkpoint's weights. {RESTORE}")
     upd = {r: hr.weights(second, r)["b1_end"] - hr.weights(second, r)["b1_begin"] for r in range(second["np"])}
     if hr.rel(upd[0], upd[1]) > 1e-3:
-        raise Failed("after resuming, the ranks applied different weight updates: the loaded model's optimizer does "
-                     "not average gradients. Load with `hvd.load_model`, which wraps it in DistributedOptimizer.")
+        raise Failed("after resuming, the ranks applied different weight updates: the optimizer rank 0 trains with "
+                     f"does not average gradients. {RESTORE}")
     finals = [hr.weights(second, r).get("final") for r in range(second["np"])]
     if not hr.reached(second, "train_end") or hr.rel(finals[0], finals[1]) > 1e-4:
         raise Failed("after resuming, the ranks ended with different weights: keep "
