@@ -104,15 +104,19 @@ def judge(record: dict[str, Any], goal: Goal) -> Verdict:
 
 def judge_records(records: Iterable[dict[str, Any]], goal: Goal = Goal()) -> Verdict:
     """The best verdict over many runs: a passing one if any, else the run that got closest."""
-    verdicts = [judge(r, goal) for r in records]
-    if not verdicts:
+    records = list(records)
+    if not records:
         return Verdict(False, "no run records to judge: run your script through labkit first.", goal)
+    verdicts = [judge(r, goal) for r in records if int(r.get("workers") or 0) >= goal.workers]
+    if not verdicts:
+        return Verdict(False, f"none of the {len(records)} recorded runs used {goal.workers} workers.", goal,
+                       records_judged=len(records))
     passed = [v for v in verdicts if v.passed]
     if passed:
         best = min(passed, key=lambda v: v.reached_s or float("inf"))
     else:
         best = max(verdicts, key=lambda v: (v.best_accuracy or -1.0))
-    best.records_judged = len(verdicts)
+    best.records_judged = len(records)
     return best
 
 

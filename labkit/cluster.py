@@ -155,6 +155,7 @@ class Cluster:
         # (the ceiling a machine gives N workers when they do not communicate).
         self.independent = independent
         self.record, self.target = record, target
+        self.record_fields: dict = {}  # more fields for the run record (e.g. what a fault did)
         given = contract.JobEnv.from_env(self.env)
         self.records = (Path(cwd or ".") / (given.runs_file or runs.runs_file())).resolve()
         self.contract = contract.JobEnv(
@@ -344,7 +345,7 @@ class Cluster:
             start=self.start_wall or time.time(), duration=result.duration, exit_status=code or 0,
             status=status, error=next(iter(result.errors.values()), None), log_dir=self.log_dir,
             target=self.target, path=self.records, copies=self.independent, bench=self.contract.bench,
-            tasks={t: len(v) for t, v in self.spec.items()},
+            tasks={t: len(v) for t, v in self.spec.items()}, **self.record_fields,
         )
 
     def _result(self, timed_out: bool, interrupted: bool) -> ClusterResult:

@@ -136,6 +136,7 @@ def slowed_worker(command: Sequence[str] | str, slow: TaskId = ("worker", 1), sh
     """Run a parameter-server cluster (a chief, ``workers`` workers, ``ps`` servers) with one task slowed
     down to ``share`` of the time; the result's record has the steps each worker ran (``worker_steps``)."""
     c = Cluster(command, workers=workers, ps=ps, chief=True, **kw)  # type: ignore[arg-type]
+    c.record_fields["slowed"] = {"task": f"{slow[0]}.{slow[1]}", "share": share}
     with c:
         c.start()
         task = c.tasks[slow]

@@ -43,6 +43,10 @@ def test_the_best_of_many_runs_counts() -> None:
     closest = assessment.judge_records([record(accs=(0.6,), run_id="a"), record(accs=(0.79,), run_id="b")], GOAL)
     assert not closest.passed and closest.run_id == "b"
     assert not assessment.judge_records([], GOAL).passed
+    few = assessment.judge_records([record(workers=1, run_id="alone"), record(workers=2, accs=(0.5,), run_id="two")],
+                                   GOAL)
+    assert few.run_id == "two" and "at most 50.0%" in few.message  # a run on too few workers is not the closest
+    assert "none of the 1 recorded runs used 2 workers" in assessment.judge_records([record(workers=1)], GOAL).message
 
 
 def test_the_cli_judges_a_records_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

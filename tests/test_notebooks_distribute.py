@@ -34,7 +34,9 @@ def test_notebook_runs_and_leaves_nothing_running(name: str, notebooks, running)
         assert "nothing repeated: training resumed from the last backup" in text
         assert "exit codes: [0, 0]" in text
     if name.startswith("05"):  # with worker 1 slowed down, worker 0 ran more of the steps
-        slowed = [r["worker_steps"] for r in done.new_records(LABS / "runs" / "runs.jsonl") if r.get("worker_steps")]
-        assert slowed and slowed[-1]["0"] > slowed[-1]["1"], slowed
+        slowed = [r for r in done.new_records(LABS / "runs" / "runs.jsonl") if r.get("slowed")]
+        assert slowed and slowed[-1]["slowed"] == {"task": "worker.1", "share": 0.2}, slowed
+        steps = slowed[-1]["worker_steps"]
+        assert steps["0"] > steps["1"] and steps["0"] + steps["1"] >= slowed[-1]["epochs_run"], steps
     for script in ("fashion_mnist_mirrored.py", "fashion_mnist_multiworker", "fashion_mnist_ps", "labkit.dprobe"):
         assert not running(script), f"a process of {name} is still running"
