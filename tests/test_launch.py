@@ -96,16 +96,31 @@ def test_interrupt_kills_every_process(tmp_path: Path, launcher: dict[str, Any],
     script = _script(tmp_path, JOB.replace("{extra}", "time.sleep(300)"))
     # Ctrl-C raises KeyboardInterrupt even when the suite was started in the background (which ignores SIGINT).
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(8, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    logs, stop = tmp_path / "logs", threading.Event()
+
+    def interrupt_once_both_ranks_run() -> None:  # Ctrl-C while every rank sleeps
+        if proc.wait_until(lambda: stop.is_set() or _started(logs, 2), 60) and not stop.is_set():
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_both_ranks_run, daemon=True).start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=120,
-                       cwd=tmp_path, **launcher)
+            launch.run(["python", str(script)], np=2, log_dir=logs, quiet=True, timeout=120, cwd=tmp_path,
+                       **launcher)
     finally:
-        timer.cancel()
+        stop.set()
         signal.signal(signal.SIGINT, before)
     assert not running(str(script))
+
+
+def _started(logs: Path, ranks: int) -> bool:
+    """Every rank has printed its greeting into its log."""
+    return all("hello from" in _text(logs / f"rank.{r}.log") for r in range(ranks))
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 def test_job_dies_with_a_parent_killed_outright(tmp_path: Path, running: Callable[[str], bool]) -> None:
