@@ -68,10 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Modules that add their own sub-commands (run, check, bench, ...).
 def _extra() -> list:
-    from labkit import assessment, bench_cli, check, cluster, course, grade, k8s, launch, plot
+    from labkit import assessment, bench_cli, check, cluster_cli, course, grade, k8s, launch, plot
 
     return [launch.add_cli, check.add_cli, grade.add_cli, course.add_cli, bench_cli.add_cli, plot.add_cli,
-            cluster.add_cli, k8s.add_cli, assessment.add_cli]
+            cluster_cli.add_cli, k8s.add_cli, assessment.add_cli]
 
 
 def main(argv: list[str] | None = None) -> int:
