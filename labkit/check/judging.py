@@ -117,7 +117,7 @@ def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | 
         raise FileNotFoundError(f"no such script: {script}")
     spec, module = labs.get(lab), lab_module(lab)
     report = Report(lab, str(script))
-    bad = syntax_error(script) or unstarted(script, spec)
+    bad = syntax_error(script)
     if bad:
         report.steps = [StepResult(1, False, f"{spec.step_title(1)}: {bad}")] + [
             StepResult(k, False, "not checked: fix step 1 first.") for k in range(2, step + 1)]
@@ -140,16 +140,6 @@ def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | 
                      for k in range(covers + 1, step + 1)] if failed else []
     report.seconds = time.perf_counter() - start
     return report
-
-
-def unstarted(script: Path, spec: labs.Lab) -> str | None:
-    """Why the script needs no run: it is still the lab's starter as handed out (the answer is known)."""
-    from labkit import course
-
-    if course.not_started(script, spec, [script.parent.parent, labs.ROOT]):
-        return (f"not started: {script.name} is still the starter as handed out. Make the changes marked "
-                "`TODO: Step 1`, save, and check again.")
-    return None
 
 
 def collect(module: Any, script: Path, covers: int, timeout: float, keep: str | Path | None) -> dict[str, Any]:
