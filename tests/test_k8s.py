@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import k8s
+from labkit import k8s, k8s_validate
 
 ROOT = Path(__file__).resolve().parent.parent
 # (the command's arguments after `labkit k8s`, the file it writes)
@@ -65,12 +65,12 @@ def test_example_is_in_sync_with_the_generator(argv: str, path: str) -> None:
 
 
 def test_every_stored_schema_names_its_source() -> None:
-    sources = (k8s.SCHEMA_DIR / "SOURCES.md").read_text()
-    files = sorted(p.name for p in k8s.SCHEMA_DIR.glob("*.json"))
+    sources = (k8s_validate.SCHEMA_DIR / "SOURCES.md").read_text()
+    files = sorted(p.name for p in k8s_validate.SCHEMA_DIR.glob("*.json"))
     assert len(files) == 3
     for name in files:
         assert f"`{name}`" in sources
-        schema = json.loads((k8s.SCHEMA_DIR / name).read_text())
+        schema = json.loads((k8s_validate.SCHEMA_DIR / name).read_text())
         assert set(schema["properties"]) >= {"apiVersion", "kind", "metadata", "spec"}
 
 
