@@ -145,14 +145,20 @@ for _stem, _short, _n, _title in DISTRIBUTE_LABS:
 
 
 def backup(path: str | Path) -> Path:
-    """Copy a learner's script to ``<stem>_original<suffix>`` (or a timestamped name if taken)."""
+    """Copy a learner's script to ``<stem>_original<suffix>`` (or a timestamped name if taken).
+
+    A version already kept under either name is not copied again: its backup is returned.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     target = path.with_name(f"{path.stem}_original{path.suffix}")
     if target.exists():
-        if target.read_bytes() == path.read_bytes():
-            return target
+        data = path.read_bytes()
+        stamped = sorted(path.parent.glob(f"{path.stem}_[0-9]*-[0-9]*{path.suffix}"), reverse=True)
+        same = next((p for p in [target, *stamped] if p.read_bytes() == data), None)
+        if same is not None:  # this version is kept already: no second copy
+            return same
         target = path.with_name(f"{path.stem}_{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
     shutil.copy2(path, target)
     return target

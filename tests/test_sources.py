@@ -135,3 +135,18 @@ def test_solutions_are_overwritten_without_backup(tmp_path):
     assert sources.generate(root=tmp_path, targets=targets) == ["solutions/t_after_step_01.py"]
     assert solution.read_text() == sources.expected(targets[1], tmp_path)
     assert not list(tmp_path.rglob("*.bak"))
+
+
+def test_backup_keeps_each_version_of_a_learners_script_once(tmp_path):
+    script = tmp_path / "fashion_mnist.py"
+    script.write_text("v1\n")
+    first = sources.backup(script)
+    assert first.name == "fashion_mnist_original.py" and first.read_text() == "v1\n"
+    assert sources.backup(script) == first  # unchanged: nothing new
+    script.write_text("v2\n")
+    second = sources.backup(script)
+    assert second.name.startswith("fashion_mnist_2") and second.read_text() == "v2\n"
+    second = second.rename(tmp_path / "fashion_mnist_20260101-120000.py")  # as kept by an earlier session
+    assert sources.backup(script) == second  # v2 is kept already: no copy per notebook run
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["fashion_mnist.py", first.name, second.name])
+    assert script.read_text() == "v2\n" and first.read_text() == "v1\n"
