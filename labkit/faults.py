@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit import proc
+from labkit import proc, tfconfig
 from labkit.cluster import Cluster, ClusterResult, TaskId
 
 
@@ -133,15 +132,6 @@ class Throttle:
         self.proc.signal(signal.SIGCONT)
 
 
-def accepts(host: str, port: int) -> bool:
-    """True when something listens on ``host:port``."""
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def slowed_worker(command: Sequence[str] | str, slow: TaskId = ("worker", 1), share: float = 0.3,
                   workers: int = 2, ps: int = 1, timeout: float = 900, **kw: object) -> ClusterResult:
     """Run a parameter-server cluster (a chief, ``workers`` workers, ``ps`` servers) with one task slowed
@@ -153,8 +143,8 @@ def slowed_worker(command: Sequence[str] | str, slow: TaskId = ("worker", 1), sh
         task = c.tasks[slow]
         # Slowed once it serves (its TensorFlow server accepts connections): start-up runs at full speed, as
         # on a machine that gets busy during training, and the cluster does not wait for a crawling start.
-        host, port = c.spec[slow[0]][slow[1]].rsplit(":", 1)
-        proc.wait_until(lambda: accepts(host.strip("[]"), int(port)) or not task.alive(), min(timeout, 300))
+        address = c.spec[slow[0]][slow[1]]
+        proc.wait_until(lambda: tfconfig.serving(address) or not task.alive(), min(timeout, 300))
         if c.sink:
             c.sink.line(f"*** {task.name} runs {share:.0%} of the time ***")
         with Throttle(task.proc, share):

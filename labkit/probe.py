@@ -32,8 +32,7 @@ from typing import Any
 
 import labkit  # noqa: F401  (environment defaults)
 from labkit import patch
-from labkit.callback_reads import plain as _plain
-from labkit.callback_reads import wrap_callback
+from labkit.callback_reads import plain, wrap_callback
 from labkit.rank import rank_from_env
 
 TRAIN_PER_RANK = 192
@@ -243,7 +242,7 @@ def make_probe_callback(tf: Any, record: dict) -> Any:
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             STATE["epochs"].append({
                 "epoch": epoch, "train_batches": self.train_batches, "val_batches": self.test_batches,
-                "final_logs": _plain(logs or {}), "reads": record["epoch_reads"],
+                "final_logs": plain(logs or {}), "reads": record["epoch_reads"],
             })
             record["epoch_reads"] = []
             milestone(f"epoch{epoch}_end")

@@ -155,7 +155,7 @@ def backup(path: str | Path) -> Path:
     target = path.with_name(f"{path.stem}_original{path.suffix}")
     if target.exists():
         data = path.read_bytes()
-        stamped = sorted(path.parent.glob(f"{path.stem}_[0-9]*-[0-9]*{path.suffix}"), reverse=True)
+        stamped = sorted(path.parent.glob(f"{path.stem}_[0-9]*-[0-9]*{path.suffix}"))
         same = next((p for p in [target, *stamped] if p.read_bytes() == data), None)
         if same is not None:  # this version is kept already: no second copy
             return same

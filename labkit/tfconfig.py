@@ -55,6 +55,16 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def serving(address: str, timeout: float = 0.5) -> bool:
+    """True when a process accepts connections at a task's ``host:port`` (its TensorFlow server is up)."""
+    host, port = check_address(address).rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def check_address(address: str) -> str:
     """``address`` if it is ``host:port`` with a port in 1..65535, else a :class:`ClusterError`."""
     m = _HOSTPORT.match(str(address).strip())

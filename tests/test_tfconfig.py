@@ -85,3 +85,14 @@ def test_tasks_and_chief() -> None:
 def test_parse_rejects_garbage() -> None:
     with pytest.raises(tc.ClusterError, match="not a TF_CONFIG"):
         tc.parse("{}")
+
+
+def test_serving_tells_a_listening_task_from_a_closed_port() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert tc.serving(f"127.0.0.1:{port}")
+    assert not tc.serving(f"127.0.0.1:{port}")
+    with pytest.raises(tc.ClusterError):
+        tc.serving("no-port-here")
