@@ -3,7 +3,7 @@
     labkit run --launcher slurm --nodes 2 --tasks-per-node 4 -- python fashion_mnist_solution.py
 
 :class:`Slurm` writes ``LOG_DIR/job.sbatch`` (shown to the user), submits it with
-``sbatch --wait`` (which exits with the job's exit status), streams rank 0's log
+:mod:`labkit.slurm_wait` (which exits with the job's exit status), streams rank 0's log
 while the job runs, and on an interrupt or timeout cancels the job with
 ``scancel`` and waits until the queue no longer holds it.
 
@@ -36,6 +36,7 @@ from pathlib import Path
 
 from labkit import contract, proc
 from labkit.launchers import Command, Launcher, LaunchError, mpirun_flags, register, tool
+from labkit.slurm_wait import parse_job_id
 
 STARTS = ("mpirun", "srun", "tf_config")
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
@@ -199,12 +200,6 @@ def queued(job_id: str) -> bool:
     return out.returncode == 0 and bool(out.stdout.strip())
 
 
-def parse_job_id(output: str) -> str | None:
-    """The job id ``sbatch --parsable`` printed (``N`` or ``N;cluster`` on a line of its own)."""
-    m = re.search(r"^(\d+)(?:;\S+)?\s*$", output, re.M)
-    return m.group(1) if m else None
-
-
 def cancel(job_id: str, timeout: float = 60) -> bool:
     """``scancel`` a job Slurm still holds and wait until the queue no longer shows it; True when gone."""
     if not shutil.which("scancel") or not queued(job_id):
@@ -215,7 +210,7 @@ def cancel(job_id: str, timeout: float = 60) -> bool:
 
 @register
 class Slurm(Launcher):
-    """Submit the job with ``sbatch --wait``; ``np`` must equal nodes x tasks per node."""
+    """Submit the job and wait for it (:mod:`labkit.slurm_wait`); ``np`` must equal nodes x tasks per node."""
 
     name = "slurm"
 
@@ -237,7 +232,7 @@ class Slurm(Launcher):
         self.options.check()
         if self.script_only:
             return
-        missing = [t for t in ("sbatch", "squeue", "scancel") if not shutil.which(t)]
+        missing = [t for t in ("sbatch", "squeue", "scontrol", "scancel") if not shutil.which(t)]
         if missing:
             raise LaunchError(f"Slurm's {', '.join(missing)} not found: run this on a Slurm login node, or "
                               "write the batch script only with --script-only FILE and submit it there.")
@@ -247,7 +242,7 @@ class Slurm(Launcher):
         return batch_script(self.options, command, env, str(log_dir / "slurm-%j.out"), workdir)
 
     def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:
-        return [("sbatch", ["sbatch", "--wait", "--parsable", str(self.script_path)], {})]
+        return [("sbatch", [sys.executable, "-m", "labkit.slurm_wait", str(self.script_path)], {})]
 
     def start(self, job: proc.Job, command: Sequence[str], env: Mapping[str, str], log_dir: Path,
               on_output: Callable[[bytes], None] | None = None, on_end: Callable[[], None] | None = None,

@@ -77,9 +77,9 @@ def slurm_conf(folder: Path, node: str, cpus: int, memory_mb: int, ports: tuple[
         "SlurmdUser=root",
         "ReturnToService=2",
         "KillWait=5",
-        # sbatch --wait polls after 2, 8, then 32 s while the wait is below MinJobAge / 2 (default 300 s): a
-        # 12 s job was seen ending after 42 s. MinJobAge=4 keeps the polls at 2 s (a poll still sees the job end).
-        "MinJobAge=4",
+        # Finished jobs stay listed for 30 s (300 s by default): long enough for labkit.slurm_wait to read
+        # their exit code without keeping the tests' finished jobs around for minutes.
+        "MinJobAge=30",
         f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
         # Oversubscription lets a lab put more ranks than cores on this one node.
         f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
