@@ -40,7 +40,7 @@ def config(n: int, threads: int | None = None, job_id: str | None = None, launch
     env[contract.JOB_ID] = job_id or uuid.uuid4().hex
     cfg = Config()
     if launcher == "slurm":
-        from labkit.slurm import SlurmOptions
+        from labkit.slurm import SlurmOptions, directive_value, output_pattern
 
         o = slurm or SlurmOptions(tasks_per_node=n)
         o.check()
@@ -48,7 +48,8 @@ def config(n: int, threads: int | None = None, job_id: str | None = None, launch
         cfg.SlurmEngineSetLauncher.environment = env
         cfg.SlurmEngineSetLauncher.batch_file_name = str(logs / "engines.sbatch")
         lines = ["#!/bin/sh", "#SBATCH --export=ALL", "#SBATCH --job-name=ipengine-{cluster_id}",
-                 "#SBATCH --ntasks={n}", f"#SBATCH --output={logs}/slurm-%j.out"]
+                 "#SBATCH --ntasks={n}",  # ipyparallel fills the {fields}: braces of the path are doubled
+                 "#SBATCH --output=" + directive_value(output_pattern(logs)).replace("{", "{{").replace("}", "}}")]
         if o.nodes > 1:
             lines.append(f"#SBATCH --nodes={o.nodes}")
         for flag, value in (("partition", o.partition), ("account", o.account), ("time", o.time),

@@ -77,6 +77,18 @@ class SlurmOptions:
             raise LaunchError(f"unknown start {self.start!r}: choose one of {', '.join(STARTS)}")
 
 
+def output_pattern(folder: str | Path, name: str = "slurm-%j.out") -> str:
+    """``folder/name`` for ``--output``: a ``%`` in the folder doubled, as Slurm reads ``%j`` and the like."""
+    return str(Path(str(folder).replace("%", "%%")) / name)
+
+
+def directive_value(value: str) -> str:
+    """A value as an ``#SBATCH`` line takes it: in double quotes when it has spaces."""
+    if '"' in value or "\n" in value:
+        raise LaunchError(f"Slurm cannot take a path with a double quote or a line break: {value!r}")
+    return f'"{value}"' if any(c.isspace() for c in value) else value
+
+
 def directives(o: SlurmOptions, output: str) -> list[str]:
     """The ``#SBATCH`` lines for ``o``."""
     lines = [f"--job-name={o.job_name}", f"--nodes={o.nodes}", f"--ntasks-per-node={o.tasks_per_node}"]
@@ -87,7 +99,7 @@ def directives(o: SlurmOptions, output: str) -> list[str]:
     for flag, value in (("partition", o.partition), ("account", o.account), ("time", o.time)):
         if value:
             lines.append(f"--{flag}={value}")
-    lines.append(f"--output={output}")
+    lines.append(f"--output={directive_value(output)}")
     return [f"#SBATCH {line}" for line in lines]
 
 
@@ -107,7 +119,7 @@ def batch_script(o: SlurmOptions, command: Sequence[str], env: Mapping[str, str]
                  workdir: str | Path) -> str:
     """The whole sbatch script (a shell script: Slurm reads its ``#SBATCH`` lines)."""
     o.check()
-    lines = ["#!/bin/bash", "# Written by labkit; submit with: sbatch --wait THIS_FILE", *directives(o, output),
+    lines = ["#!/bin/bash", "# Written by labkit; submit with: sbatch THIS_FILE", *directives(o, output),
              "set -eo pipefail", f"cd {shlex.quote(str(workdir))}"]
     # The job's own settings; labkit's job contract comes with the submitting environment.
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(contract.strip(env).items()) if k.isidentifier()]
@@ -239,7 +251,7 @@ class Slurm(Launcher):
         super().preflight()
 
     def script(self, command: Sequence[str], env: Mapping[str, str], log_dir: Path, workdir: str | Path) -> str:
-        return batch_script(self.options, command, env, str(log_dir / "slurm-%j.out"), workdir)
+        return batch_script(self.options, command, env, output_pattern(log_dir), workdir)
 
     def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:
         return [("sbatch", [sys.executable, "-m", "labkit.slurm_wait", str(self.script_path)], {})]

@@ -118,15 +118,28 @@ def slurm_options(start: str) -> slurm.SlurmOptions:
     return slurm.SlurmOptions(nodes=1, tasks_per_node=2, start=start)
 
 
+def test_the_output_path_survives_spaces_and_percent_signs() -> None:
+    pattern = slurm.output_pattern("/home/ann/course 100%/runs")
+    assert pattern == "/home/ann/course 100%%/runs/slurm-%j.out"
+    (line,) = [d for d in slurm.directives(slurm.SlurmOptions(), pattern) if "--output" in d]
+    assert line == '#SBATCH --output="/home/ann/course 100%%/runs/slurm-%j.out"'
+    with pytest.raises(LaunchError, match="double quote"):
+        slurm.directives(slurm.SlurmOptions(), '/a"b/slurm-%j.out')
+
+
 @pytest.mark.slow
 def test_a_failing_job_returns_its_exit_status(tmp_path: Path, slurm: object) -> None:
-    script = tmp_path / "fail.py"
+    work = tmp_path / "my course 100%"  # the job's output goes to runs/logs/... under this folder
+    work.mkdir()
+    script = work / "fail.py"
     script.write_text("import sys\nprint('about to fail', flush=True)\nsys.exit(7)\n")
     out = subprocess.run([sys.executable, "-m", "labkit.cli", "run", "--launcher", "slurm", "--tasks-per-node", "2",
-                          "--", "python", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert out.returncode != 0 and "about to fail" in out.stdout
+                          "--", "python", str(script)], cwd=work, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "about to fail" in out.stdout, out.stdout + out.stderr
     assert "#SBATCH --ntasks-per-node=2" in out.stdout  # the script was shown
-    assert _last_record(tmp_path)["status"] == "failed"
+    record = _last_record(work)
+    assert record["status"] == "failed"
+    assert list(Path(str(record["log_dir"])).glob("slurm-*.out")), "Slurm wrote no output where it was told"
 
 
 @pytest.mark.slow
