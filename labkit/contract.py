@@ -87,11 +87,6 @@ class JobEnv:
                 values[name] = raw
         return cls(**values)  # type: ignore[arg-type]
 
-    def merged(self, other: JobEnv) -> JobEnv:
-        """A copy where ``other``'s set fields win."""
-        return JobEnv(**{f.name: (getattr(other, f.name) if getattr(other, f.name) is not None
-                                  else getattr(self, f.name)) for f in fields(self)})
-
 
 def current() -> JobEnv:
     """This process's contract, from its environment."""

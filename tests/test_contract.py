@@ -27,11 +27,6 @@ def test_strip_removes_the_contract_only() -> None:
     assert contract.strip(env) == {"PATH": "/bin", contract.DATA: "/d"}
 
 
-def test_merged_lets_the_other_side_win() -> None:
-    a = contract.JobEnv(job_id="a", run_id="keep")
-    assert a.merged(contract.JobEnv(job_id="b")) == contract.JobEnv(job_id="b", run_id="keep")
-
-
 def test_no_other_module_spells_a_labkit_variable() -> None:
     spelled = re.compile(r"""["']LABKIT_[A-Z_]+["']""")
     offenders = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "labkit").rglob("*.py"))
