@@ -1,7 +1,7 @@
 """Scaling plots from run records or a benchmark sweep, as matplotlib figures.
 
 Every function takes run records (``labkit.runs.read()``), a
-:class:`labkit.bench.Sweep`, or a ``{label: [Point, ...]}`` mapping, and returns a
+:class:`labkit.sweep.Sweep`, or a ``{label: [Point, ...]}`` mapping, and returns a
 ``matplotlib.figure.Figure`` (shown by Jupyter when it is a cell's value; saved
 with :func:`save`). Records are grouped by framework (Horovod, or the
 tf.distribute strategy) so that they can be compared side by side.
@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from labkit import sweep
+
 IDEAL_STYLE = {"linestyle": "--", "color": "grey", "linewidth": 1}
 
 
@@ -29,20 +31,18 @@ def framework(record: dict[str, Any]) -> str:
 
 def series(data: Any, by: Callable[[dict[str, Any]], str] = framework) -> dict[str, list[Any]]:
     """Normalise records, a Sweep, or a mapping into ``{label: [Point sorted by workers]}``."""
-    from labkit import bench
-
-    if isinstance(data, bench.Sweep):
+    if isinstance(data, sweep.Sweep):
         return {Path(data.script).stem: data.points}
     if isinstance(data, dict):
         return {k: sorted(v, key=lambda p: p.workers) for k, v in data.items()}
     data = list(data)
-    if data and isinstance(data[0], bench.Point):
+    if data and isinstance(data[0], sweep.Point):
         return {"run": sorted(data, key=lambda p: p.workers)}
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in data:
         if r.get("status", "ok") == "ok" and r.get("images_per_sec"):
             groups.setdefault(by(r), []).append(r)
-    return {label: bench.points_from_records(recs) for label, recs in sorted(groups.items())}
+    return {label: sweep.points_from_records(recs) for label, recs in sorted(groups.items())}
 
 
 def _notebook_png() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bench, cli, plot, runs
+from labkit import cli, plot, runs, sweep
 
 
 def records() -> list[dict]:
@@ -66,9 +66,9 @@ def test_compare_puts_frameworks_side_by_side() -> None:
 
 
 def test_sweep_plot_and_png(tmp_path: Path) -> None:
-    points = bench.points_from_records([r for r in records() if r["strategy"] == "horovod"])
-    sweep = bench.Sweep("train.py", points, {})
-    fig = plot.scaling(sweep)
+    points = sweep.points_from_records([r for r in records() if r["strategy"] == "horovod"])
+    result = sweep.Sweep("train.py", points, {})
+    fig = plot.scaling(result)
     assert [ax.get_title() for ax in fig.axes] == ["Throughput", "Speedup", "Efficiency = speedup / workers",
                                                    "Time to accuracy"]
     out = plot.save(fig, tmp_path / "sub" / "s.png")
@@ -90,8 +90,8 @@ def test_sweep_plot_shows_the_ceiling() -> None:
     ceiling = {"launcher": "independent", "status": "ok", "strategy": "horovod", "threads_per_worker": 1}
     recs = [r for r in records() if r["strategy"] == "horovod"]
     recs += [{**ceiling, "workers": 2, "images_per_sec": 200.0}, {**ceiling, "workers": 4, "images_per_sec": 400.0}]
-    sweep = bench.Sweep("train.py", bench.points_from_records(recs), {})
-    throughput, _, efficiency, _ = plot.scaling(sweep).axes
+    result = sweep.Sweep("train.py", sweep.points_from_records(recs), {})
+    throughput, _, efficiency, _ = plot.scaling(result).axes
     (ceil,) = [v for k, v in _lines(throughput).items() if k.endswith(": ceiling (independent copies)")]
     assert ceil == [200.0, 400.0]
     (of_ceiling,) = [v for k, v in _lines(efficiency).items() if k.endswith(": of the ceiling")]
