@@ -7,12 +7,14 @@ finished jobs listed (Slurm's ``MinJobAge``, 300 s by default): a short job's en
 half a minute late. This submits with ``sbatch --parsable`` and asks ``scontrol show job`` at
 intervals that start at 0.5 s and grow to 3 s (a light load on the controller even for many
 learners), then exits like ``sbatch --wait``: with the job's exit code, 128 + the signal that
-ended it, or 1 when Slurm ended it (time limit, node failure) without one.
+ended it, or 1 when Slurm ended it (time limit, node failure) without one. Stopped by Ctrl-C or
+SIGTERM, it cancels the job (``scancel``) before it exits.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -107,6 +109,10 @@ def wait(job_id: str, look: Callable[[str], tuple[str, int, int] | None] = look,
         every = min(MOST, every * GROWTH)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1:
@@ -118,7 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return e.code
     print(job_id, flush=True)
-    state, code = wait(job_id)
+    # Stopped (Ctrl-C, or SIGTERM from whoever started it): the job goes too, as it would with srun.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        state, code = wait(job_id)
+    except KeyboardInterrupt as e:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
+        print(f"slurm_wait: stopped; job {job_id} cancelled", file=sys.stderr)
+        return 128 + (e.args[0] if e.args else signal.SIGINT)
     if state == "LOST":
         print(f"slurm_wait: Slurm no longer knows job {job_id}: its exit status is lost", file=sys.stderr)
     else:

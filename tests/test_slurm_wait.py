@@ -6,7 +6,11 @@ The real cluster runs it in test_slurm.py and test_launch.py (every Slurm job th
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +87,23 @@ def test_a_refused_submission_says_why(tmp_path: Path, capsys: pytest.CaptureFix
 def test_the_launcher_submits_through_the_waiter() -> None:
     ((name, argv, _),) = slurm.Slurm(2).commands(["python", "t.py"], {})
     assert argv[1:3] == ["-m", "labkit.slurm_wait"] and argv[-1].endswith("job.sbatch")
+
+
+def test_stopping_the_waiter_cancels_the_job(tmp_path: Path) -> None:
+    cancelled = tmp_path / "cancelled"
+    _tool(tmp_path, "sbatch", 'echo 88\n')
+    _tool(tmp_path, "scontrol", f'echo "{RUNNING}"\n')
+    _tool(tmp_path, "scancel", f'echo "$@" > {cancelled}\n')
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\nsleep 100\n")
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    waiter = subprocess.Popen([sys.executable, "-m", "labkit.slurm_wait", str(tmp_path / "job.sbatch")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert waiter.stdout is not None and waiter.stdout.readline().strip() == "88"
+        time.sleep(0.3)
+        waiter.send_signal(signal.SIGTERM)
+        assert waiter.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        waiter.kill()
+    assert cancelled.read_text().split() == ["88"]
+    assert "job 88 cancelled" in waiter.stderr.read()
