@@ -192,6 +192,15 @@ class Cluster:
         self.start_time = time.perf_counter()
         self.start_wall = time.time()
         order = sorted(self.tasks, key=lambda k: {"ps": 0, "worker": 1, "chief": 2}.get(k[0], 3))
+        if self.sink and self.show in self.tasks:  # what really runs for the task shown, before its output
+            argv = self.argv(*self.show)
+            local = argv == list(self.command)  # a remote task's ssh command carries its TF_CONFIG itself
+            cfg = "" if self.independent or not local else \
+                f"TF_CONFIG={shlex.quote(tfconfig.tf_config(self.spec, *self.show))} "
+            self.sink.line(f"$ {cfg}{shlex.join(argv)}")
+            if len(self.tasks) > 1:
+                what = "independent copies" if self.independent else "tasks, each with its own TF_CONFIG"
+                self.sink.line(f"  ({len(self.tasks)} {what}: every command in {self.log_dir / 'command.txt'})")
         for key in order:
             self.start_task(*key)
         return self

@@ -175,6 +175,10 @@ def run(
     (logs / "command.txt").write_text("".join(shlex.join(a) + "\n" for a in shown))
     sink = None if quiet else (sink or default_sink())
     renderer = Renderer(sink.line, sink.progress) if sink else None
+    if sink and chosen.name != "slurm":  # what really runs, before its output (Slurm shows its batch script)
+        sink.line(f"$ {shlex.join(shown[0])}" if shown else f"$ {shlex.join(command)}")
+        if len(shown) > 1:
+            sink.line(f"  (and {len(shown) - 1} more like it: every command in {logs / 'command.txt'})")
 
     def feed(chunk: bytes) -> None:
         if renderer:

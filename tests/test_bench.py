@@ -84,6 +84,21 @@ def test_bench_reports_a_run_without_record(tmp_path: Path, monkeypatch: pytest.
     assert not sweep.points[0].ok and "no record" in sweep.table()
 
 
+@pytest.mark.parametrize("notebook", [True, False])
+def test_sweep_progress_says_which_run_of_how_many_on_the_right_stream(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, notebook: bool) -> None:
+    """In a notebook on stdout (JupyterLab shows stderr on red); in a terminal on stderr (stdout may be --json)."""
+    from labkit import launch, output
+
+    monkeypatch.setattr(output, "in_notebook", lambda: notebook)
+    monkeypatch.setattr(launch, "run", lambda command, np, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
+    bench.bench("train.py", nps=[1, 2], repeat=2, runs_file=tmp_path / "r.jsonl")
+    out, err = capsys.readouterr()
+    shown, silent = (out, err) if notebook else (err, out)
+    assert [line.split("run ")[1][:3] for line in shown.splitlines() if ": run " in line] == ["1/4", "2/4", "3/4", "4/4"]
+    assert silent == ""
+
+
 def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from labkit import launch
 

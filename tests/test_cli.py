@@ -27,6 +27,10 @@ BAD = {
     "reset nope.py": "is not a lab starter",
     "release": "required",
     "plot /nonexistent": "no records",
+    "doctor --bogus": "unrecognized arguments: --bogus",
+    "data --nope": "unrecognized arguments: --nope",
+    "gen extra": "unrecognized arguments: extra",
+    "nocommand": "invalid choice",
 }
 
 

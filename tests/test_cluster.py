@@ -54,6 +54,8 @@ def test_every_task_gets_its_tf_config_and_a_log(script: Path, tmp_path: Path) -
     assert "done worker.0" in r.log("worker.0")
     shown = sink.stream.getvalue()
     assert "hello from worker.0" in shown and "worker.1" not in shown  # only the chief is streamed
+    first = shown.splitlines()[0]  # the command that really ran for the task shown, with its TF_CONFIG
+    assert first.startswith("$ TF_CONFIG=") and '"index": 0' in first and str(script) in first, first
     spec = json.loads((tmp_path / "logs" / "cluster.json").read_text())["cluster"]
     assert all(tfconfig.port_is_free(p) for p in tfconfig.ports(spec))
 
