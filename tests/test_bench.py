@@ -95,7 +95,8 @@ def test_sweep_progress_says_which_run_of_how_many_on_the_right_stream(
     bench.bench("train.py", nps=[1, 2], repeat=2, runs_file=tmp_path / "r.jsonl")
     out, err = capsys.readouterr()
     shown, silent = (out, err) if notebook else (err, out)
-    assert [line.split("run ")[1][:3] for line in shown.splitlines() if ": run " in line] == ["1/4", "2/4", "3/4", "4/4"]
+    runs_shown = [line.split("run ")[1][:3] for line in shown.splitlines() if ": run " in line]
+    assert runs_shown == ["1/4", "2/4", "3/4", "4/4"]
     assert silent == ""
 
 
