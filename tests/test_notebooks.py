@@ -26,6 +26,16 @@ def test_notebook_is_committed_clean(name):
             assert len(cell.source.splitlines()) <= 15, "long code belongs in labkit"
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in LABS.glob("*.ipynb")))
+def test_notebook_opens_with_what_it_takes_and_gives(name: str) -> None:
+    """Objectives, the time on a CPU and on a GPU machine, and what the learner has at the end."""
+    first = nbformat.read(LABS / name, as_version=4).cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    time_part = first.source.partition("**Time:**")[2].partition("**At the end**")[0]
+    assert "CPU" in time_part and "GPU" in time_part, "say how long the cells compute on a CPU and on a GPU"
+    assert "**At the end**" in first.source and ("**You will**" in first.source or "you will" in first.source)
+
+
 def clean_code_cells(path: Path) -> list:
     """The code cells of a notebook, after checking it is valid and committed without outputs or long cells."""
     nb = nbformat.read(path, as_version=4)
