@@ -25,10 +25,11 @@ import shlex
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import contract, hosts, jobrecord, launchers, output, proc, progress, runs, tfconfig
+from labkit.cluster_result import ClusterResult
 
 TaskId = tuple[str, int]
 
@@ -52,40 +53,6 @@ class Task:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.alive()
-
-
-@dataclass
-class ClusterResult:
-    """What a cluster run did."""
-
-    returncodes: dict[str, int | None]
-    log_dir: Path
-    duration: float
-    timed_out: bool = False
-    interrupted: bool = False
-    errors: dict[str, str] = field(default_factory=dict)
-    record: dict | None = None  # the run record, when the cluster was recorded
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and not self.interrupted and not self.errors
-
-    def log(self, task: str = "worker.0") -> str:
-        path = self.log_dir / f"{task}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def summary(self) -> str:
-        if self.ok:
-            n = len(self.returncodes)
-            return f"cluster finished OK in {self.duration:.1f} s ({n} tasks); logs in {self.log_dir}"
-        why = (
-            f"timed out after {self.duration:.0f} s" if self.timed_out
-            else "interrupted" if self.interrupted else "failed"
-        )
-        lines = [f"cluster {why}; logs in {self.log_dir}"]
-        for name, err in sorted(self.errors.items()):
-            lines += [f"--- {name} (exit {self.returncodes.get(name)}) ---", err]
-        return "\n".join(lines)
 
 
 class Cluster:
@@ -194,10 +161,10 @@ class Cluster:
         order = sorted(self.tasks, key=lambda k: {"ps": 0, "worker": 1, "chief": 2}.get(k[0], 3))
         if self.sink and self.show in self.tasks:  # what really runs for the task shown, before its output
             argv = self.argv(*self.show)
-            local = argv == list(self.command)  # a remote task's ssh command carries its TF_CONFIG itself
-            cfg = "" if self.independent or not local else \
-                f"TF_CONFIG={shlex.quote(tfconfig.tf_config(self.spec, *self.show))} "
-            self.sink.line(f"$ {cfg}{shlex.join(argv)}")
+            # A remote task's ssh command carries its TF_CONFIG itself; independent copies have none.
+            with_config = argv == list(self.command) and not self.independent
+            config = {"TF_CONFIG": tfconfig.tf_config(self.spec, *self.show)} if with_config else {}
+            self.sink.line(output.command_line(argv, config))
             if len(self.tasks) > 1:
                 what = "independent copies" if self.independent else "tasks, each with its own TF_CONFIG"
                 self.sink.line(f"  ({len(self.tasks)} {what}: every command in {self.log_dir / 'command.txt'})")

@@ -25,7 +25,7 @@ from pathlib import Path
 from labkit import contract, hosts, jobrecord, proc, runs
 from labkit.cliargs import nonnegative_int, positive_float, positive_int
 from labkit.launchers import Launcher, LaunchError, cpu_count, default_threads, get, names, python_command, worker_env
-from labkit.output import TAG, ConsoleSink, NotebookSink, Renderer, error_tail, hints
+from labkit.output import TAG, ConsoleSink, NotebookSink, Renderer, command_line, error_tail, hints
 from labkit.proc import new_log_dir
 from labkit.progress import default_sink
 from labkit.slurm import SlurmOptions
@@ -176,7 +176,7 @@ def run(
     sink = None if quiet else (sink or default_sink())
     renderer = Renderer(sink.line, sink.progress) if sink else None
     if sink and chosen.name != "slurm":  # what really runs, before its output (Slurm shows its batch script)
-        sink.line(f"$ {shlex.join(shown[0])}" if shown else f"$ {shlex.join(command)}")
+        sink.line(command_line(shown[0]))
         if len(shown) > 1:
             sink.line(f"  (and {len(shown) - 1} more like it: every command in {logs / 'command.txt'})")
 

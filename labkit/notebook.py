@@ -112,22 +112,23 @@ class Ranks:
         self.command, self.outputs = list(command), outputs
 
     def __repr__(self) -> str:
-        import shlex
+        from labkit import output
 
-        parts = [f"$ {shlex.join(self.command)}"]
+        parts = [output.command_line(self.command)]
         for rank, rows in self.outputs.items():
             parts += [f"--- rank {rank} ---", *rows] if rows else [f"--- rank {rank}: printed nothing ---"]
         return "\n".join(parts)
 
     def _repr_html_(self) -> str:
         import html
-        import shlex
+
+        from labkit import output
 
         cols = "".join(
             f"<td style='vertical-align:top;text-align:left'><b>rank {rank}</b><pre style='font-size:11px'>"
             f"{html.escape(chr(10).join(rows)) or '(printed nothing)'}</pre></td>"
             for rank, rows in self.outputs.items())
-        return (f"<div><code>$ {html.escape(shlex.join(self.command))}</code>"
+        return (f"<div><code>{html.escape(output.command_line(self.command))}</code>"
                 f"<table><tr>{cols}</tr></table></div>")
 
 
@@ -157,7 +158,6 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
     """Run ``python SCRIPT ARGS`` as one plain process (no launcher), as a terminal would, showing its
     output here without TensorFlow's start-up messages; everything goes to ``log`` too. The run is
     observed and recorded like every launch (``Finished.record``)."""
-    import shlex
     import sys
     import time
 
@@ -167,7 +167,7 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
     path = Path(log) if log else proc.new_log_dir() / "output.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     sink = progress.default_sink()
-    sink.line(f"$ {shlex.join(shown)}")
+    sink.line(output.command_line(shown))
     renderer = output.Renderer(sink.line, sink.progress)
     observed, records = path.parent / f"{path.stem}-observed", runs.runs_file().resolve()
     run_env = contract.JobEnv(run_id=runs.new_run_id(), launcher="python", np=1, observe=str(observed),

@@ -9,6 +9,7 @@ for a notebook cell (progress in one display that updates in place).
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from collections.abc import Callable
 
@@ -154,6 +155,12 @@ class _Plain:
 
     def __repr__(self) -> str:
         return self.text
+
+
+def command_line(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """How a command is shown before its output: ``$ NAME=VALUE ... ARGV``, quoted as a shell would need."""
+    assigns = "".join(f"{name}={shlex.quote(value)} " for name, value in (env or {}).items())
+    return f"$ {assigns}{shlex.join(argv)}"
 
 
 def in_notebook() -> bool:

@@ -56,3 +56,9 @@ def test_expected_tracebacks_fold_into_their_last_line() -> None:
     r.fold = True
     r.feed(("before\n" + tb + "after\n").encode())
     assert lines == ["before", "(expected) UnavailableError: peer is gone  [traceback in the log]", "after"]
+
+
+def test_command_line_is_shown_as_a_shell_would_run_it() -> None:
+    line = output.command_line(["python", "my script.py", "--epochs", "2"], {"TF_CONFIG": '{"task": {"index": 0}}'})
+    assert line == """$ TF_CONFIG='{"task": {"index": 0}}' python 'my script.py' --epochs 2"""
+    assert output.command_line(["mpirun", "-np", "2"]) == "$ mpirun -np 2"
