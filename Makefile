@@ -1,5 +1,5 @@
 # make setup  - install everything (idempotent)
-# make lab    - setup, then JupyterLab on labs/00_start_here.ipynb
+# make lab    - setup, then JupyterLab on labs/00_start_here.ipynb (settings: jupyter/lab-settings)
 # make test   - setup, then the whole test suite
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,7 +13,8 @@ setup:
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 lab: setup
-	cd labs && ../$(VENV)/bin/jupyter lab --port=$(PORT) --ip=$${LAB_IP:-127.0.0.1} $(ROOT_FLAG) $${LAB_ARGS:-} 00_start_here.ipynb
+	cd labs && ../$(VENV)/bin/jupyter lab --port=$(PORT) --ip=$${LAB_IP:-127.0.0.1} $(ROOT_FLAG) \
+		"--LabApp.app_settings_dir=$(CURDIR)/jupyter/lab-settings" $${LAB_ARGS:-} 00_start_here.ipynb
 
 test:
 	@LABKIT_TEST_TOOLS=1 bash scripts/setup.sh

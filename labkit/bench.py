@@ -152,7 +152,7 @@ def bench(
         "cpu": runs.device_info().get("cpu"), "load_avg": _loadavg(), "ceiling": ceiling,
         "shrink": list(shrink) if shrink is not None else None, "target": target,
     }
-    return Sweep(script, points, conditions, warn)
+    return Sweep(script, points, conditions, warn, records)
 
 
 def _say(text: str) -> None:

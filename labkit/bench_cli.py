@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from labkit.bench import bench
-from labkit.cliargs import accuracy, positive_float, positive_int
+from labkit.cliargs import accuracy, add_script, positive_float, positive_int
 
 
 def parse_nps(text: str) -> list[int]:
@@ -44,31 +43,30 @@ def parse_env(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
+def _options(p: argparse.ArgumentParser) -> None:
     from labkit.launchers import names
 
-    d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
-    p.add_argument("--np", type=parse_nps, default=d([1, 2]), help="worker counts, e.g. 1,2,4 (default: 1,2)")
-    p.add_argument("--repeat", type=positive_int, default=d(1),
+    p.add_argument("--np", type=parse_nps, default=[1, 2], help="worker counts, e.g. 1,2,4 (default: 1,2)")
+    p.add_argument("--repeat", type=positive_int, default=1,
         help="runs per worker count; the median is kept (default: 1)")
-    p.add_argument("--threads", type=positive_int, default=d(None),
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="threads per worker (default: cores // workers); 1 gives equal cores per worker")
-    p.add_argument("--launcher", choices=(*names(), "cluster"), default=d("mpirun"),
+    p.add_argument("--launcher", choices=(*names(), "cluster"), default="mpirun",
                    help="mpirun/horovodrun/gloo for Horovod scripts, cluster for tf.distribute ones (TF_CONFIG); "
                         "default: mpirun")
-    p.add_argument("--timeout", type=positive_float, default=d(None), help="seconds per run before it is killed")
-    p.add_argument("--runs-file", default=d(None), help="records file (default: $LABKIT_RUNS_FILE or runs/runs.jsonl)")
-    p.add_argument("--json", action="store_true", default=d(False), help="print one JSON object instead of the table")
-    p.add_argument("--plot", default=d(None), metavar="OUT.png", help="also save throughput/speedup plots here")
-    p.add_argument("--verbose", action="store_true", default=d(False), help="stream rank 0's output")
-    p.add_argument("--ceiling", action="store_true", default=d(False),
+    p.add_argument("--timeout", type=positive_float, default=None, help="seconds per run before it is killed")
+    p.add_argument("--runs-file", default=None, help="records file (default: $LABKIT_RUNS_FILE or runs/runs.jsonl)")
+    p.add_argument("--json", action="store_true", default=False, help="print one JSON object instead of the table")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="also save throughput/speedup plots here")
+    p.add_argument("--verbose", action="store_true", default=False, help="stream rank 0's output")
+    p.add_argument("--ceiling", action="store_true", default=False,
                    help="also run N independent single-worker copies at once: the machine's ceiling for N workers")
-    p.add_argument("--shrink", type=parse_shrink, default=d(None), metavar="TRAIN,TEST,DIVISOR",
+    p.add_argument("--shrink", type=parse_shrink, default=None, metavar="TRAIN,TEST,DIVISOR",
                    help="train on the first TRAIN/TEST images with Conv2D filters divided by DIVISOR, "
                         "without editing the script (e.g. 6000,1000,10 for the full WRN-16-10 on a CPU)")
-    p.add_argument("--target", type=accuracy, default=d(None),
+    p.add_argument("--target", type=accuracy, default=None,
                    help="validation accuracy for the time to accuracy (default: the script's --target-accuracy)")
-    p.add_argument("--env", type=parse_env, action="append", default=d([]), metavar="NAME=VALUE",
+    p.add_argument("--env", type=parse_env, action="append", default=[], metavar="NAME=VALUE",
                    help="a variable for every worker, e.g. HOROVOD_CYCLE_TIME=5 to try a setting (repeatable)")
 
 
@@ -76,39 +74,20 @@ def add_cli(sub) -> None:  # noqa: ANN001
     """Register ``labkit bench SCRIPT [options] -- ARGS``."""
     p = sub.add_parser(
         "bench", help="measure throughput, speedup and efficiency at several worker counts",
-        description="Run SCRIPT at each worker count, record every run, print speedup and efficiency. "
-                    "Example: labkit bench solutions/fashion_mnist_solution.py --np 1,2 --threads 1 -- --epochs 3",
+        description="Run SCRIPT at each worker count, record every run, print speedup and efficiency.",
+        epilog="examples:\n  labkit bench labs/fashion_mnist.py --np 1,2 --threads 1 -- --epochs 3\n"
+               "  labkit bench --np 2 --launcher cluster labs/fashion_mnist_multiworker.py -- --epochs 2",
     )
     _options(p)
-    # One REMAINDER positional keeps a lone "--" (argparse drops it when it starts a remainder).
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [options] -- ARGS",
-                   help="any Keras training script, then its ARGS after --")
+    add_script(p, what="any Keras training script")  # the grammar of every command that runs a script: labkit.cli
     p.set_defaults(func=_cli)
-
-
-def split_rest(a: argparse.Namespace) -> argparse.Namespace:
-    """The script, options given after it, and the script's ARGS after ``--``."""
-    if not a.command:
-        raise SystemExit("labkit bench: give a training script, e.g. labkit bench train.py --np 1,2 -- --epochs 3")
-    a.script, rest = a.command[0], list(a.command[1:])
-    cut = rest.index("--") if "--" in rest else len(rest)
-    late = argparse.ArgumentParser(prog="labkit bench", add_help=False)
-    _options(late, defaults=False)
-    late.parse_args(rest[:cut], namespace=a)
-    a.args = rest[cut + 1 :]
-    return a
 
 
 def _cli(a) -> int:  # noqa: ANN001
     from labkit.launch import LaunchError
 
-    split_rest(a)
-    args = a.args
-    if not Path(a.script).exists():
-        print(f"labkit bench: {a.script} not found", file=sys.stderr)
-        return 2
     try:
-        sweep = bench(a.script, a.np, a.repeat, args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
+        sweep = bench(a.script, a.np, a.repeat, a.args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
                       runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target, env=dict(a.env))
     except (LaunchError, ValueError) as e:
         print(f"labkit bench: {e}", file=sys.stderr)

@@ -51,3 +51,45 @@ def accuracy(text: str) -> float:
     if not 0 < x <= 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1 (e.g. 0.82), got {text}")
     return x
+
+
+# ----------------------------------------------------------------------------- one grammar, one form of error
+
+
+class UsageError(ValueError):
+    """A wrong call of a command: shown as ``labkit CMD: message``, exit status 2, before anything starts."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with labkit's one form of usage error: ``labkit CMD: message``, exit status 2.
+
+    Sub-command parsers inherit the class, so every command answers alike. Descriptions and
+    epilogs keep their line breaks (each example on a line of its own).
+    """
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # noqa: ANN201 - NoReturn
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def add_script(p: argparse.ArgumentParser, required: bool = True, what: str = "the training script") -> None:
+    """The ``SCRIPT`` of a command that runs one: options go before or after it, the script's own
+    arguments after ``--`` (:func:`split_dashdash`)."""
+    p.add_argument("script", nargs=None if required else "?", metavar="SCRIPT",
+                   help=f"{what}; options go before or after it, the script's own arguments after --")
+
+
+def split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``argv`` before the first ``--``, and what follows it (None without ``--``)."""
+    if "--" not in argv:
+        return list(argv), None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def script_of(command: list[str]) -> str | None:
+    """The script a command runs: its first ``*.py`` argument."""
+    return next((c for c in command if str(c).endswith(".py")), None)

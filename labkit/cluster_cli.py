@@ -6,15 +6,22 @@ import argparse
 import sys
 
 from labkit import cluster, hosts, launchers, tfconfig
-from labkit.cliargs import nonnegative_int, positive_float, positive_int
+from labkit.cliargs import add_script, nonnegative_int, positive_float, positive_int
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, examples kept one per line."""
 
 
 def add_cli(sub) -> None:  # noqa: ANN001
     """Register ``labkit cluster``."""
     p = sub.add_parser(
         "cluster", help="run a command as every task of a local tf.distribute cluster",
-        description="Example: labkit cluster --workers 2 -- python fashion_mnist_multiworker.py --epochs 2",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Run SCRIPT (or a whole COMMAND after --) as every task of a tf.distribute cluster, each "
+                    "with its TF_CONFIG.",
+        epilog="examples:\n  labkit cluster labs/fashion_mnist_multiworker.py --workers 2 -- --epochs 2\n"
+               "  labkit cluster --workers 2 -- python labs/fashion_mnist_multiworker.py --epochs 2",
+        formatter_class=_Formatter,
     )
     p.add_argument("--workers", type=positive_int, default=2, help="number of workers")
     p.add_argument("--ps", type=nonnegative_int, default=0, help="number of parameter servers")
@@ -25,22 +32,21 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.add_argument("--threads", type=positive_int, default=None, help="threads per task (default: cores // tasks)")
     p.add_argument("--timeout", type=positive_float, default=None, help="seconds before every task is killed")
     p.add_argument("--log-dir", default=None, help="folder for <type>.<index>.log (default: runs/logs/<time>)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    add_script(p, required=False)  # the grammar of every command that runs a script: labkit.cli
     p.set_defaults(func=_cli)
 
 
 def _cli(a) -> int:  # noqa: ANN001
-    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    """``a.command`` and the hosts were checked by :func:`labkit.cli.parse`."""
     try:
         from labkit.launch import host_list
 
         addresses = a.addresses.split(",") if a.addresses else None
         machines = host_list(a.hosts, a.hostfile)
         if machines:
-            hosts.validate(machines, a.workers + a.ps + int(a.chief))
             hosts.ssh_preflight(machines)
-        result = cluster.run(command, workers=a.workers, ps=a.ps, chief=a.chief, hosts=addresses, timeout=a.timeout,
-                     threads=a.threads, log_dir=a.log_dir, host_list=machines or None)
+        result = cluster.run(a.command, workers=a.workers, ps=a.ps, chief=a.chief, hosts=addresses,
+                             timeout=a.timeout, threads=a.threads, log_dir=a.log_dir, host_list=machines or None)
     except (launchers.LaunchError, tfconfig.ClusterError, hosts.HostError) as e:
         print(f"labkit cluster: {e}", file=sys.stderr)
         return 2

@@ -37,6 +37,8 @@ K8S_WORKER_INDEX = "LABKIT_WORKER_INDEX"  # a Kubernetes worker pod's index (lab
 DATA = "LABKIT_DATA"  # a folder holding Fashion-MNIST
 NB_QUICK = "LABKIT_NB_FAST"  # notebooks in quick mode (the test suite)
 DASHBOARD = "LABKIT_DASHBOARD"  # "text": no widget dashboard
+NODES_STATE = "LABKIT_NODES_STATE"  # the state folder of virtual nodes (labkit nodes up)
+CACHE = "LABKIT_CACHE"  # labkit's cache folder (default ~/.cache/labkit): Horovod wheels, calibration
 
 _NAMES = {
     "job_id": JOB_ID, "run_id": RUN_ID, "launcher": LAUNCHER, "log_dir": LOG_DIR, "runs_file": RUNS_FILE,

@@ -24,7 +24,7 @@ STARTERS = Path(".labkit") / "starters"  # pristine starters inside a released c
 WORKFLOW = Path("course") / "workflows" / "grade.yml"  # the template course repositories use
 # What a learner's course holds, besides labs/ (rendered below) and the starters' copies.
 COPIED = ("labkit", "scripts", "patches", "binder", "k8s", "Makefile", "README.md", ".gitignore", "course",
-          "labs/figures")
+          "jupyter", "labs/figures", "labs/reference")
 GRADING = """
 [tool.labkit.grading]
 # Which labs `labkit grade` checks, where the learner's scripts are, and the points of each
@@ -33,7 +33,7 @@ labs = ["horovod", "mirrored", "multiworker", "parameter-server"]
 path = "labs"
 
 [tool.labkit.grading.points]
-horovod = 7
+horovod = 8
 mirrored = 4
 multiworker = 4
 parameter-server = 3
@@ -170,7 +170,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
 
 def _cli_release(a) -> int:  # noqa: ANN001
     try:
-        differ = release(a.out, check=a.check)
+        differ = release(a.out, check=a.check, root=sources.course_source())  # a wheel finds no source in itself
     except (ValueError, FileNotFoundError) as e:
         print(f"labkit release: {e}", file=sys.stderr)
         return 2

@@ -130,18 +130,19 @@ def _widgets_work() -> bool:
 
 
 def watch(command: list[str] | str, np: int = 2, every: float = 1.0, title: str | None = None,
-          quiet: bool = True, text: bool | None = None, **run_kw: Any) -> Any:
+          quiet: bool = True, text: bool | None = None, records: str | Path | None = None, **run_kw: Any) -> Any:
     """Run ``command`` on ``np`` workers (:func:`labkit.launch.run`) with a live dashboard.
 
     The rank-0 output is not streamed (``quiet=True``) so that the dashboard is what
-    you watch; every rank's log is still written. Returns the :class:`JobResult`
+    you watch; every rank's log is still written. The run record goes to ``records``
+    (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``). Returns the :class:`JobResult`
     with the run record as ``result.record`` (None if the script wrote none).
     """
     from labkit import launch
 
     env = dict(run_kw.pop("env", None) or {})
     run_id = env.setdefault(runs.RUN_ID_VAR, runs.new_run_id())
-    records = Path(env.get(runs.FILE_VAR) or runs.runs_file())
+    records = Path(records or env.get(runs.FILE_VAR) or runs.runs_file())
     if not records.is_absolute():
         records = (Path(run_kw.get("cwd") or ".") / records).resolve()
     env[runs.FILE_VAR] = str(records)

@@ -9,8 +9,9 @@
 * strategies and ``ClusterCoordinator`` objects, as they are created and used;
 * ``tf.keras.Model.fit``: the model's strategy, its variables (types, devices,
   whether replicas hold the same values), the batches each replica receives,
-  epoch begin/end events (appended to ``OUTDIR/<task>.events.jsonl`` at once, so
-  a killed process leaves them), the weights after training;
+  epoch begin/end events (appended to ``OUTDIR/<task>.events.jsonl`` at once, so a
+  killed process leaves them; an epoch's end carries the learning rate of each of its
+  training batches), the weights after training;
 * ``Model.save``: where each process saved.
 
 The record goes to ``OUTDIR/<task>.json`` (``<task>`` from ``LABKIT_TASK`` or
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import contract
+from labkit.observe import learning_rate
 
 PROBE_BATCHES = 6  # batches per replica sampled before training
 
@@ -97,38 +99,49 @@ def _ids(x: Any) -> list[float]:
     return [round(float(v), 3) for v in x.numpy()[:, 0, 0, 0]]
 
 
-def _sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> dict[str, Any]:
-    """What each local replica receives, through the same data handler fit uses.
+def _sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """What each local replica receives, distributed as fit distributes it; and the input to give fit.
 
-    Any input fit accepts (a dataset, a distributed dataset, arrays with batch_size)
-    goes through tf-keras' own data handler, which distributes it as fit does.
+    Every input fit accepts is sampled: a dataset or a distributed dataset as it is, a
+    ``DatasetCreator`` through ``distribute_datasets_from_function`` (as fit does), arrays,
+    a ``keras.utils.Sequence`` and the like through tf-keras' own data handler. A generator
+    can be read only once: its first batches are sampled, and fit gets them back, then the rest.
     """
+    import inspect
+    import itertools
+
     import tensorflow as tf
     from tf_keras.src.engine import data_adapter
 
     strategy = model.distribute_strategy
     out: dict[str, Any] = {"per_replica_batch": [], "ids": []}
-    if isinstance(x, tf.data.Dataset) or type(x).__name__.startswith("Distributed"):
-        dist = x if not isinstance(x, tf.data.Dataset) else strategy.experimental_distribute_dataset(x)
-    elif hasattr(x, "shape") or isinstance(x, tuple | list | dict):
+    steps = max(1, min(int(kw.get("steps_per_epoch") or PROBE_BATCHES), PROBE_BATCHES))
+    if isinstance(x, tf.data.Dataset):
+        dist = strategy.experimental_distribute_dataset(x)
+    elif type(x).__name__.startswith("Distributed"):
+        dist = x
+    elif isinstance(x, tf.keras.utils.experimental.DatasetCreator):
+        dist = strategy.distribute_datasets_from_function(x, options=x.input_options)
+    else:
+        handler_x = x
+        if inspect.isgenerator(x) or (hasattr(x, "__next__") and not hasattr(x, "__len__")):
+            first = list(itertools.islice(x, steps))
+            handler_x, x = iter(first), itertools.chain(first, x)
+            steps = len(first)
         with strategy.scope():
             handler = data_adapter.get_data_handler(
-                x=x, y=kw.get("y"), batch_size=kw.get("batch_size"), steps_per_epoch=kw.get("steps_per_epoch"),
-                epochs=1, shuffle=kw.get("shuffle", True), model=model,
+                x=handler_x, y=kw.get("y"), batch_size=kw.get("batch_size"), steps_per_epoch=kw.get("steps_per_epoch")
+                if handler_x is x else steps, epochs=1, shuffle=kw.get("shuffle", True), model=model,
                 steps_per_execution=getattr(model, "_steps_per_execution", None))
         dist = handler._dataset
-    else:
-        out["note"] = f"input is {type(x).__name__}, which the probe cannot sample"
-        return out
     it = iter(dist)
-    steps = int(kw.get("steps_per_epoch") or PROBE_BATCHES)
-    for _ in range(max(1, min(steps, PROBE_BATCHES))):
+    for _ in range(steps):
         batch = next(it)
         xb = batch[0] if isinstance(batch, tuple | list) else batch
         locals_ = strategy.experimental_local_results(xb)
         out["per_replica_batch"].append([int(t.shape[0]) for t in locals_])
         out["ids"].append([_ids(t) for t in locals_])
-    return out
+    return out, x
 
 
 def _variables(model: Any) -> dict[str, Any]:
@@ -217,10 +230,14 @@ def install(rec: Recorder) -> None:
 
     class Events(tf.keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.rates: list[float | None] = []
             rec.event(kind="epoch_begin", epoch=int(epoch))
 
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
+
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            rec.event(kind="epoch_end", epoch=int(epoch))
+            rec.event(kind="epoch_end", epoch=int(epoch), lr=getattr(self, "rates", []))
 
     model_cls = tf.keras.Model
     original_fit, original_save = model_cls.fit, model_cls.save
@@ -250,7 +267,7 @@ def install(rec: Recorder) -> None:
         if "Parameter" not in info["strategy"]:
             try:
                 positional = dict(zip(("y", "batch_size"), a, strict=False))  # fit(x, y, batch_size, ...)
-                info["batches"] = _sample_batches(self, x, {**positional, **kw})
+                info["batches"], x = _sample_batches(self, x, {**positional, **kw})
             except Exception as e:  # noqa: BLE001 - report, never break the learner's run
                 info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
         rec.dump()

@@ -103,11 +103,18 @@ def start(n: int = 2, threads: int | None = None, timeout: float = 120, activate
 
 
 def _import_tensorflow_quietly() -> str:
-    """On each engine: import TensorFlow with its native start-up logging silenced."""
+    """On each engine: import TensorFlow and probe its devices with the native logging silenced.
+
+    The start-up hook's ``TF_CPP_MIN_LOG_LEVEL=2`` keeps errors, and TensorFlow probes CUDA lazily, at its
+    first device use (``hvd.init()``, the first tensor): on a machine with CUDA libraries but no usable
+    GPU that logs ``failed call to cuInit`` as an error on every engine, in the learner's ``%%px`` cell.
+    Probing here, once, inside the quiet block, leaves nothing for the cells to print."""
     from labkit import env
 
     with env.quiet_native_stderr():
         import tensorflow as tf
+
+        tf.config.list_physical_devices()
     return tf.__version__
 
 

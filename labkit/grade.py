@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit import course, labs, proc
+from labkit import assessment, course, labs, proc
 from labkit.cliargs import nonnegative_float, positive_float
 
 
@@ -180,18 +180,19 @@ def grade_lab(lab: labs.Lab, folder: Path, scratch: Path, config: dict[str, Any]
 
 
 def grade_assessment(table: dict[str, Any], folder: Path, scratch: Path) -> Case:
-    """The final assessment, if the course asks for it: one run of the learner's script, judged from its record."""
-    from labkit import assessment
-
-    goal, run = assessment.from_config(table)
+    """The final assessment, if the course asks for it: one run of the learner's own script (never a solution),
+    judged from its record against this machine's budget (:mod:`labkit.assessment`)."""
+    spec, run = assessment.from_config(table)
+    title = f"{spec['target']:.0%} validation accuracy on {spec['workers']} workers within this machine's budget"
     start = time.perf_counter()
     if not (folder / run["script"]).is_file():
-        return Case("assessment", 1, str(goal), False, f"missing: {folder / run['script']} was not found", 0.0,
+        return Case("assessment", 1, title, False, f"missing: {folder / run['script']} was not found", 0.0,
                     run["points"])
+    goal = assessment.machine_goal(**spec)
     work = scratch / "assessment"
     work.mkdir(exist_ok=True)
     verdict = assessment.assess(scratch / run["script"], goal, run["args"], run["launcher"], cwd=work)
-    return Case("assessment", 1, str(goal), verdict.passed, verdict.message,
+    return Case("assessment", 1, title, verdict.passed, f"{verdict.message} (goal: {goal})",
                 run["points"] if verdict.passed else 0.0, run["points"], time.perf_counter() - start)
 
 

@@ -236,10 +236,16 @@ def hosts_arg(hosts: Sequence[Host]) -> str:
     return ",".join(f"{_bracket(h.name)}:{slots(h)}" for h in hosts)
 
 
-def write_hostfile(hosts: Sequence[Host], path: str | os.PathLike[str]) -> Path:
-    """Write ``hosts`` as an OpenMPI hostfile (for ``mpirun --hostfile``) and return its path."""
+def write_hostfile(hosts: Sequence[Host], path: str | os.PathLike[str],
+                   comments: Sequence[str] | None = None) -> Path:
+    """Write ``hosts`` as an OpenMPI hostfile (for ``mpirun --hostfile``) and return its path.
+
+    ``comments`` (one per host) end each host's line after a ``#``, e.g. the name of an address.
+    """
     lines = ["# OpenMPI hostfile written by labkit"]
-    lines += [h.name if h.slots is None else f"{h.name} slots={h.slots}" for h in hosts]
+    notes = [f"  # {c}" if c else "" for c in comments] if comments else [""] * len(hosts)
+    lines += [(h.name if h.slots is None else f"{h.name} slots={h.slots}") + note
+              for h, note in zip(hosts, notes, strict=True)]
     p = Path(path)
     p.write_text("\n".join(lines) + "\n")
     return p

@@ -223,7 +223,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
                 k.add_argument("--runtime", help=f"ClusterTrainingRuntime name (default: {RUNTIME})")
             k.add_argument("script_args", nargs=argparse.REMAINDER, metavar="-- SCRIPT ARGS",
                            help="the script in the image's solutions/ folder and its arguments")
-        k.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of printing")
+        k.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of printing ('-': print)")
         k.set_defaults(func=_cli_k8s)
 
 
@@ -233,7 +233,7 @@ def _cli_k8s(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"labkit k8s: {e}", file=sys.stderr)
         return 2
-    if a.output:
+    if a.output and a.output != "-":  # "-": standard output, as with no -o
         Path(a.output).write_text(text)
         print(f"wrote {a.output}", file=sys.stderr)
     else:

@@ -1,7 +1,8 @@
 """Offline validation of the Kubernetes manifests :mod:`labkit.k8s` writes.
 
-Each manifest is checked against its CRD schema stored in ``k8s/schemas`` (SOURCES.md says where each
-came from), unknown fields rejected as ``kubectl --validate=strict`` does, then against what the schemas
+Each manifest is checked against its CRD schema stored in the package, ``labkit/k8s_schemas``
+(SOURCES.md there says where each came from; read through :mod:`importlib.resources`, so an installed
+wheel carries them), unknown fields rejected as ``kubectl --validate=strict`` does, then against what the schemas
 leave to the operators: names, replica counts, the TF_CONFIG worker list.
 """
 
@@ -11,12 +12,12 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 TF_PORT = 2222
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "k8s" / "schemas"
+SCHEMA_DIR = resources.files("labkit") / "k8s_schemas"  # package data: in the wheel too
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035 label: pod and service names
 Manifest = dict[str, Any]
@@ -54,10 +55,10 @@ def _closed(s: Any) -> Any:
 
 @cache
 def schema(api_version: str, kind: str) -> dict[str, Any]:
-    """The stored schema of ``kind`` (``k8s/schemas/<group>_<version>_<kind>.json``), unknown fields closed."""
+    """The stored schema of ``kind`` (``k8s_schemas/<group>_<version>_<kind>.json``), unknown fields closed."""
     group, _, version = api_version.rpartition("/")
     path = SCHEMA_DIR / f"{group}_{version}_{kind.lower()}.json"
-    if not path.exists():
+    if not path.is_file():
         raise ManifestError(f"{kind} ({api_version})", [f"apiVersion/kind: no stored schema {path}"])
     return _closed(json.loads(path.read_text()))
 

@@ -14,7 +14,6 @@ observed from outside and the run is recorded (:mod:`labkit.jobrecord`).
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import contract, hosts, jobrecord, proc, runs
-from labkit.cliargs import nonnegative_int, positive_float, positive_int
+from labkit.cliargs import add_script, nonnegative_int, positive_float, positive_int
 from labkit.launchers import Launcher, LaunchError, cpu_count, default_threads, get, names, python_command, worker_env
 from labkit.output import TAG, ConsoleSink, NotebookSink, Renderer, command_line, error_tail, hints
 from labkit.proc import new_log_dir
@@ -242,8 +241,9 @@ def add_cli(sub) -> None:  # noqa: ANN001
     """Register ``labkit run``."""
     p = sub.add_parser(
         "run", help="run a command on N workers",
-        description="Run COMMAND on N workers, stream rank 0, log every rank. "
-        "Example: labkit run --np 2 -- python train.py",
+        description="Run SCRIPT (or a whole COMMAND after --) on N workers, stream rank 0, log every rank.",
+        epilog="examples:\n  labkit run labs/fashion_mnist.py --np 2 -- --epochs 1\n"
+               "  labkit run --np 2 -- python labs/fashion_mnist.py --epochs 1",
     )
     p.add_argument("--np", type=positive_int, default=None,
         help="number of workers (default: 2, or nodes x tasks with slurm)")
@@ -265,18 +265,20 @@ def add_cli(sub) -> None:  # noqa: ANN001
                    help="how ranks start inside the allocation: mpirun, srun --mpi=pmix, or srun with a "
                    "TF_CONFIG per task for tf.distribute (default: %(default)s)")
     s.add_argument("--script-only", default=None, metavar="FILE", help="only write the sbatch script to FILE")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    s.add_argument("--plain", action="store_true", help="with --script-only: a script that needs no labkit on the "
+                   "nodes (only Slurm, MPI and Python), to submit yourself")
+    add_script(p, required=False)  # the grammar of every command that runs a script: labkit.cli
     p.set_defaults(func=_cli_run)
 
 
 def _slurm_options(a) -> SlurmOptions | None:  # noqa: ANN001
     given = [a.nodes, a.tasks_per_node, a.gpus_per_task, a.cpus_per_task, a.partition, a.account, a.time]
-    if a.launcher != "slurm" and all(v is None for v in given) and a.start == "mpirun":
+    if a.launcher != "slurm" and all(v is None for v in given) and a.start == "mpirun" and not a.plain:
         return None
     per_node = a.tasks_per_node or (a.np // (a.nodes or 1) if a.np else 2)
     return SlurmOptions(nodes=a.nodes or 1, tasks_per_node=max(1, per_node), gpus_per_task=a.gpus_per_task,
                         cpus_per_task=a.cpus_per_task, partition=a.partition, account=a.account, time=a.time,
-                        start=a.start)
+                        start=a.start, plain=a.plain)
 
 
 def _cli_run(a) -> int:  # noqa: ANN001

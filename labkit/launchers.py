@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from labkit import contract, hosts, proc
+from labkit import contract, hosts, nodes, proc
 from labkit import env as lkenv
 
 
@@ -95,6 +95,7 @@ def mpirun_flags(np: int, host_list: Sequence[hosts.Host] | None = None, cores: 
         args.append("--allow-run-as-root")
     if host_list:
         args += ["-H", hosts.hosts_arg(host_list)]
+        args += nodes.mpirun_args(host_list)  # virtual nodes: their ssh config, TCP on their subnet only
     elif np > (cores or cpu_count()):
         args.append("--oversubscribe")
     # Threads are limited per worker through env; binding to one core would starve
@@ -141,8 +142,9 @@ class Launcher:
             raise LaunchError(problem)
         if self.hosts:
             try:
-                hosts.validate(self.hosts, self.np)
-                hosts.ssh_preflight(self.hosts)
+                ssh_args = nodes.ssh_args(self.hosts)  # virtual nodes' names resolve in their ssh config
+                hosts.validate(self.hosts, self.np, resolve=not ssh_args)
+                hosts.ssh_preflight(self.hosts, ssh_args=ssh_args)
             except hosts.HostError as e:
                 raise LaunchError(str(e)) from None
 
@@ -236,7 +238,7 @@ class SSH(Launcher):
         super().__init__(np, host_list, **kw)  # type: ignore[arg-type]
         if not self.hosts:
             raise LaunchError("the ssh launcher needs hosts: give --hosts h1:2,h2:2 or --hostfile FILE")
-        self.ssh_args = list(ssh_args)
+        self.ssh_args = list(ssh_args) or nodes.ssh_args(self.hosts)
         self.cwd = cwd or os.getcwd()
 
     def start(self, job: proc.Job, command: Sequence[str], env: Mapping[str, str], log_dir: Path,

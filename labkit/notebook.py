@@ -1,10 +1,14 @@
 """What the lab notebooks need besides the lab: a quick mode, no retraining of an unchanged
-script, and a finished script to measure.
+script, and whether the learner has started a script.
 
 The test suite runs every notebook top to bottom in *quick mode* (``LABKIT_NB_FAST=1``):
-each run gets one epoch on tiny data, a cluster launch of an unfinished starter is skipped
+each run gets one epoch on tiny data, a cluster launch of an untouched starter is skipped
 (the check cell after it runs the script anyway), and an unchanged script is trained once. Learner cells call these
 helpers and never mention the mode.
+
+The notebooks never run solutions: a cell that needs a finished script asks :func:`started`, which
+compares the script's code with the starter as handed out (comments and layout aside), and shows
+the course's reference results (:mod:`labkit.reference`) while it is still the starter.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from labkit import contract
+from labkit import contract, course, labs
 
 QUICK_VAR = contract.NB_QUICK
 TINY = ("--train-size", "256", "--test-size", "128", "--batch-size", "16")
@@ -26,22 +30,26 @@ def quick() -> bool:
     return os.environ.get(QUICK_VAR) == "1"
 
 
-def args(*given: str, tiny: Sequence[str] = TINY) -> list[str]:
-    """The script's arguments; in quick mode with one epoch on tiny data."""
+def args(*given: str, fewest: int = 1, tiny: Sequence[str] = TINY) -> list[str]:
+    """The script's arguments; in quick mode with ``fewest`` epochs (default one) on tiny data."""
     out = list(given)
     if not quick():
         return out
     if "--epochs" in out:
-        out[out.index("--epochs") + 1] = "1"
+        i = out.index("--epochs") + 1
+        out[i] = str(min(int(out[i]), max(1, fewest)))
     else:
-        out += ["--epochs", "1"]
+        out += ["--epochs", str(max(1, fewest))]
     return out + [a for a in tiny if a not in out]
 
 
-def run(command: Sequence[str], **kw: Any) -> Any:
-    """:func:`labkit.launch.run`; in quick mode an unchanged script with the same arguments runs once."""
+def run(command: Sequence[str], records: str | Path | None = None, **kw: Any) -> Any:
+    """:func:`labkit.launch.run`, its record in ``records`` (default: ``runs/runs.jsonl``); in quick mode an
+    unchanged script with the same arguments runs once."""
     from labkit import launch
 
+    if records is not None:
+        kw["env"] = {**(kw.get("env") or {}), contract.RUNS_FILE: str(Path(records).resolve())}
     script = next((c for c in command if str(c).endswith(".py")), None)
     text = Path(script).read_text() if script and Path(script).is_file() else ""
     key = (text, tuple(command), tuple(sorted((k, repr(v)) for k, v in kw.items())))
@@ -51,10 +59,30 @@ def run(command: Sequence[str], **kw: Any) -> Any:
     return _DONE[key]
 
 
-def unfinished(script: str | Path) -> bool:
-    """True while a lab script still has a step marked ``TODO: Step`` (or does not exist)."""
+def untouched(script: str | Path) -> bool:
+    """True while ``script`` is missing or still a lab's starter as handed out (comments and layout aside).
+
+    Comments say nothing: a learner keeps ``TODO`` notes in a finished script, and deletes them in an
+    unfinished one. The pristine starters come from the course source or, in a released course, from
+    ``.labkit/starters/``."""
     path = Path(script)
-    return not path.is_file() or "TODO: Step" in path.read_text()
+    if not path.is_file():
+        return True
+    lab = labs.by_script(path)
+    roots = list(dict.fromkeys([path.resolve().parent.parent, labs.ROOT]))
+    return lab is not None and course.not_started(path, lab, roots)
+
+
+def started(script: str | Path, steps: str) -> bool:
+    """True once the learner has changed ``script``'s code; else says so and that the reference results follow.
+
+    ``steps`` names what to finish, e.g. ``"steps 1-4 of this lab"``."""
+    if not untouched(script):
+        return True
+    name = Path(script).name
+    print(f"{name} is still the starter: finish {steps} to measure your own; below, the course's reference "
+          "results (the same cell, run with the course's finished script).")
+    return False
 
 
 def new_folder(name: str) -> str:
@@ -71,27 +99,17 @@ def new_folder(name: str) -> str:
 
 
 def run_cluster(command: Sequence[str], **kw: Any) -> Any:
-    """:func:`labkit.cluster.run` with its summary printed. In quick mode an unfinished script is
+    """:func:`labkit.cluster.run` with its summary printed. In quick mode an untouched starter is
     not launched: the check cell after it runs it."""
     from labkit import cluster
 
     script = next((c for c in command if str(c).endswith(".py")), None)
-    if quick() and script and unfinished(script):
-        print(f"quick mode: {script} has steps left; the check below runs it")
+    if quick() and script and untouched(script):
+        print(f"quick mode: {script} is still the starter; the check below runs it")
         return None
     result = cluster.run(list(command), **kw)
     print(result.summary())
     return result
-
-
-def pick(mine: str, solutions: Sequence[str]) -> str:
-    """``mine`` if it exists and has no step left to do, else the first solution that exists."""
-    if not unfinished(mine):
-        return mine
-    why = "still has TODO steps" if Path(mine).exists() else "does not exist"
-    found = next((s for s in solutions if Path(s).exists()), solutions[0])
-    print(f"{mine} {why}: measuring {found} instead")
-    return found
 
 
 def rank_lines(text: str, lines: int = 12) -> list[str]:

@@ -105,6 +105,33 @@ def _at_exit() -> None:
     _save()
 
 
+# ----------------------------------------------------------------------------- the learning rate
+
+
+def learning_rate(optimizer: Any) -> float | None:
+    """The learning rate ``optimizer`` applies at its next step, however the script set it; None if unreadable.
+
+    A rate set by a callback (``K.set_value``, Horovod's warm-up, ``LearningRateScheduler``) lives in a
+    variable; a ``LearningRateSchedule`` is evaluated at the optimizer's step count (tf-keras 2.x
+    optimizers' ``learning_rate`` would give the rate of the step already taken); a legacy optimizer
+    reports its decayed rate.
+    """
+    try:
+        import tensorflow as tf
+
+        inner = getattr(optimizer, "_learning_rate", None)
+        if isinstance(inner, tf.keras.optimizers.schedules.LearningRateSchedule):
+            return float(inner(optimizer.iterations))
+        if hasattr(optimizer, "_decayed_lr"):  # tf.keras.optimizers.legacy.*: schedules and decay included
+            return float(optimizer._decayed_lr(tf.float32))
+        value = optimizer.learning_rate
+        if callable(value):  # a schedule another optimizer class keeps as is
+            value = value(optimizer.iterations)
+        return float(tf.keras.backend.get_value(value))
+    except Exception:  # noqa: BLE001 - observing must never break the script
+        return None
+
+
 # ----------------------------------------------------------------------------- patches
 
 

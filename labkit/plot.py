@@ -31,8 +31,9 @@ def framework(record: dict[str, Any]) -> str:
 
 def series(data: Any, by: Callable[[dict[str, Any]], str] = framework) -> dict[str, list[Any]]:
     """Normalise records, a Sweep, or a mapping into ``{label: [Point sorted by workers]}``."""
-    if isinstance(data, sweep.Sweep):
-        return {Path(data.script).stem: data.points}
+    if isinstance(data, sweep.Sweep):  # labelled like its records: Horovod, the strategy ...
+        first = next((r for r in data.records if not sweep.is_ceiling(r)), None)
+        return {by(first) if first else Path(data.script).stem: data.points}
     if isinstance(data, dict):
         return {k: sorted(v, key=lambda p: p.workers) for k, v in data.items()}
     data = list(data)
@@ -43,6 +44,15 @@ def series(data: Any, by: Callable[[dict[str, Any]], str] = framework) -> dict[s
         if r.get("status", "ok") == "ok" and r.get("images_per_sec"):
             groups.setdefault(by(r), []).append(r)
     return {label: sweep.points_from_records(recs) for label, recs in sorted(groups.items())}
+
+
+def merged(*data: Any) -> dict[str, list[Any]]:
+    """The series of several sweeps or record lists side by side (e.g. a Horovod and a tf.distribute sweep)."""
+    groups: dict[str, list[Any]] = {}
+    for d in data:
+        for label, pts in series(d).items():
+            groups[label if label not in groups else f"{label} ({len(groups) + 1})"] = pts
+    return groups
 
 
 def _notebook_png() -> None:
@@ -157,34 +167,34 @@ def draw_time_to_accuracy(ax: Any, groups: dict[str, list[Any]]) -> None:
     ax.legend(fontsize="small")
 
 
-def throughput(data: Any) -> Any:
+def throughput(*data: Any) -> Any:
     """Images/sec against workers with the ideal linear line."""
     fig, (ax,) = _figure(1)
-    draw_throughput(ax, series(data))
+    draw_throughput(ax, merged(*data))
     return fig
 
 
-def speedup(data: Any) -> Any:
+def speedup(*data: Any) -> Any:
     """Speedup and efficiency against workers, with the ideal lines."""
     fig, (a, b) = _figure(2)
-    groups = series(data)
+    groups = merged(*data)
     draw_speedup(a, groups)
     draw_efficiency(b, groups)
     return fig
 
 
-def time_to_accuracy(data: Any) -> Any:
-    """Seconds to the target validation accuracy, per worker count."""
+def time_to_accuracy(*data: Any) -> Any:
+    """Seconds to the target validation accuracy, per worker count (of each sweep or record list given)."""
     fig, (ax,) = _figure(1)
-    draw_time_to_accuracy(ax, series(data))
+    draw_time_to_accuracy(ax, merged(*data))
     return fig
 
 
-def scaling(data: Any) -> Any:
+def scaling(*data: Any) -> Any:
     """Throughput (with the ceiling when measured), speedup, efficiency and time to accuracy in one
     figure (what ``labkit bench --plot`` saves)."""
     fig, (a, b, c, d) = _figure(4, width=4.4)
-    groups = series(data)
+    groups = merged(*data)
     draw_throughput(a, groups)
     draw_speedup(b, groups)
     draw_efficiency(c, groups)
@@ -192,11 +202,12 @@ def scaling(data: Any) -> Any:
     return fig
 
 
-def compare(records: list[dict[str, Any]]) -> Any:
-    """Horovod and tf.distribute side by side: one column per framework, throughput above efficiency."""
+def compare(*data: Any) -> Any:
+    """Horovod and tf.distribute side by side: one column per framework (sweeps or run records),
+    throughput above efficiency."""
     from matplotlib.figure import Figure
 
-    groups = series(records)
+    groups = merged(*data)
     n = max(1, len(groups))
     _notebook_png()
     fig = Figure(figsize=(4.4 * n, 6.4), layout="constrained")

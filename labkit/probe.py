@@ -10,7 +10,8 @@ patches library entry points in this process only:
   local rank is mirrored (rank 0 has local rank 1) so that pinning by global rank
   can be told from pinning by local rank;
 * ``Model.fit``/``evaluate``: arguments, callback order, metric reads per callback,
-  batches per epoch and weight snapshots are recorded (at most one epoch runs);
+  batches per epoch, the learning rate of every training batch and weight snapshots are
+  recorded (at most one epoch runs; ``--epochs N`` lets N run);
 * saving: every ``Model.save``/``save_weights``/``save_model`` and ``tf.train.Checkpoint``
   write is recorded with its path and the epoch it happened in.
 
@@ -18,7 +19,10 @@ With ``--own-folders`` each rank runs in a folder of its own (``rank0/``, ``rank
 ranks on separate nodes see only their own disk.
 
 Each rank writes ``OUT/probe.N.json`` (rewritten at every milestone, so a hang
-still leaves evidence) and ``OUT/weights.N.npz``.
+still leaves evidence) and ``OUT/weights.N.npz``; ``OUT/progress.N.json`` (the batch it
+is at, rewritten at most every second) and, when it is stopped or ``--budget S`` seconds
+pass, its Python stacks (``OUT/stack.N.*.txt``, :mod:`labkit.stacks`), so that a rank that
+never ends can be told where it was.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import json
 import os
 import runpy
 import sys
+import time
 import traceback
 from typing import Any
 
 import labkit  # noqa: F401  (environment defaults)
-from labkit import patch
+from labkit import patch, stacks
 from labkit.callback_reads import plain, wrap_callback
+from labkit.observe import learning_rate
 from labkit.rank import rank_from_env
 
 TRAIN_PER_RANK = 192
@@ -55,13 +61,31 @@ WEIGHTS: dict[str, Any] = {}
 OUT = "."
 
 
+def _write(name: str, value: Any) -> None:
+    """Write ``OUT/name`` whole; never fails into the script (which may have deleted the folder)."""
+    path = os.path.join(OUT, name)
+    try:
+        os.makedirs(OUT, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(value, f, default=str)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
 def _save() -> None:
-    rank = STATE["rank_env"]
-    path = os.path.join(OUT, f"probe.{rank}.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(STATE, f, default=str)
-    os.replace(tmp, path)
+    _write(f"probe.{STATE['rank_env']}.json", STATE)
+
+
+_PROGRESS = {"t": 0.0}
+
+
+def progress(phase: str, epoch: int, batch: int) -> None:
+    """Where training is (at most one write a second): tells a loop that never ends from a hang."""
+    now = time.time()
+    if now - _PROGRESS["t"] >= 1.0:
+        _PROGRESS["t"] = now
+        _write(f"progress.{STATE['rank_env']}.json", {"phase": phase, "epoch": epoch, "batch": batch, "t": now})
 
 
 def milestone(name: str) -> None:
@@ -212,22 +236,25 @@ def make_probe_callback(tf: Any, record: dict) -> Any:
             self.train_batches = 0
             self.test_batches = 0
             self.in_fit_test = False
+            self.rates: list[float | None] = []
 
         def on_train_begin(self, logs: Any = None) -> None:
             WEIGHTS["init"] = _flat_weights(self.model)
             milestone("train_begin")
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.epoch, self.train_batches, self.test_batches = epoch, 0, 0
+            self.epoch, self.train_batches, self.test_batches, self.rates = epoch, 0, 0, []
             self.first = getattr(self, "first", epoch)  # the first epoch this fit runs (initial_epoch)
             STATE["epoch"] = epoch
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
             if self.epoch == self.first and batch == 1:
                 WEIGHTS["b1_begin"] = _flat_weights(self.model)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.train_batches += 1
+            progress("training", self.epoch, self.train_batches)
             if self.epoch == self.first and batch == 0:
                 WEIGHTS["after_b0"] = _flat_weights(self.model)
                 milestone("batch0_end")
@@ -238,11 +265,12 @@ def make_probe_callback(tf: Any, record: dict) -> Any:
 
         def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
             self.test_batches += 1
+            progress("validation", self.epoch, self.test_batches)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             STATE["epochs"].append({
                 "epoch": epoch, "train_batches": self.train_batches, "val_batches": self.test_batches,
-                "final_logs": plain(logs or {}), "reads": record["epoch_reads"],
+                "final_logs": plain(logs or {}), "reads": record["epoch_reads"], "lr": self.rates,
             })
             record["epoch_reads"] = []
             milestone(f"epoch{epoch}_end")
@@ -259,6 +287,7 @@ def _save_weights() -> None:
     import numpy as np
 
     path = os.path.join(OUT, f"weights.{STATE['rank_env']}.npz")
+    os.makedirs(OUT, exist_ok=True)
     np.savez(path + ".tmp.npz", **WEIGHTS)
     os.replace(path + ".tmp.npz", path)
 
@@ -284,7 +313,7 @@ def patch_saving(tf: Any) -> None:
     recorder(tf.train.Checkpoint, "write", "checkpoint", 1)
 
 
-def patch_keras(tf: Any) -> None:
+def patch_keras(tf: Any, max_epochs: int = 1) -> None:
     import inspect
 
     model_cls = tf.keras.Model
@@ -314,7 +343,7 @@ def patch_keras(tf: Any) -> None:
         })
         milestone("fit_start")
         a["callbacks"] = callbacks + [make_probe_callback(tf, record)]
-        a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + 1)
+        a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + max_epochs)
         args2 = {k: v for k, v in a.items() if k != "self"}
         STATE["in_fit"] = True
         try:
@@ -341,11 +370,21 @@ def main(argv: list[str] | None = None) -> int:
     own_folders = len(argv) > 1 and argv[1] == "--own-folders"
     if own_folders:
         del argv[1]
+    max_epochs = 1
+    if len(argv) > 2 and argv[1] == "--epochs" and argv[2].isdigit():
+        max_epochs = int(argv[2])
+        del argv[1:3]
+    budget = None
+    if len(argv) > 2 and argv[1] == "--budget":
+        budget = float(argv[2])
+        del argv[1:3]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m labkit.probe OUTDIR [--own-folders] -- SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m labkit.probe OUTDIR [--own-folders] [--epochs N] [--budget S] -- SCRIPT [ARGS...]",
+              file=sys.stderr)
         return 2
     OUT, script, script_args = os.path.abspath(argv[0]), os.path.abspath(argv[2]), argv[3:]
     os.makedirs(OUT, exist_ok=True)
+    stacks.install(os.path.join(OUT, f"stack.{STATE['rank_env']}"), budget)
     if own_folders:  # as on separate nodes: each rank sees only its own files
         folder = os.path.join(os.getcwd(), f"rank{STATE['rank_env']}")
         os.makedirs(folder, exist_ok=True)
@@ -357,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     patch_model(tf)
     patch_devices(tf)
     patch_horovod()
-    patch_keras(tf)
+    patch_keras(tf, max_epochs)
     patch_saving(tf)
     milestone("patched")
 

@@ -49,6 +49,16 @@ def die_with_parent() -> None:
         prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def adopt_orphans() -> bool:
+    """Become the *subreaper* of this process's descendants: what they leave running becomes our child.
+
+    Then ``psutil.Process().children(recursive=True)`` finds processes whose parent has ended
+    (a server or a ``sleep`` a script started and left behind), so they can be named and stopped.
+    """
+    prctl = _prctl()
+    return prctl is not None and prctl(36, 1) == 0  # PR_SET_CHILD_SUBREAPER
+
+
 class Proc:
     """One started process (a session leader) and the thread that pumps its output."""
 

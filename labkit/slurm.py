@@ -15,6 +15,9 @@ Inside the allocation the ranks start one of three ways (``start=``):
   its ``TF_CONFIG`` from the allocation (:func:`tf_config_from_slurm`) before the
   script starts.
 
+``SlurmOptions(plain=True)`` (``--plain``, with ``--script-only FILE``) writes a script that
+needs no labkit on the nodes instead (:mod:`labkit.slurm_plain`).
+
 The script assumes what clusters share: the same path to this Python environment
 and to the working folder on every node.
 """
@@ -34,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit import contract, proc
+from labkit import contract, proc, slurm_plain
 from labkit.launchers import Command, Launcher, LaunchError, mpirun_flags, register, tool
 from labkit.slurm_wait import parse_job_id
 
@@ -46,7 +49,7 @@ BASE_PORT = 23456
 
 @dataclass
 class SlurmOptions:
-    """What the batch script asks Slurm for."""
+    """What the batch script asks Slurm for, and whether it runs the ranks without labkit (``plain``)."""
 
     nodes: int = 1
     tasks_per_node: int = 2
@@ -57,6 +60,7 @@ class SlurmOptions:
     time: str | None = None
     job_name: str = "labkit"
     start: str = "mpirun"
+    plain: bool = False  # a script to submit yourself, needing no labkit on the nodes (labkit.slurm_plain)
 
     def check(self) -> None:
         """Raise :class:`LaunchError` naming the bad option."""
@@ -128,6 +132,13 @@ def batch_script(o: SlurmOptions, command: Sequence[str], env: Mapping[str, str]
            "tf_config": "# tf.distribute: one worker per task, each with a TF_CONFIG built from the allocation"}
     lines += [why[o.start], shlex.join(task_command(o, command, env)), ""]
     return "\n".join(lines)
+
+
+def plain_batch_script(o: SlurmOptions, command: Sequence[str], env: Mapping[str, str], name: str) -> str:
+    """The batch script ``name`` that runs ``command`` without labkit on the nodes (:mod:`labkit.slurm_plain`)."""
+    o.check()
+    o = slurm_plain.job_name(o, command)
+    return slurm_plain.plain_script(o, command, env, name, directives(o, "slurm-%j.out"), BASE_PORT)
 
 
 # ----------------------------------------------------------------------------- TF_CONFIG inside an allocation
@@ -242,6 +253,9 @@ class Slurm(Launcher):
 
     def preflight(self) -> None:
         self.options.check()
+        if self.options.plain and not self.script_only:
+            raise LaunchError("--plain writes a batch script that runs without labkit, for you to submit: "
+                              "add --script-only FILE")
         if self.script_only:
             return
         missing = [t for t in ("sbatch", "squeue", "scontrol", "scancel") if not shutil.which(t)]
@@ -251,6 +265,8 @@ class Slurm(Launcher):
         super().preflight()
 
     def script(self, command: Sequence[str], env: Mapping[str, str], log_dir: Path, workdir: str | Path) -> str:
+        if self.options.plain:
+            return plain_batch_script(self.options, command, env, (self.script_only or Path("job.sbatch")).name)
         return batch_script(self.options, command, env, output_pattern(log_dir), workdir)
 
     def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:

@@ -14,6 +14,10 @@ self-contained, while each shared part is written once.
 
 Version 0 is the learner's starter, version N the solution after step N.
 ``labkit gen`` writes every file; ``labkit gen --check`` fails when one is stale.
+
+The templates belong to the course source, not to the package: :func:`course_source` finds
+the checkout that ``labkit gen`` and ``labkit release`` work on (the one this labkit runs
+from, else the current folder), and says clearly when a labkit installed from a wheel has none.
 """
 
 from __future__ import annotations
@@ -28,8 +32,28 @@ from labkit import labs
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = re.compile(r"^\s*#% (step (\d+)|else|end)\s*$")
-INCLUDE = re.compile(r"^#% include (\w+)\s*$", re.MULTILINE)
+INCLUDE = re.compile(r"^#% include (\w+)[ \t]*$", re.MULTILINE)  # the line only: blank lines after it stay
 PARTS = "solutions/source/parts"
+
+
+def is_course_source(folder: Path) -> bool:
+    """True when ``folder`` holds the course source: templates, notebooks, the project file."""
+    return (folder / "solutions" / "source").is_dir() and (folder / "labs").is_dir() and \
+        (folder / "pyproject.toml").is_file()
+
+
+def course_source(start: Path | None = None) -> Path:
+    """The course source to work on: the checkout this labkit runs from, else ``start`` (the current
+    folder) or a folder above it. A :class:`FileNotFoundError` that says what to do when there is none."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (ROOT, here, *here.parents):
+        if is_course_source(folder):
+            return folder
+    raise FileNotFoundError(
+        f"no course source in {here} or above it. This labkit is installed as a package "
+        f"({Path(__file__).parent}), which holds no course: run the command inside a checkout of the course "
+        "source (the folder with solutions/source/, labs/ and pyproject.toml). A learner's course, written by "
+        "`labkit release`, holds no solutions and cannot be released again.")
 
 
 def include(text: str, root: Path = ROOT) -> str:
@@ -110,8 +134,10 @@ def expected(t: Target, root: Path = ROOT) -> str:
     return _header(t) + body
 
 
-def generate(check: bool = False, root: Path = ROOT, targets: list[Target] | None = None) -> list[str]:
-    """Write (or with ``check`` only compare) every target; return the stale/written paths."""
+def generate(check: bool = False, root: Path | None = None, targets: list[Target] | None = None) -> list[str]:
+    """Write (or with ``check`` only compare) every target of ``root`` (default: :func:`course_source`);
+    return the stale/written paths."""
+    root = root or course_source()
     changed = []
     for t in targets or TARGETS:
         path = root / t.output

@@ -47,6 +47,7 @@ class Sweep:
     points: list[Point]
     conditions: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)  # the runs' records (plots label by them)
 
     def to_dict(self) -> dict[str, Any]:
         return {"script": self.script, "conditions": self.conditions, "warnings": self.warnings,

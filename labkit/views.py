@@ -154,3 +154,17 @@ def worker_steps(run: Any, slowed: str | None = None) -> Any:
     bx.bar_label(bars, fontsize=8)
     bx.set_title("steps per worker", fontsize=10)
     return fig
+
+
+def learning_rates(workers: tuple[int, ...] = (1, 2, 4, 8), base_lr: float = 0.01, warmup_epochs: int = 3,
+                   epochs: int = 40) -> Any:
+    """The lab's learning rate against the epoch for each worker count (scaled, warmed up, decayed)."""
+    from labkit.scaling_model import learning_rate
+
+    fig, (ax,) = _figure(width=7, height=3.5)
+    xs = [e / 20 for e in range(epochs * 20)]
+    for n in workers:
+        ax.plot(xs, [learning_rate(e, n, base_lr, warmup_epochs) for e in xs], label=f"{n} worker(s)")
+    ax.set(xlabel="epoch", ylabel="learning rate", yscale="log", title="Scaled learning rate with warm-up")
+    ax.legend()
+    return fig

@@ -51,8 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
-    p.add_argument("--warmup-epochs", type=int, default=3,
-                   help="epochs to ramp the learning rate up to its scaled value")
+    # TODO: Step 5: add --warmup-epochs (default 3), the epochs over which the learning rate ramps up
     return apply_mode(p.parse_args(argv))
 
 
@@ -73,6 +72,8 @@ def apply_mode(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     return args
+
+
 def load_fashion_mnist(train_size: int, test_size: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """The first train_size/test_size images (0: all) as (N, 28, 28, 1) uint8, with integer labels.
 
@@ -113,6 +114,8 @@ def augment(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     cols = tf.clip_by_value(tf.range(w)[None, :] - dx[:, None], 0, w - 1)
     x = tf.gather(x, rows, axis=1, batch_dims=1)
     return tf.gather(x, cols, axis=2, batch_dims=1), y
+
+
 def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -> tf.keras.Model:
     """WideResNet-16-k for 28x28 grey images: 16k/32k/64k channels (k=10: 160/320/640)."""
     layers = tf.keras.layers
@@ -141,6 +144,8 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
+
+
 def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
     """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
     warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
@@ -205,6 +210,8 @@ class StopAtAccuracy(tf.keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         if self.stopped_epoch is not None and self.verbose:
             print(f"Reached the target accuracy; stopped after epoch {self.stopped_epoch + 1}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # TODO: Step 1: create a tf.distribute.MultiWorkerMirroredStrategy (it reads TF_CONFIG)
@@ -218,9 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     # TODO: Step 2: scale the batch by strategy.num_replicas_in_sync (fit's batch is the global batch)
     global_batch = args.batch_size
     val_batch = args.val_batch_size
-    # Linear scaling: the learning rate grows with the global batch, ramped up from the one-replica rate
-    # over the first epochs (the rule of the Horovod solution; a batch of --batch-size: no change).
-    base_lr = args.base_lr * global_batch / args.batch_size
+    # TODO: Step 5: scale the learning rate by the number of replicas (strategy.num_replicas_in_sync)
+    base_lr = args.base_lr
     train_ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
     train_ds = train_ds.shuffle(len(x_train))
     train_ds = (train_ds.repeat()
@@ -242,9 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     opt = tf.keras.optimizers.SGD(learning_rate=base_lr)
     model.compile(loss="categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
 
-    callbacks: list[tf.keras.callbacks.Callback] = [
-        tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr, args.warmup_epochs, start_lr=args.base_lr))
-    ]
+    # TODO: Step 5: ramp the learning rate up over the first epochs (--warmup-epochs) to the scaled rate
+    callbacks: list[tf.keras.callbacks.Callback] = [tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr))]
     # TODO: Step 4: add a tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir) callback
     if chief:
         callbacks.append(Throughput(images_per_epoch=len(x_train)))

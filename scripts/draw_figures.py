@@ -127,17 +127,21 @@ def ps_vs_allreduce() -> plt.Figure:
 
 
 def tf_config() -> plt.Figure:
-    """A TF_CONFIG cluster: the same cluster in every task, its own task in each."""
-    fig, ax = _canvas(9, 3.8, "TF_CONFIG: one cluster description, one task per process")
-    tasks = [("chief", 0, "host0:2222", GREEN), ("worker", 0, "host1:2222", BLUE), ("worker", 1, "host2:2222", BLUE),
-             ("ps", 0, "host3:2222", ORANGE)]
-    for i, (kind, idx, addr, color) in enumerate(tasks):
-        x = 1 + i * 23
-        _box(ax, x, 17, 21, 11, f"{kind} {idx}\n{addr}\n\ntask: {{type: {kind},\n index: {idx}}}", color, 0.18, 8)
-    ax.text(45, 7, 'TF_CONFIG = {"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"], '
-            '"ps": ["host3:2222"]},\n              "task": {"type": "worker", "index": 1}}     '
-            "<- what worker 1 is given", ha="center", fontsize=8, family="DejaVu Sans Mono")
-    ax.text(45, 1, "The cluster part is identical everywhere; the task part says which entry this process is.",
+    """Lab 4's TF_CONFIG cluster: two workers, no chief task and no ps; worker 0 acts as the chief."""
+    fig, ax = _canvas(9, 3.8, "TF_CONFIG in lab 4: two workers, worker 0 acts as the chief")
+    tasks = [(0, "node1:2222", GREEN, "also the chief: prints, writes\nthe logs and the final model"),
+             (1, "node2:2222", BLUE, "trains; saves to a temporary\nfolder it deletes")]
+    for i, (idx, addr, color, role) in enumerate(tasks):
+        x = 2 + i * 52
+        _box(ax, x, 17, 34, 14, f"worker {idx}  ({addr})\nTF_CONFIG task: {{type: worker, index: {idx}}}\n\n{role}",
+             color, 0.18, 8)
+    _arrow(ax, (37.5, 24), (52.5, 24), GREY, style="<|-|>")
+    ax.text(45, 26, "all-reduce of the\ngradients, every step", ha="center", fontsize=8, color=GREY)
+    ax.text(45, 10, 'TF_CONFIG = {"cluster": {"worker": ["node1:2222", "node2:2222"]},\n'
+            '             "task": {"type": "worker", "index": 1}}     <- what worker 1 is given',
+            ha="center", fontsize=8, family="DejaVu Sans Mono")
+    ax.text(45, 1.5, "The cluster part is identical on every worker; the task part says which entry this process is.\n"
+            "No \"chief\" and no \"ps\" entries: lab 5's parameter-server cluster adds them.",
             ha="center", fontsize=8.5)
     return fig
 

@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
     # TODO: Step 7: add --checkpoint-dir (default "": no checkpoints, no resuming)
+    # TODO: Step 8: add --warmup-epochs (default 3), the epochs over which the learning rate ramps up
     return apply_mode(p.parse_args(argv))
 
 
@@ -72,6 +73,8 @@ def apply_mode(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     return args
+
+
 def load_fashion_mnist(train_size: int, test_size: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """The first train_size/test_size images (0: all) as (N, 28, 28, 1) uint8, with integer labels.
 
@@ -112,6 +115,8 @@ def augment(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     cols = tf.clip_by_value(tf.range(w)[None, :] - dx[:, None], 0, w - 1)
     x = tf.gather(x, rows, axis=1, batch_dims=1)
     return tf.gather(x, cols, axis=2, batch_dims=1), y
+
+
 def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -> tf.keras.Model:
     """WideResNet-16-k for 28x28 grey images: 16k/32k/64k channels (k=10: 160/320/640)."""
     layers = tf.keras.layers
@@ -140,6 +145,8 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
+
+
 def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
     """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
     warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
@@ -204,6 +211,8 @@ class StopAtAccuracy(tf.keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         if self.stopped_epoch is not None and self.verbose:
             print(f"Reached the target accuracy; stopped after epoch {self.stopped_epoch + 1}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     # Horovod: initialise Horovod, then pin one GPU per process by its local rank.
     hvd.init()
@@ -243,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     steps_per_epoch = max(1, steps_per_epoch // hvd.size())
     validation_steps = max(1, 3 * validation_steps // hvd.size())
 
+    # TODO: Step 8: scale the learning rate by the number of workers (the global batch grew as much)
     base_lr = args.base_lr
     model = wide_resnet(args.widen_factor, weight_decay=args.wd)
     opt = tf.keras.optimizers.SGD(learning_rate=base_lr)
@@ -257,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     # Horovod: average the validation metrics over workers, before any callback reads them.
     callbacks.append(hvd.callbacks.MetricAverageCallback())
     # TODO: Step 7: with --checkpoint-dir, save a checkpoint every epoch on rank 0 only (ModelCheckpoint)
+    # TODO: Step 8: ramp the learning rate up over the first epochs (--warmup-epochs) to the scaled rate
     if verbose:
         callbacks.append(Throughput(images_per_epoch=len(x_train)))
         callbacks.append(CumulativeTime())

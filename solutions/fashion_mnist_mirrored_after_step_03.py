@@ -74,6 +74,8 @@ def apply_mode(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     return args
+
+
 def load_fashion_mnist(train_size: int, test_size: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """The first train_size/test_size images (0: all) as (N, 28, 28, 1) uint8, with integer labels.
 
@@ -114,6 +116,8 @@ def augment(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     cols = tf.clip_by_value(tf.range(w)[None, :] - dx[:, None], 0, w - 1)
     x = tf.gather(x, rows, axis=1, batch_dims=1)
     return tf.gather(x, cols, axis=2, batch_dims=1), y
+
+
 def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -> tf.keras.Model:
     """WideResNet-16-k for 28x28 grey images: 16k/32k/64k channels (k=10: 160/320/640)."""
     layers = tf.keras.layers
@@ -142,6 +146,8 @@ def wide_resnet(widen_factor: int, weight_decay: float, num_classes: int = 10) -
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(num_classes, activation="softmax", kernel_regularizer=l2)(x)
     return tf.keras.Model(inputs, outputs, name=f"wrn_16_{widen_factor}")
+
+
 def lr_schedule(base_lr: float, warmup_epochs: int = 0, start_lr: float | None = None):
     """The lab's schedule: base_lr until epoch 15, then divided by 10 at epochs 15, 25 and 35; with
     warmup_epochs, a linear ramp from start_lr up to base_lr over the first epochs."""
@@ -206,6 +212,8 @@ class StopAtAccuracy(tf.keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         if self.stopped_epoch is not None and self.verbose:
             print(f"Reached the target accuracy; stopped after epoch {self.stopped_epoch + 1}", flush=True)
+
+
 def local_devices(n_cpu: int) -> list[str] | None:
     """tf.distribute: all GPUs if there are any, else the CPU split into ``n_cpu`` logical devices.
 

@@ -1,7 +1,14 @@
-"""JupyterLab in a real browser for the tests: `make lab` on a free port, driven by Playwright in Debian's chromium.
+"""JupyterLab in a real browser for the tests: the released course's `make lab` on a free port, driven by
+Playwright in Debian's chromium.
+
+The notebooks run in what a learner receives: the output of ``labkit release`` (no solutions, no tests),
+in one of two states: the untouched starters (a learner who just began) or the final solutions copied
+over the starters (a learner who finished every lab). The released course has no ``.venv`` of its own:
+it gets a link to this project's, and ``PYTHONPATH`` makes every process import the released ``labkit``.
+JupyterLab starts with the user's whole environment, as ``make lab`` would.
 
 Never downloads a browser: Playwright starts ``/usr/bin/chromium`` (``executable_path``). Autosave is
-off and the notebooks are compared before and after, so the committed notebooks stay clean.
+off, so the released notebooks stay as released.
 """
 
 from __future__ import annotations
@@ -10,7 +17,6 @@ import json
 import os
 import re
 import socket
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit import contract, proc
+from labkit import contract, course, labs, proc, reference
 from labkit.env import NOISE_MARKERS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,14 +35,15 @@ CHROMIUM = Path("/usr/bin/chromium")
 # The machine may have no network: keep chromium from calling home (each refused call slows it down).
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-# Lab settings for the test: no autosave (the committed notebooks stay clean), every cell in the page (no
-# windowing, so that outputs of cells scrolled out of view can be read).
+# Lab settings for the test: no autosave (the released notebooks stay as released), every cell in the page
+# (no windowing, so that outputs of cells scrolled out of view can be read). Nothing else: the news prompt
+# must be off through the settings the course ships (jupyter/lab-settings), as for every learner.
 SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                       "checkForUpdates": False},
 }
+NEWS_PROMPT = "official Jupyter news"
+STATES = ("starters", "finished")  # the released course as handed out, and with every lab finished
 
 
 # Log lines a learner should not see: TensorFlow's Python logging, absl/glog lines, native start-up noise.
@@ -73,17 +80,38 @@ class Lab:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+def final_solutions() -> dict[str, Path]:
+    """Each lab's starter name and the last solution of that lab in this repository."""
+    return {lab.starter: reference.final_solution(lab, ROOT) for lab in labs.LABS.values()}
+
+
+def released_course(out: Path, state: str) -> Path:
+    """``labkit release OUT`` with this project's ``.venv`` linked in; for ``finished``, the final solutions
+    copied over the starters (as a learner who finished every lab has them)."""
+    if state not in STATES:
+        raise ValueError(f"state is one of {STATES}, got {state!r}")
+    course.release(out, root=ROOT)
+    venv = out / ".venv"
+    if not venv.exists():
+        venv.symlink_to(ROOT / ".venv", target_is_directory=True)
+    if state == "finished":
+        for starter, solution in final_solutions().items():
+            (out / "labs" / starter).write_bytes(solution.read_bytes())
+    return out
+
+
 @contextmanager
-def lab_server(scratch: Path, quick: bool = True, timeout: float = 120) -> Iterator[Lab]:
-    """``make lab`` (no browser of its own, no token) on a free port; stopped with everything it started."""
+def lab_server(scratch: Path, course_dir: Path, quick: bool = True, timeout: float = 120) -> Iterator[Lab]:
+    """The course's ``make lab`` (no browser of its own, no token) on a free port, with the user's whole
+    environment plus the test's settings and quick mode; stopped with everything it started."""
     port = _free_port()
     settings = scratch / "lab-settings"
     for name, value in SETTINGS.items():
         path = settings / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
-    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTER_CONFIG_DIR": str(scratch / "jupyter-config")}
+    python_path = os.pathsep.join(p for p in (str(course_dir), os.environ.get("PYTHONPATH")) if p)
+    env = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "PYTHONPATH": python_path}  # on top of os.environ
     if quick:
         env[contract.NB_QUICK] = "1"
     argv = ["make", "-s", "-o", "setup", "lab", f"PORT={port}",
@@ -91,7 +119,7 @@ def lab_server(scratch: Path, quick: bool = True, timeout: float = 120) -> Itera
             "--LabApp.expose_app_in_browser=True"]
     log = scratch / "jupyterlab.log"
     with proc.Job() as job:
-        job.spawn(argv, env=env, cwd=ROOT, log=log, name="jupyterlab")
+        job.spawn(argv, env=env, cwd=course_dir, log=log, name="jupyterlab")
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout
         while True:
@@ -142,8 +170,9 @@ STATE_JS = """() => {
         .filter(t => t.includes('Error displaying widget') || t.includes('Loading widget')).length,
     });
   });
-  return {kernel: kernel ? kernel.status : 'none', cells: cells};
-}"""
+  return {kernel: kernel ? kernel.status : 'none', cells: cells,
+          news: document.body.innerText.includes('__NEWS__')};
+}""".replace("__NEWS__", NEWS_PROMPT)
 
 
 def open_notebook(page: Any, lab: Lab, name: str, timeout: float = 120) -> None:
@@ -181,6 +210,8 @@ def run_all(page: Any, timeout: float) -> dict[str, Any]:
 def problems(state: dict[str, Any], images: int = 0, widgets: int = 0) -> list[str]:
     """What a learner would see as wrong in the notebook's outputs."""
     found = []
+    if state.get("news"):
+        found.append(f"JupyterLab asks about {NEWS_PROMPT}: the course's settings did not reach it")
     if state.get("timed_out"):
         running = [c["index"] for c in state.get("cells", []) if "*" in c["prompt"]]
         found.append(f"cells {running} still running at the timeout")
@@ -266,9 +297,10 @@ class Executed:
     screenshot: Path
     seconds: float
     started: float = 0.0  # time.time() when the run began: records of the notebook's runs come after
+    labs: Path = LABS  # the labs/ folder it ran in (the released course's)
 
     def new_records(self, path: Path) -> list[dict[str, Any]]:
-        """The run records the notebook's own runs appended to ``path``."""
+        """The run records the notebook's own runs appended to ``path`` (relative: in its labs/ folder)."""
         from datetime import datetime
 
         from labkit import runs
@@ -277,27 +309,34 @@ class Executed:
             text = r.get("start_time") or "1970-01-01T00:00:00+0000"
             return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
 
-        return [r for r in runs.read(path) if start(r) >= self.started - 1]
+        return [r for r in runs.read(self.labs / path) if start(r) >= self.started - 1]
 
     def problems(self, images: int = 0, widgets: int = 0) -> list[str]:
         return problems(self.state, images=images, widgets=widgets)
 
 
 class Runner:
-    """One JupyterLab and one browser for the test session; each notebook is run once, on first request."""
+    """A released course in one state, its JupyterLab and one browser for the test session; each notebook is
+    run once, on first request."""
 
-    def __init__(self, scratch: Path, artifacts: Path) -> None:
-        self.scratch, self.artifacts = scratch, artifacts
+    def __init__(self, scratch: Path, artifacts: Path, state: str = "starters") -> None:
+        self.scratch, self.artifacts, self.state = scratch, artifacts / state, state
+        self.course = scratch / f"course-{state}"
         self.done: dict[str, Executed] = {}
         self._stack: Any = None
         self.lab: Lab | None = None
         self.page: Any = None
 
+    @property
+    def labs(self) -> Path:
+        return self.course / "labs"
+
     def _start(self) -> None:
         from contextlib import ExitStack
 
+        released_course(self.course, self.state)
         self._stack = ExitStack()
-        self.lab = self._stack.enter_context(lab_server(self.scratch))
+        self.lab = self._stack.enter_context(lab_server(self.scratch, self.course))
         self.page = self._stack.enter_context(browser())
 
     def run(self, name: str, timeout: float = 900) -> Executed:
@@ -305,19 +344,15 @@ class Runner:
             return self.done[name]
         if self._stack is None:
             self._start()
-        before = (LABS / name).read_bytes()
         start, started = time.monotonic(), time.time()
-        try:
-            open_notebook(self.page, self.lab, name)
-            state = run_all(self.page, timeout)
-            shot = self.artifacts / f"{Path(name).stem}.png"
-            screenshot(self.page, shot)
-            close_all(self.page)
-            shutdown_kernels(self.lab)
-        finally:
-            if (LABS / name).read_bytes() != before:  # never leave a committed notebook changed
-                (LABS / name).write_bytes(before)
-        result = Executed(name, to_notebook(state, LABS / name), state, shot, time.monotonic() - start, started)
+        open_notebook(self.page, self.lab, name)
+        state = run_all(self.page, timeout)
+        shot = self.artifacts / f"{Path(name).stem}.png"
+        screenshot(self.page, shot)
+        close_all(self.page)
+        shutdown_kernels(self.lab)
+        result = Executed(name, to_notebook(state, self.labs / name), state, shot, time.monotonic() - start,
+                          started, self.labs)
         self.done[name] = result
         return result
 

@@ -50,13 +50,7 @@ def _running(needle: str) -> bool:
     return False
 
 
-@pytest.fixture(scope="session")
-def notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """Run lab notebooks in JupyterLab in a real browser (``notebooks.run(name)``), each once per session.
-
-    Screenshots go to ``test-artifacts/browser/``. The tests' Slurm cluster is started first when
-    Slurm is installed, so that lab 7 submits to it.
-    """
+def _runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, state: str):  # noqa: ANN202
     import browser
 
     problem = browser.missing()
@@ -64,7 +58,29 @@ def notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         pytest.skip(problem)
     if not slurm_local.missing():
         request.getfixturevalue("slurm_cluster")
-    runner = browser.Runner(tmp_path_factory.mktemp("jupyterlab"), ARTIFACTS / "browser")
+    return browser.Runner(tmp_path_factory.mktemp(f"jupyterlab-{state}"), ARTIFACTS / "browser", state)
+
+
+@pytest.fixture(scope="session")
+def notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """The released course with its untouched starters (a learner who just began), its notebooks run in
+    JupyterLab in a real browser (``notebooks.run(name)``), each once per session.
+
+    Screenshots go to ``test-artifacts/browser/starters/``. The tests' Slurm cluster is started first when
+    Slurm is installed, so that lab 7 submits to it.
+    """
+    runner = _runner(request, tmp_path_factory, "starters")
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+@pytest.fixture(scope="session")
+def finished_notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """The released course with every lab finished (the final solutions over the starters), run like
+    :func:`notebooks`; screenshots in ``test-artifacts/browser/finished/``."""
+    runner = _runner(request, tmp_path_factory, "finished")
     try:
         yield runner
     finally:

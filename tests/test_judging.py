@@ -12,7 +12,7 @@ import pytest
 from probe_cases import CASES
 
 from labkit import check, labs
-from labkit.check import judging
+from labkit.check import judging, lab_horovod, lr_rule
 
 
 def test_judge_stops_at_the_first_failure_and_adds_the_run_error() -> None:
@@ -132,3 +132,62 @@ def test_cli_json_contract(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "labkit.cli", "check", "horovod", str(tmp_path / "no.py")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no such script" in missing.stderr and "Traceback" not in missing.stderr
+
+
+# The learning-rate step (Horovod step 8, multi-worker step 5) on rates made up here: every rule can fail.
+WORDS = lr_rule.Words("rank", "workers", "hvd.size()", "SCALE-HINT", "WARMUP-HINT")
+
+
+def _hvd_warmup(base: float, n: int, warmup: int, epochs: int, steps: int) -> list[list[float]]:
+    """Horovod's LearningRateWarmupCallback, batch by batch, then the scaled rate."""
+    out = []
+    for e in range(epochs):
+        out.append([base * n / n * ((e + (b + 1) / steps) * (n - 1) / warmup + 1) if e < warmup else base * n
+                    for b in range(steps)])
+    return out
+
+
+@pytest.mark.parametrize("rates", [
+    _hvd_warmup(0.02, 2, 3, 6, 6),
+    _hvd_warmup(0.02, 2, 5, 6, 6),
+    [[0.02] * 4, [0.03] * 4, [0.04] * 4, [0.04] * 4],  # a per-epoch ramp (LearningRateScheduler)
+    [[0.02, 0.025, 0.03, 0.035], [0.04, 0.04, 0.004, 0.004]],  # reached, then a schedule's own decay
+])
+def test_a_scaled_warmed_up_rate_passes(rates: list[list[float]]) -> None:
+    message = lr_rule.judge({"rank 0": rates, "rank 1": [list(ep) for ep in rates]}, 0.02, 2, WORDS)
+    assert "0.04" in message and "every rank" in message
+
+
+@pytest.mark.parametrize(("rates", "other", "says"), [
+    ([[0.02] * 4] * 3, None, "stayed at --base-lr"),  # the step-7 script
+    ([[0.04] * 4] * 3, None, "no warm-up"),
+    ([[0.02] * 4, [0.03] * 4, [0.035] * 4], None, "still rising"),
+    ([[0.02] * 4, [0.03] * 4, [0.03] * 4], None, "rose to 0.03 at most"),
+    ([[0.04, 0.06, 0.08], [0.08] * 3], None, "above"),  # scaled twice
+    ([[0.02, 0.03, 0.025, 0.04], [0.04] * 4], None, "fell"),
+    ([[0.02, 0.03, 0.04], [0.04] * 3], [[0.02, 0.03, 0.04], [0.08] * 3], "rank 1 trained with"),
+    ([[0.02, None, 0.04], [0.04] * 3], None, "could not be read"),
+    ([[], []], None, "no training batch"),
+])
+def test_each_rule_of_the_learning_rate_step_can_fail(rates: list, other: list | None, says: str) -> None:
+    with pytest.raises(judging.Failed, match=says) as e:
+        lr_rule.judge({"rank 0": rates, "rank 1": other or [list(ep) for ep in rates]}, 0.02, 2, WORDS)
+    if says in ("stayed at --base-lr", "no warm-up"):
+        assert ("SCALE-HINT" in str(e.value)) == (says == "stayed at --base-lr") and "WARMUP-HINT" in str(e.value)
+
+
+def test_step_8_explains_horovods_momentum_correction_crash() -> None:
+    tb = ('File ".../horovod/_keras/callbacks.py", line 154, in _adjust_learning_rate\n'
+          "    self.backend.set_value(self.model.optimizer.momentum,\nAttributeError: 'float' object has no attribute "
+          "'dtype'")
+    ev = {"np": 2, "batch": 16, "timed_out": False, "start_error": None, "weights": {},
+          "states": {str(r): {"milestones": ["start", "fit_start"], "error": {
+              "type": "AttributeError", "message": "'float' object has no attribute 'dtype'", "traceback": tb}}
+              for r in range(2)},
+          "ranks": {str(r): {"exit": 1, "error": "", "log_tail": ""} for r in range(2)}}
+    with pytest.raises(judging.Failed, match="momentum_correction=False"):
+        lab_horovod.STEPS[2](ev)
+    ev["states"]["0"]["error"]["traceback"] = ev["states"]["1"]["error"]["traceback"] = "elsewhere"
+    with pytest.raises(judging.Failed) as e:
+        lab_horovod.STEPS[2](ev)
+    assert "momentum_correction" not in str(e.value)

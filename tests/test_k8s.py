@@ -66,7 +66,7 @@ def test_example_is_in_sync_with_the_generator(argv: str, path: str) -> None:
 
 def test_every_stored_schema_names_its_source() -> None:
     sources = (k8s_validate.SCHEMA_DIR / "SOURCES.md").read_text()
-    files = sorted(p.name for p in k8s_validate.SCHEMA_DIR.glob("*.json"))
+    files = sorted(p.name for p in k8s_validate.SCHEMA_DIR.iterdir() if p.name.endswith(".json"))
     assert len(files) == 3
     for name in files:
         assert f"`{name}`" in sources
@@ -285,6 +285,15 @@ def test_cli_prints_and_reports_errors(capsys: pytest.CaptureFixture[str]) -> No
     a = parse(["mpijob", "--cpu", "-2"])
     assert a.func(a) == 2
     assert "labkit k8s:" in capsys.readouterr().err
+
+
+def test_output_dash_is_standard_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    a = parse(["mpijob", "-o", "-"])
+    assert a.func(a) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["kind"] == "MPIJob"
+    assert list(tmp_path.iterdir()) == []  # no file called "-"
 
 
 def test_import_does_not_load_tensorflow() -> None:

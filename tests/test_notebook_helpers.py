@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, launch, notebook
+from labkit import cluster, labs, launch, notebook
 
 
 @pytest.fixture
@@ -36,9 +36,17 @@ def test_an_unchanged_script_is_trained_once_in_quick_mode(quick: None, tmp_path
     assert notebook.run(["python", str(script)], np=2) == 4  # a learner's rerun always runs
 
 
-def test_quick_mode_skips_launching_an_unfinished_starter(quick: None, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture) -> None:
+def _starter(folder: Path, name: str = "fashion_mnist_mirrored.py") -> Path:
+    """A copy of a lab's starter, as a learner's checkout holds it."""
+    script = folder / "labs" / name
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text((labs.ROOT / "labs" / name).read_text())
+    return script
+
+
+def test_quick_mode_skips_launching_an_untouched_starter(quick: None, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture) -> None:
     started = []
 
     class Done:
@@ -46,24 +54,47 @@ def test_quick_mode_skips_launching_an_unfinished_starter(quick: None, tmp_path:
             return "finished"
 
     monkeypatch.setattr(cluster, "run", lambda command, **kw: started.append(command) or Done())
-    starter, solution = tmp_path / "starter.py", tmp_path / "solution.py"
-    starter.write_text("# TODO: Step 1: ...\n")
-    solution.write_text("print('done')\n")
+    starter = _starter(tmp_path)
     assert notebook.run_cluster(["python", str(starter)], workers=2) is None
-    assert "has steps left" in capsys.readouterr().out and started == []
-    assert notebook.run_cluster(["python", str(solution)], workers=2).summary() == "finished"
-    assert started == [["python", str(solution)]]
+    assert "still the starter" in capsys.readouterr().out and started == []
+    starter.write_text(starter.read_text() + "print('mine')\n")
+    assert notebook.run_cluster(["python", str(starter)], workers=2).summary() == "finished"
+    assert started == [["python", str(starter)]]
 
 
-def test_pick_takes_a_finished_script_or_a_solution(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    mine, sol = tmp_path / "mine.py", tmp_path / "sol.py"
-    sol.write_text("")
-    assert notebook.pick(str(mine), [str(tmp_path / "nope.py"), str(sol)]) == str(sol)
-    assert "does not exist" in capsys.readouterr().out
-    mine.write_text("# TODO: Step 3\n")
-    assert notebook.pick(str(mine), [str(sol)]) == str(sol)
-    mine.write_text("done\n")
-    assert notebook.pick(str(mine), [str(sol)]) == str(mine)
+def test_started_reads_the_code_not_the_comments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A learner who keeps the TODO notes of a finished script has started; one who only deleted them has not."""
+    script = _starter(tmp_path)
+    text = script.read_text()
+    assert "TODO: Step" in text
+    script.write_text(text.replace("# TODO: Step", "# my notes, TODO: Step"))  # comments only: not started
+    assert notebook.untouched(script) and not notebook.started(script, "steps 1-4 of this lab")
+    shown = capsys.readouterr().out
+    assert "fashion_mnist_mirrored.py is still the starter: finish steps 1-4 of this lab" in shown
+    assert "reference results" in shown
+    script.write_text(text + "\nEXTRA = 1  # TODO: Step 4 still to do\n")  # code changed, TODOs kept
+    assert not notebook.untouched(script) and notebook.started(script, "steps 1-4 of this lab")
+    assert capsys.readouterr().out == ""
+    assert notebook.untouched(tmp_path / "labs" / "missing.py")
+
+
+def test_started_finds_a_released_courses_pristine_starter(tmp_path: Path) -> None:
+    """In a learner's course (no templates) the pristine copy in .labkit/starters decides."""
+    from labkit import course
+
+    course.release(tmp_path / "course")
+    script = tmp_path / "course" / "labs" / "fashion_mnist_ps.py"
+    assert notebook.untouched(script)
+    script.write_text(script.read_text().replace("def main(", "def main_renamed(", 1))
+    assert not notebook.untouched(script)
+
+
+def test_args_keep_the_fewest_epochs_a_cell_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(notebook.QUICK_VAR, "1")
+    assert notebook.args("--epochs", "3", fewest=3)[:2] == ["--epochs", "3"]
+    assert notebook.args("--epochs", "2", fewest=3)[:2] == ["--epochs", "2"]  # never more than asked
+    monkeypatch.delenv(notebook.QUICK_VAR)
+    assert notebook.args("--epochs", "5", fewest=3) == ["--epochs", "5"]
 
 
 def test_no_learner_cell_carries_test_plumbing() -> None:

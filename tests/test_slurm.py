@@ -74,6 +74,7 @@ def test_tf_config_from_the_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_script_only_writes_the_batch_script_and_submits_nothing(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('training')\n")  # the command line checks that the script exists
     out = subprocess.run([sys.executable, "-m", "labkit.cli", "run", "--launcher", "slurm", "--nodes", "2",
                           "--tasks-per-node", "2", "--time", "00:10:00", "--script-only", str(tmp_path / "job.sbatch"),
                           "--", "python", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)

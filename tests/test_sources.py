@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from labkit import sources
+
+ROOT = Path(__file__).resolve().parent.parent
+BLANK_LINE_RULES = "E301,E302,E303,E304,E305,E306"  # pycodestyle's blank lines, as ruff checks them
 
 TEMPLATE = """\
 #!/usr/bin/env python
@@ -150,3 +157,36 @@ def test_backup_keeps_each_version_of_a_learners_script_once(tmp_path):
     assert sources.backup(script) == second  # v2 is kept already: no copy per notebook run
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["fashion_mnist.py", first.name, second.name])
     assert script.read_text() == "v2\n" and first.read_text() == "v1\n"
+
+
+def test_an_include_keeps_the_blank_lines_around_it(tmp_path):
+    parts = tmp_path / sources.PARTS
+    parts.mkdir(parents=True)
+    (parts / "helpers.py").write_text("def helper():\n    return 1\n\n\n")
+    template = "import os\n\n\n#% include helpers\n\n\ndef main():\n    return helper()\n"
+    assert sources.include(template, tmp_path) == (
+        "import os\n\n\ndef helper():\n    return 1\n\n\ndef main():\n    return helper()\n")
+    inside = "def args():\n    p = 1\n#% include helpers\n    return p\n"  # an include inside a block
+    assert sources.include(inside, tmp_path) == "def args():\n    p = 1\ndef helper():\n    return 1\n    return p\n"
+
+
+def test_generated_scripts_have_the_blank_lines_a_person_would_write(tmp_path):
+    """What `labkit gen` writes passes pycodestyle's blank-line rules (two lines between top-level defs...)."""
+    for t in sources.TARGETS:
+        (tmp_path / Path(t.output).name).write_text(sources.expected(t))
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--preview", "--select",
+                          BLANK_LINE_RULES, "--output-format", "concise", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert len(list(tmp_path.glob("*.py"))) == len(sources.TARGETS)
+
+
+def test_git_marks_every_generated_script_as_generated():
+    outputs = [t.output for t in sources.TARGETS]
+    out = subprocess.run(["git", "check-attr", "linguist-generated", "--", *outputs, "labkit/sources.py"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        pytest.skip(f"not a git checkout: {out.stderr.strip()}")
+    marked = {line.split(": ")[0]: line.split(": ")[-1] for line in out.stdout.splitlines()}
+    assert [p for p in outputs if marked.get(p) != "true"] == []
+    assert marked["labkit/sources.py"] != "true"  # hand-written code is not folded away

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from labkit import launch
+from labkit.check import ending
 from labkit.check.judging import Failed
 
 NP = 2
@@ -50,10 +51,12 @@ def reached(ev: dict[str, Any], milestone: str) -> bool:
 
 
 def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
-         own_folders: bool = False) -> dict[str, Any]:
-    """One probed 2-rank run: what each rank recorded, its weights, how it ended."""
+         own_folders: bool = False, epochs: int = 1) -> dict[str, Any]:
+    """One probed 2-rank run (fit runs ``epochs`` epochs at most): what each rank recorded, how it ended."""
     cwd.mkdir(parents=True, exist_ok=True)
-    flags = ["--own-folders"] if own_folders else []
+    flags = (["--own-folders"] if own_folders else []) + (["--epochs", str(epochs)] if epochs > 1 else [])
+    flags += ["--budget", f"{max(5.0, timeout - 10):.0f}"]  # stacks are dumped then, if the rank still runs
+    oom = ending.oom_kills()
     job = launch.run(
         [sys.executable, "-m", "labkit.probe", str(out), *flags, "--", str(script), *args],
         np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
@@ -74,11 +77,25 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
             with np.load(w) as z:
                 ev["weights"][str(r)] = {k: _project(z[k]) for k in z.files}
         log = job.log(r)
-        ev["ranks"][str(r)] = {"exit": job.rank_exit.get(r), "error": job.rank_errors.get(r, ""),
-                               "log_tail": log[-600:], "stalled": "stall" in log.lower()}
+        ev["ranks"][str(r)] = info = {"exit": job.rank_exit.get(r), "error": job.rank_errors.get(r, ""),
+                                      "log_tail": log[-600:], "stalled": "stall" in log.lower()}
+        _how_it_ended(info, ev["states"].get(str(r)), out, r, job)
+    if ending.oom_kills() > oom:
+        ev["oom_kills"] = ending.oom_kills() - oom
     if not ev["states"] and job.returncode:
         ev["start_error"] = job.summary()
     return ev
+
+
+def _how_it_ended(info: dict[str, Any], st: dict[str, Any] | None, out: Path, r: int, job: launch.JobResult) -> None:
+    """Optional evidence: where a rank that had to be stopped was; what it left running."""
+    if st is not None and "end" not in st.get("milestones", []):
+        running = ending.still_running(out, r, "labkit/probe.py", job.duration)
+        if running:
+            info["running_at_end"] = running
+    left = ending.left_running(job.log_dir, r)
+    if left:
+        info["left_running"] = left
 
 
 def state(ev: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -106,18 +123,24 @@ def why_not(ev: dict[str, Any], rank: int, milestone: str) -> str:
                 f"{script_frames(err.get('traceback', ''))}")
     exit_code = info.get("exit")
     if st is None:
-        tail = info.get("error") or info.get("log_tail", "")
-        return f"rank {rank} failed before the script started:\n{tail.strip()[-600:]}"
+        tail = (info.get("error") or info.get("log_tail", "")).strip()[-600:]
+        return f"rank {rank} failed before the script started: " + (
+            tail if tail else ending.exit_text(exit_code, bool(ev.get("oom_kills"))) + ".")
     if st.get("exit_code") is not None or (exit_code is not None and "end" in st.get("milestones", [])):
         return f"rank {rank} ended without reaching {where} (did the script call model.fit?)"
     last = st.get("milestones", ["start"])[-1]
+    run, per_epoch = info.get("running_at_end"), -(-st.get("data", {}).get("train", 0) // ev.get("batch", BATCH))
+    told = ending.busy(rank, run, where, last, per_epoch) if run else None
+    if told:
+        return told
     if ev.get("timed_out") or info.get("stalled"):
         return (
             f"rank {rank} never reached {where}: it was stuck after '{last}', waiting in a collective "
             "operation the other rank did not join (a deadlock). Every rank must make the same Horovod "
             "calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order."
         )
-    return f"rank {rank} stopped after '{last}' (exit code {exit_code}) before {where}"
+    return (f"rank {rank} stopped after '{last}' before {where}: "
+            f"{ending.exit_text(exit_code, bool(ev.get('oom_kills')))}.")
 
 
 def need(ev: dict[str, Any], milestone: str) -> None:
@@ -127,7 +150,11 @@ def need(ev: dict[str, Any], milestone: str) -> None:
     missing = [r for r in range(ev["np"])
                if milestone not in ev["states"].get(str(r), {}).get("milestones", [])]
     if missing:
-        culprit = next((r for r in missing if ev["states"].get(str(r), {}).get("error")), missing[0])
+        busy = [r for r in missing if ((ev["ranks"].get(str(r), {}).get("running_at_end") or {}).get("where") or {})
+                .get("kind") in ("own", "library")]  # a rank busy in its own code explains the ones waiting
+        culprit = next(iter(busy), None)
+        if culprit is None:
+            culprit = next((r for r in missing if ev["states"].get(str(r), {}).get("error")), missing[0])
         raise Failed(why_not(ev, culprit, milestone))
 
 

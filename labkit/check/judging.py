@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import labs
+from labkit.check.ending import left_behind
 from labkit.check.report import Report, StepResult
 
 # Bumped whenever the evidence a probe run produces changes shape; recorded fixtures
@@ -135,6 +136,7 @@ def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | 
         save(evidence, Path(evidence_out))
     report.steps = judge(module.STEPS, evidence, min(step, covers), spec.steps)
     report.evidence = evidence
+    report.notes = left_behind(evidence)
     failed = report.first_failing_step
     report.steps += [StepResult(k, False, f"not checked: fix step {failed} first.")
                      for k in range(covers + 1, step + 1)] if failed else []

@@ -1,11 +1,12 @@
-"""The Horovod lab's seven steps, judged from probed 2-rank runs.
+"""The Horovod lab's eight steps, judged from probed 2-rank runs.
 
 :func:`collect` runs the learner's script on 2 ranks under :mod:`labkit.probe`
 (tiny data, different per rank; narrow convolutions; two simulated GPUs with mirrored
 local ranks) and returns what the ranks did. Each ``step_N`` is a plain function of
 that evidence. Steps 1-6 need one run; step 7 (checkpoints) two more with
 ``--checkpoint-dir``, each rank in a folder of its own as on separate nodes: one run that
-saves, and one that must resume from what it saved.
+saves, and one that must resume from what it saved. Step 8 (the learning rate) one more, of
+several epochs with ``--base-lr`` given, whose rate at every batch :mod:`labkit.check.lr_rule` judges.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from labkit.check import hvd_runs as hr
+from labkit.check.hvd_lr import LR_ARGS, LR_EPOCHS, explained, step_8
 from labkit.check.hvd_runs import BATCH
 from labkit.check.judging import Failed
 
@@ -26,15 +28,15 @@ RESUME_RUNS = {"first": ["--epochs", "1"], "second": ["--epochs", "2"]}
 
 
 def upto(step: int) -> int:
-    """Steps 1-6 come from one run; step 7 adds the two checkpoint runs."""
-    return 6 if step <= 6 else 7
+    """Steps 1-6 come from one run; step 7 adds the two checkpoint runs, step 8 the learning-rate run."""
+    return 6 if step <= 6 else min(step, 8)
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
     """Run ``script`` on 2 ranks under the probe (and, for step 7, the save and resume runs)."""
     deadline = time.monotonic() + timeout
-    ev = hr.run(script, ARGS, work / "probe", work, timeout)
-    if upto >= 7 and _first_six_pass(ev):  # a script that fails earlier is not run again
+    ev = hr.run(script, ARGS, work / "probe", work / "run", timeout)  # a folder the script may even delete
+    if upto >= 7 and _passes(ev, 6):  # a script that fails earlier is not run again
         ckpt = ["--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--checkpoint-dir", CHECKPOINT_DIR]
         ev["resume"] = {}
         for name, epochs in RESUME_RUNS.items():
@@ -43,14 +45,17 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
                                             left, own_folders=True)
             if not hr.reached(run, "train_end"):
                 break
+    if upto >= 8 and _passes(ev, 7):
+        ev["lr_run"] = hr.run(script, LR_ARGS, work / "probe-lr", work / "lr", max(10.0, deadline - time.monotonic()),
+                              epochs=LR_EPOCHS)
     return ev
 
 
-def _first_six_pass(ev: dict[str, Any]) -> bool:
+def _passes(ev: dict[str, Any], steps: int) -> bool:
     try:
-        for judge in STEPS[:6]:
+        for judge in STEPS[:steps]:
             judge(ev)
-    except Failed:
+    except (Failed, KeyError, IndexError, TypeError):
         return False
     return True
 
@@ -291,4 +296,4 @@ def step_7(ev: dict[str, Any]) -> str:
             "checkpoint's weights, still averaging gradients.")
 
 
-STEPS = [step_1, step_2, step_3, step_4, step_5, step_6, step_7]
+STEPS = [explained(s) for s in (step_1, step_2, step_3, step_4, step_5, step_6, step_7, step_8)]

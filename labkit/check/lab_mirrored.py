@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import contract, output
-from labkit.check import tfdist
+from labkit.check import ending, tfdist
 from labkit.check.judging import Failed
 
 DEVICES = 2
@@ -22,7 +22,8 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     run_error = None
     if code != 0 or timed_out:
         text = log.read_text(errors="replace") if log.exists() else ""
-        run_error = ("timed out" if timed_out else f"exit code {code}") + "\n" + output.error_tail(text, 12)
+        run_error = (f"timed out after {timeout:.0f} s" if timed_out else ending.exit_text(code)) + "\n" + \
+            output.error_tail(text, 12)
     return {"lab": "mirrored", "devices": DEVICES, "batch": tfdist.BATCH, "train": tfdist.TRAIN,
             "model_path": MODEL, "records": tfdist.records(probe), "files": tfdist.files(work),
             "timed_out": timed_out, "run_error": run_error}

@@ -1,7 +1,9 @@
-"""The MultiWorkerMirroredStrategy lab's four steps, judged from a probed 2-worker cluster.
+"""The MultiWorkerMirroredStrategy lab's five steps, judged from a probed 2-worker cluster.
 
 Steps 1-3 need one run of 2 epochs. Step 4 needs a run of 3 epochs in which worker 1
 is killed once the chief has begun its second epoch, and the dead workers restarted.
+Step 5 (the learning rate) makes that run longer (``LR_EPOCHS``) and gives it ``--base-lr``;
+:mod:`labkit.check.lr_rule` judges the rate each worker used at every batch.
 """
 
 from __future__ import annotations
@@ -12,24 +14,31 @@ from pathlib import Path
 from typing import Any
 
 from labkit import cluster, contract
-from labkit.check import tfdist
+from labkit.check import lr_rule, tfdist
 from labkit.check.judging import Failed
 
 WORKERS = 2
 MODEL = "saved/model.keras"
+BASE_LR, LR_EPOCHS = 0.02, 6  # --base-lr unlike any mode's default; epochs enough for a 5-epoch warm-up
+WORDS = lr_rule.Words(
+    "worker", "replicas", "strategy.num_replicas_in_sync",
+    "`base_lr = args.base_lr * strategy.num_replicas_in_sync` for the optimizer",
+    "`tf.keras.callbacks.LearningRateScheduler(lr_schedule(base_lr, args.warmup_epochs, start_lr=args.base_lr))` "
+    "(or a LearningRateSchedule with a warm-up)")
 
 
 def upto(step: int) -> int:
-    """The kill-and-resume run is only made when step 4 is asked for."""
-    return 4 if step >= 4 else 3
+    """The kill-and-resume run is only made when step 4 is asked for; step 5 makes it longer."""
+    return min(step, 5) if step >= 4 else 3
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
     """Run a 2-worker cluster under the probe (killing and restarting worker 1 when step 4 is judged)."""
     probe = work / "probe"
-    epochs = 3 if upto >= 4 else 2
+    epochs = LR_EPOCHS if upto >= 5 else 3 if upto >= 4 else 2
+    lr = ["--base-lr", str(BASE_LR)] if upto >= 5 else []
     cmd = tfdist.probe_command(probe, script, "--epochs", str(epochs), "--backup-dir", str(work / "backup"),
-                               "--model-path", MODEL, "--log-dir", "logs")
+                               "--model-path", MODEL, "--log-dir", "logs", *lr)
     c = cluster.Cluster(cmd, workers=WORKERS, log_dir=work / "logs", record=False,
                         task_cwd=lambda t, i: work / f"{t}{i}", quiet=True, env={contract.PROBE_LOAD: MODEL})
     kill: dict[str, Any] = {}
@@ -42,8 +51,8 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     logs = {f"worker.{i}": work / "logs" / f"worker.{i}.log" for i in range(WORKERS)}
     return {
         "lab": "multiworker", "workers": WORKERS, "batch": tfdist.BATCH, "train": tfdist.TRAIN, "epochs": epochs,
-        "model_path": MODEL, "records": tfdist.records(probe),
-        "events": {"worker.0": tfdist.events(probe, "worker.0")},
+        "model_path": MODEL, "records": tfdist.records(probe), "base_lr": BASE_LR if upto >= 5 else None,
+        "events": {n: tfdist.events(probe, n) for n in (f"worker.{i}" for i in range(WORKERS))},
         "files": {f"worker{i}": tfdist.files(work / f"worker{i}") for i in range(WORKERS)},
         "progress_bar": {n: p.exists() and "Epoch 1/" in p.read_text(errors="replace") for n, p in logs.items()},
         "kill": kill, "timed_out": result.timed_out,
@@ -177,4 +186,21 @@ def step_4(ev: dict[str, Any]) -> str:
             f"{again[0] + 1} (epochs {[d + 1 for d in done]} were not repeated) and finished")
 
 
-STEPS = [step_1, step_2, step_3, step_4]
+def _rates(events: list[dict[str, Any]]) -> list[list[float | None]]:
+    """The rate of each batch, epoch by epoch; an epoch begun again after a restart counts as last run."""
+    by_epoch = {e["epoch"]: e.get("lr") or [] for e in sorted(events, key=lambda e: e["t"]) if e["kind"] == "epoch_end"}
+    return [by_epoch[k] for k in sorted(by_epoch)]
+
+
+def step_5(ev: dict[str, Any]) -> str:
+    if not ev.get("base_lr"):
+        raise Failed("the learning-rate run did not happen: steps 1-4 must pass first.")
+    rates = {name: _rates(ev["events"].get(name, [])) for name in _names(ev)}
+    done = len(rates["worker.0"])
+    if done < ev["epochs"]:
+        raise Failed(f"the chief ended {done} of the {ev['epochs']} epochs the check asked for (--epochs "
+                     f"{ev['epochs']}), too few to see the warm-up end.")
+    return lr_rule.judge(rates, ev["base_lr"], _fits(ev)[0]["replicas"], WORDS)
+
+
+STEPS = [step_1, step_2, step_3, step_4, step_5]

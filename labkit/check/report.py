@@ -22,6 +22,7 @@ class Report:
     steps: list[StepResult] = field(default_factory=list)
     seconds: float | None = None
     evidence: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # what the probe recorded
+    notes: list[str] = field(default_factory=list)  # what the run did besides the steps (e.g. processes left running)
 
     @property
     def passed(self) -> bool:
@@ -57,6 +58,7 @@ class Report:
             "passed": self.passed,
             "first_failing_step": self.first_failing_step,
             "steps": [asdict(s) for s in self.steps],
+            **({"notes": list(self.notes)} if self.notes else {}),
         }
 
     def to_json(self) -> str:
@@ -68,6 +70,7 @@ class Report:
             mark = "PASS" if s.passed else "FAIL"
             body = s.message.replace("\n", "\n         ")
             lines.append(f"  step {s.step}  {mark}  {body}")
+        lines += [f"  note: {n}" for n in self.notes]
         verdict = "all steps pass" if self.passed else f"fix step {self.first_failing_step} first"
         took = f" ({self.seconds:.0f} s)" if self.seconds is not None else ""
         return "\n".join(lines + [verdict + took])
@@ -91,5 +94,6 @@ class Report:
             "<b style='color:#1a7f37'>All steps pass.</b>" if self.passed
             else f"<b style='color:#cf222e'>Fix step {self.first_failing_step} first.</b>"
         )
+        notes = "".join(f"<p>Note: {html.escape(n)}</p>" for n in self.notes)
         title = f"<b>{html.escape(self.lab)}</b> check of <code>{html.escape(self.script)}</code>"
-        return f"<div>{title}<table>{''.join(rows)}</table>{verdict}</div>"
+        return f"<div>{title}<table>{''.join(rows)}</table>{notes}{verdict}</div>"

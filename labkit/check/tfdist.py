@@ -74,8 +74,9 @@ def global_batch(f: dict[str, Any], per_replica: int, replicas: int, train: int,
     """Each replica got ``per_replica`` examples and steps_per_epoch covers the data once; returns it."""
     b = f.get("batches") or {}
     if not b.get("per_replica_batch"):
-        raise Failed(f"could not sample the batches fit trains on ({f.get('batches_error') or b.get('note')}): "
-                     "pass fit a tf.data.Dataset, a distributed dataset or arrays with batch_size")
+        why = f.get("batches_error") or b.get("note") or "nothing was recorded"
+        raise Failed(f"could not sample the batches fit trains on ({why}): pass fit a tf.data.Dataset, a "
+                     "distributed dataset, a DatasetCreator with steps_per_epoch, or arrays with batch_size")
     sizes = {s for row in b["per_replica_batch"] for s in row}
     gb = per_replica * replicas
     if sizes != {per_replica}:

@@ -1,0 +1,134 @@
+"""How a probed process ended, told the learner's way: still running (and where), left
+something running, killed by a signal, out of memory.
+
+The probes leave, beside their records, the Python stacks of a process that was stopped
+(:mod:`labkit.stacks`) and where training was (``progress.N.json``); :func:`still_running`
+reads them back. Messages never show internal values: a missing exit code is told as
+what it means.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from labkit import stacks
+
+RECENT = 10.0  # seconds: progress this close to the end means training was still going
+_OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+CRASHES = {"SIGSEGV": "a segmentation fault, usually in a native library", "SIGABRT": "an abort",
+           "SIGBUS": "a bus error", "SIGFPE": "an arithmetic error", "SIGILL": "an illegal instruction"}
+
+
+def oom_kills() -> int:
+    """How many processes the kernel's out-of-memory killer has killed in this machine's or container's memory group."""
+    for path in _OOM_FILES:
+        try:
+            for line in Path(path).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+        except OSError:
+            continue
+    return 0
+
+
+def exit_text(code: int | None, oom: bool = False) -> str:
+    """What an exit status means: ``code`` as the shell reports it (128 + signal), or negative as Popen does."""
+    if code is None:
+        why = "by the out-of-memory killer: the machine ran out of memory" if oom else (
+            "SIGKILL, e.g. by the out-of-memory killer when memory runs out")
+        return f"its process was killed before it could report how it ended ({why})"
+    sig = -code if code < 0 else code - 128 if code > 128 else 0
+    if not sig:
+        return "it exited normally (code 0)" if code == 0 else f"it exited with code {code}"
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        return f"it was killed by signal {sig}"
+    if name == "SIGKILL":
+        return "it was killed with SIGKILL" + (" by the out-of-memory killer: the machine ran out of memory"
+                                                if oom else " (the out-of-memory killer sends it when memory runs "
+                                                "out; so does a process stopping it by force)")
+    if name in ("SIGTERM", "SIGINT", "SIGHUP"):
+        return f"it was stopped with {name} (the launcher stops every rank when one fails or time runs out)"
+    if name in CRASHES:
+        return f"it crashed ({name}: {CRASHES[name]})"
+    return f"it was killed by signal {sig} ({name})"
+
+
+def still_running(out: Path, rank: int | str, runner: str, after: float) -> dict[str, Any] | None:
+    """Where a process that had to be stopped was (its stack), and where training was; None without a stack."""
+    where = stacks.where(out / f"stack.{rank}", runner)
+    if where is None:
+        return None
+    found: dict[str, Any] = {"where": where, "after": round(after, 1)}
+    try:
+        prog = json.loads((out / f"progress.{rank}.json").read_text())
+        found["progress"] = {**prog, "age": round(max(0.0, time.time() - float(prog.get("t", 0))), 1)}
+    except (OSError, ValueError, TypeError):
+        pass
+    return found
+
+
+def left_running(log_dir: Path, rank: int | str) -> list[str]:
+    """The command lines a rank left running when it ended (stopped by :mod:`labkit.rank`)."""
+    try:
+        names = json.loads((log_dir / f"rank.{rank}.left").read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(n) for n in names if n]
+
+
+def left_behind(evidence: Any) -> list[str]:
+    """One line per process a rank left running, anywhere in ``evidence``, for the report."""
+    lines: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for rank, info in (node.get("ranks") or {}).items() if isinstance(node.get("ranks"), dict) else []:
+                for cmd in (info or {}).get("left_running", []) if isinstance(info, dict) else []:
+                    lines.append(f"rank {rank} left `{short(cmd)}` running when it ended; it was stopped. "
+                                 "Stop what the script starts before it returns (e.g. `proc.terminate()`), or "
+                                 "start it outside the script.")
+            for value in node.values():
+                walk(value)
+
+    walk(evidence)
+    return list(dict.fromkeys(lines))
+
+
+def short(cmd: str, n: int = 80) -> str:
+    return cmd if len(cmd) <= n else cmd[: n - 3] + "..."
+
+
+def busy(rank: int | str, run: dict[str, Any], where: str, last: str, train_batches: int | None = None) -> str | None:
+    """Why a rank that had to be stopped never got to ``where``, from its stack; None when the stack cannot tell."""
+    w = run.get("where") or {}
+    kind, at, after = w.get("kind"), w.get("at"), run.get("after")
+    stopped = f"when the check stopped it after {after:.0f} s" if after else "when the check stopped it"
+    prog = run.get("progress") or {}
+    moving = prog and prog.get("age", 1e9) <= RECENT
+    if kind in ("training", "collective") and moving:
+        phase = prog.get("phase", "training")
+        expected = f" (the check's data makes about {train_batches})" if train_batches and phase == "training" else ""
+        steps = "steps_per_epoch=" if phase == "training" else "validation_steps="
+        return (f"rank {rank} never reached {where}: {stopped} it was still in epoch {int(prog.get('epoch', 0)) + 1}, "
+                f"{prog.get('batch')} {phase} batches in{expected}: the epoch never ends. A dataset that repeats "
+                f"(`.repeat()`) is endless: pass fit `{steps}<batches per epoch>`.")
+    if kind in ("own", "library") and at:
+        inside = w.get("inside") or {}
+        deeper = f", inside {inside['function']}()" if kind == "library" and inside.get("function") else ""
+        return (f"rank {rank} never reached {where}: {stopped} (after '{last}') it was busy in its own code at "
+                f"{stacks.describe(at)}{deeper}. That code never finished: make sure every loop ends and nothing "
+                "waits forever (a `while True` without a break, a long sleep, a wait for a process or file that "
+                "never comes).")
+    if kind == "collective" or kind == "training":
+        place = f" (called at {stacks.describe(at)})" if at else ""
+        return (f"rank {rank} never reached {where}: {stopped} (after '{last}') it was waiting in a collective "
+                f"operation{place} that the other rank did not join (a deadlock). Every rank must make the same "
+                "Horovod calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order.")
+    return None
