@@ -39,11 +39,12 @@ MAX_CORES_PER_THREAD = 1.5  # CPU seconds per second of training a one-thread wo
 
 @dataclass(frozen=True)
 class Goal:
-    """What the assessment asks for; ``basis`` says how the budget was set."""
+    """What the assessment asks for; ``basis`` says how the budget was set (:func:`machine_goal` sets it
+    from this machine's reference time)."""
 
+    budget_s: float
     workers: int = 2
     target: float = DEFAULT_TARGET
-    budget_s: float = 180.0
     threads: int = 1
     test_size: int = SMALL_TEST_IMAGES
     mode: str = "small"
@@ -60,7 +61,7 @@ def machine_goal(workers: int = 2, target: float = DEFAULT_TARGET, multiple: flo
     cal = calibration.get(workers, 1, say=say)
     basis = (f"budget = {multiple:g} x this machine's reference time {cal.seconds:.1f} s "
              f"({cal.date[:10]}, `labkit assess --calibrate` measures it again)")
-    return Goal(workers, target, cal.budget(multiple), basis=basis)
+    return Goal(cal.budget(multiple), workers, target, basis=basis)
 
 
 @dataclass(repr=False)
@@ -117,6 +118,10 @@ def _started(record: dict[str, Any]) -> float | None:
         return None
 
 
+def _shown(value: Any, unit: str = "") -> str:
+    return "not shown (the script has no such argument)" if value is None else f"{value!r}{unit}"
+
+
 def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) -> list[str]:
     """Every setting of the run that differs from the goal's, with what it should be."""
     config = record.get("config") or {}
@@ -128,7 +133,7 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
         out.append(f"script: {Path(script).name} changed after this run started; run it again")
     mode = config.get("mode", record.get("mode"))
     if mode != goal.mode:
-        out.append(f"mode: {mode!r}, it should be {goal.mode!r} (--mode {goal.mode}, or leave --mode auto on a CPU)")
+        out.append(f"mode: {_shown(mode)}, it should be {goal.mode!r} (--mode {goal.mode}, or leave --mode auto on a CPU)")
     workers = int(record.get("workers") or 0)
     if workers != goal.workers:
         out.append(f"workers: {workers}, it should be {goal.workers} (--np {goal.workers})")
@@ -144,13 +149,13 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
                    f"{goal.threads} thread gives; leave TensorFlow's thread settings to labkit")
     test_size = config.get("test_size", record.get("test_size"))
     if test_size != goal.test_size or record.get("shrink"):
-        shown = f"{test_size} images" + (f" shrunk by bench --shrink {record.get('shrink')}" if record.get("shrink")
+        shown = _shown(test_size, " images") + (f" shrunk by bench --shrink {record.get('shrink')}" if record.get("shrink")
                                           else "")
         out.append(f"test set: {shown}, it should be the full small-mode test set of {goal.test_size} images "
                    "(drop --test-size)")
     target = config.get("target_accuracy")
     if not isinstance(target, (int, float)) or not math.isclose(float(target), goal.target, abs_tol=1e-9):
-        out.append(f"target accuracy: {target}, it should be {goal.target:g} (--target-accuracy {goal.target:g}, "
+        out.append(f"target accuracy: {_shown(target)}, it should be {goal.target:g} (--target-accuracy {goal.target:g}, "
                    "or the small-mode default)")
     return out
 
@@ -247,8 +252,9 @@ def from_config(table: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     arguments of :func:`machine_goal`) and the run's."""
     where = "[tool.labkit.grading.assessment]"
     if "budget" in table:
-        raise ValueError(f"{where}: budget is relative to the machine now: give multiple = M, the budget in "
-                         f"times this machine's reference time (default {calibration.MULTIPLE:g})")
+        raise ValueError(f"{where}: budget is relative to the machine, not a number of seconds: give "
+                         f"multiple = M, the budget in times this machine's reference time "
+                         f"(default {calibration.MULTIPLE:g})")
     unknown = sorted(set(table) - CONFIG_KEYS)
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(CONFIG_KEYS)}")

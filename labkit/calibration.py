@@ -66,9 +66,11 @@ class Calibration:
     def __str__(self) -> str:
         c = self.conditions
         runs_text = ", ".join(f"{s:.1f}" for s in self.runs_s)
+        load = c.get("load_avg_before")
+        busy = f", load {load[0]:.1f} when it started" if load else ""
         return (f"reference workload: {self.seconds:.1f} s (median of {len(self.runs_s)}: {runs_text} s; "
                 f"spread {self.spread:.0%}), {c.get('workers')} workers x {c.get('threads')} thread, measured "
-                f"{self.date} by `{self.command}` on {c.get('cores')} cores ({c.get('cpu') or 'CPU ?'})")
+                f"{self.date} by `{self.command}` on {c.get('cores')} cores ({c.get('cpu') or 'CPU ?'}{busy})")
 
 
 def cache_file() -> Path:
@@ -121,6 +123,10 @@ def measure(workers: int, threads: int = 1, repeats: int = REPEATS, say: Any = N
     command = ["python", str(script), "--workers", str(workers)]
     times: list[float] = []
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    cores = launch.cpu_count()
+    if say and load_before and load_before[0] > cores:
+        say(f"warning: this machine is busy (load {load_before[0]:.1f} on {cores} cores): the reference time, and "
+            "with it the budget, comes out longer than on an idle machine; calibrate again when it is idle")
     with tempfile.TemporaryDirectory(prefix="labkit-calibrate-") as tmp:
         for k in range(repeats):
             if say:

@@ -74,12 +74,26 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: ANN201 - NoReturn
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
+    def format_usage(self) -> str:
+        return self._with_args(super().format_usage())
+
+    def format_help(self) -> str:
+        return self._with_args(super().format_help())
+
+    def _with_args(self, text: str) -> str:
+        """The usage line of a command that runs a script ends with its ``[-- ARGS]``."""
+        if not getattr(self, "script_args", False):
+            return text
+        usage, sep, rest = text.partition("\n\n")
+        return usage.rstrip() + " [-- ARGS]" + (sep + rest if sep else "\n")
+
 
 def add_script(p: argparse.ArgumentParser, required: bool = True, what: str = "the training script") -> None:
     """The ``SCRIPT`` of a command that runs one: options go before or after it, the script's own
     arguments after ``--`` (:func:`split_dashdash`)."""
     p.add_argument("script", nargs=None if required else "?", metavar="SCRIPT",
                    help=f"{what}; options go before or after it, the script's own arguments after --")
+    p.script_args = True  # type: ignore[attr-defined] - its usage line shows [-- ARGS]
 
 
 def split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit import contract, hosts, jobrecord, launchers, output, proc, progress, runs, tfconfig
+from labkit import contract, hosts, jobrecord, launchers, nodes, output, proc, progress, runs, tfconfig
 from labkit.cluster_result import ClusterResult
 
 TaskId = tuple[str, int]
@@ -100,7 +100,7 @@ class Cluster:
         else:
             self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
         self.host_list = list(host_list or [])
-        self.ssh_args = list(ssh_args)
+        self.ssh_args = list(ssh_args) or nodes.ssh_args(self.host_list)  # virtual nodes: their ssh config
         self.job = proc.Job()
         self.job_id = self.job.id
         self.log_dir = Path(log_dir) if log_dir else proc.new_log_dir(Path(cwd or ".") / "runs" / "logs")

@@ -203,6 +203,8 @@ def grade(path: str | Path = "labs", lab_names: list[str] | None = None, timeout
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder: give the folder holding the lab scripts (e.g. labs/)")
     config = load_config(folder) if config is None else config
+    if config.get("assessment"):
+        assessment.from_config(config["assessment"])  # a wrong table fails now, before any lab is graded
     names = lab_names or config.get("labs") or list(labs.LABS)
     chosen = [labs.get(n) for n in names]
     result = Result(str(folder))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from labkit import tfconfig
+from labkit import nodes, tfconfig
 
 _NAME = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]*|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)$")
 _SLOTS_KEYS = ("slots", "slot", "count", "cpu", "cpus")  # OpenMPI's spellings of slots=
@@ -213,7 +213,9 @@ def validate(hosts: Sequence[Host], np: int, resolve: bool = True) -> list[Host]
             f"--np {np} needs {np} slots but the hosts have {total}{note}: add hosts or slots, or lower --np"
         )
     if resolve:
-        bad = [h.name for h in hosts if not is_local(h.name) and not _resolves(h.name)]
+        virtual = nodes.VirtualNodes.load()  # virtual nodes' names resolve through their ssh config
+        bad = [h.name for h in hosts
+               if not is_local(h.name) and not (virtual and virtual.knows(h.name)) and not _resolves(h.name)]
         if bad:
             raise HostError(f"cannot resolve {', '.join(bad)}: check the name (ping it), or add it to /etc/hosts")
     return hosts
@@ -236,16 +238,10 @@ def hosts_arg(hosts: Sequence[Host]) -> str:
     return ",".join(f"{_bracket(h.name)}:{slots(h)}" for h in hosts)
 
 
-def write_hostfile(hosts: Sequence[Host], path: str | os.PathLike[str],
-                   comments: Sequence[str] | None = None) -> Path:
-    """Write ``hosts`` as an OpenMPI hostfile (for ``mpirun --hostfile``) and return its path.
-
-    ``comments`` (one per host) end each host's line after a ``#``, e.g. the name of an address.
-    """
+def write_hostfile(hosts: Sequence[Host], path: str | os.PathLike[str]) -> Path:
+    """Write ``hosts`` as an OpenMPI hostfile (for ``mpirun --hostfile``) and return its path."""
     lines = ["# OpenMPI hostfile written by labkit"]
-    notes = [f"  # {c}" if c else "" for c in comments] if comments else [""] * len(hosts)
-    lines += [(h.name if h.slots is None else f"{h.name} slots={h.slots}") + note
-              for h, note in zip(hosts, notes, strict=True)]
+    lines += [h.name if h.slots is None else f"{h.name} slots={h.slots}" for h in hosts]
     p = Path(path)
     p.write_text("\n".join(lines) + "\n")
     return p
@@ -310,6 +306,8 @@ def _try_ssh(cmd: list[str], timeout: float) -> str | None:
 def ssh_preflight(hosts: Sequence[Host], timeout: float = 10, ssh: str = "ssh", ssh_args: Sequence[str] = ()) -> None:
     """Check that every non-local host runs ``ssh HOST true`` without a password; :class:`HostError` if not.
 
+    Virtual nodes (:mod:`labkit.nodes`) are reached with their own ssh config unless ``ssh_args`` are given.
+
     All hosts are tried at once; the error lists every failing host with ssh's own message.
     """
     if timeout <= 0:
@@ -317,6 +315,7 @@ def ssh_preflight(hosts: Sequence[Host], timeout: float = 10, ssh: str = "ssh", 
     names = list(dict.fromkeys(h.name for h in hosts if not is_local(h.name)))
     if not names:
         return
+    ssh_args = list(ssh_args) or nodes.ssh_args(hosts)
     exe = shutil.which(ssh)
     if exe is None:
         raise HostError(f"{ssh!r} is not installed: apt-get install openssh-client to launch on {', '.join(names)}")

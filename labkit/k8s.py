@@ -40,7 +40,7 @@ from labkit.k8s_validate import validate as validate  # re-exported: k8s.validat
 IMAGE = "registry.example.com/labkit:0.1.0"
 WORKDIR = "/opt/labkit/solutions"
 HOROVOD_SCRIPT = "fashion_mnist_solution.py"
-MWMS_SCRIPT = "fashion_mnist_multiworker_after_step_04.py"
+MWMS_SCRIPT = "fashion_mnist_multiworker_after_step_05.py"
 RUNTIME = "labkit-tensorflow"
 # Root in the container; threads are set per rank; shared memory without ptrace (CMA), TCP between pods.
 MPIRUN_FLAGS = ("--allow-run-as-root", "--bind-to", "none", "--map-by", "slot", "--mca", "pml", "ob1",

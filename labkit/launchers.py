@@ -142,9 +142,8 @@ class Launcher:
             raise LaunchError(problem)
         if self.hosts:
             try:
-                ssh_args = nodes.ssh_args(self.hosts)  # virtual nodes' names resolve in their ssh config
-                hosts.validate(self.hosts, self.np, resolve=not ssh_args)
-                hosts.ssh_preflight(self.hosts, ssh_args=ssh_args)
+                hosts.validate(self.hosts, self.np)
+                hosts.ssh_preflight(self.hosts)
             except hosts.HostError as e:
                 raise LaunchError(str(e)) from None
 

@@ -27,12 +27,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
-from labkit import contract, hosts, nodes_slurm
+from labkit import contract, nodes_slurm
 from labkit import nodes_net as net
 from labkit import nodes_ssh as ssh
+
+if TYPE_CHECKING:
+    from labkit.hosts import Host
 
 DEFAULT_STATE = Path("/run/labkit-nodes")
 NEEDS_ROOT = ("labkit nodes up needs root: it creates network namespaces, a bridge and veth links (CAP_NET_ADMIN), "
@@ -88,8 +92,15 @@ class VirtualNodes:
     known_hosts = property(lambda self: self.folder / "known_hosts")
     state_file = property(lambda self: self.folder / "state.json")
 
-    def host_list(self) -> list[hosts.Host]:
-        return [hosts.Host(n.address, n.slots) for n in self.nodes]
+    def write_hostfile(self) -> Path:
+        """The OpenMPI hostfile: one line per node, its address (resolved everywhere) and slots."""
+        lines = [f"{n.address} slots={n.slots}  # {n.name}" for n in self.nodes]
+        self.hostfile.write_text("# OpenMPI hostfile of labkit's virtual nodes\n" + "\n".join(lines) + "\n")
+        return self.hostfile
+
+    def knows(self, name: str) -> bool:
+        """True when ``name`` is one of the nodes' names or addresses."""
+        return any(name in (n.name, n.address) for n in self.nodes)
 
     def ssh(self, node: str, *command: str) -> list[str]:
         """The argv that runs ``command`` on ``node`` over ssh with the cluster's config."""
@@ -184,7 +195,7 @@ class VirtualNodes:
             n.sshd = p.pid
         self._save("starting")
         ssh.client_files(self.folder, [(n.name, n.address) for n in self.nodes], key)
-        hosts.write_hostfile(self.host_list(), self.hostfile, comments=[n.name for n in self.nodes])
+        self.write_hostfile()
         late = ssh.wait_answering([n.address for n in self.nodes])
         if late:
             logs = "\n".join((self.folder / n.name / "sshd.log").read_text()[-800:] for n in self.nodes
@@ -258,24 +269,23 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     return cluster.down()
 
 
-def for_hosts(host_list: Sequence[hosts.Host]) -> VirtualNodes | None:
+def for_hosts(host_list: Sequence[Host]) -> VirtualNodes | None:
     """The running virtual cluster when every host of ``host_list`` is one of its nodes (name or address)."""
     if not host_list:
         return None
     cluster = VirtualNodes.load()
     if cluster is None:
         return None
-    known = {n.name for n in cluster.nodes} | {n.address for n in cluster.nodes}
-    return cluster if all(h.name in known for h in host_list) else None
+    return cluster if all(cluster.knows(h.name) for h in host_list) else None
 
 
-def ssh_args(host_list: Sequence[hosts.Host]) -> list[str]:
+def ssh_args(host_list: Sequence[Host]) -> list[str]:
     """``-F CONFIG`` when ``host_list`` is virtual nodes (their keys and known hosts), else nothing."""
     cluster = for_hosts(host_list)
     return ["-F", str(cluster.ssh_config)] if cluster else []
 
 
-def mpirun_args(host_list: Sequence[hosts.Host]) -> list[str]:
+def mpirun_args(host_list: Sequence[Host]) -> list[str]:
     """mpirun options for virtual nodes: their ssh config, and TCP (data and control) on their subnet only."""
     cluster = for_hosts(host_list)
     if cluster is None:

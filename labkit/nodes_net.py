@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -155,16 +156,27 @@ def inside(netns: str) -> list[psutil.Process]:
     return found
 
 
+def _gone(p: psutil.Process) -> bool:
+    """Ended (a zombie counts: once its parent has exited, only init reaps it, sometimes slowly)."""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def stop_processes(procs: Sequence[psutil.Process], grace: float = 3.0) -> None:
-    """SIGTERM all at once, wait up to ``grace`` s, SIGKILL the rest (and reap our own children)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in procs:
+    """SIGTERM all at once, wait up to ``grace`` s, SIGKILL the rest."""
+    left = list(procs)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        for p in left:
             try:
                 p.send_signal(sig)
             except psutil.Error:
                 pass
-        _, procs = psutil.wait_procs(list(procs), timeout=grace if sig == signal.SIGTERM else 2.0)
-        if not procs:
+        deadline = time.monotonic() + wait
+        while (left := [p for p in left if not _gone(p)]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not left:
             return
 
 

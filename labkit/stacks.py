@@ -31,6 +31,8 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func
 COLLECTIVE = ("/horovod/", "/distribute/collective", "/distribute/cross_device", "/distribute/coordinator/",
               "/distribute/multi_worker", "collective_ops")
 TRAINING = ("/engine/training.py", "/engine/data_adapter.py", "/trainers/")
+NOT_OWN = ("__autograph_generated", "/site-packages/", "/dist-packages/", "/labkit/")
+TRACING = ("/framework/func_graph.py", "/polymorphic_function/tracing_compilation.py")
 _LIBS = tuple(p for p in {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
               if p)
 
@@ -65,7 +67,7 @@ def threads(text: str) -> list[list[dict[str, Any]]]:
 
 def own(path: str) -> bool:
     """A frame of the learner's code: not the standard library, an installed package or labkit."""
-    if path.startswith("<") or "/site-packages/" in path or "/dist-packages/" in path or "/labkit/" in path:
+    if path.startswith("<") or any(m in path for m in NOT_OWN):
         return False
     return not any(path.startswith(lib + os.sep) for lib in _LIBS)
 
@@ -97,9 +99,10 @@ def newest_dump(stem: str | Path) -> tuple[str, str] | None:
 def where(stem: str | Path, runner: str) -> dict[str, Any] | None:
     """Where the process that dumped to ``stem`` was, or None when it dumped nothing.
 
-    ``kind`` is ``own`` (innermost frame in the learner's code), ``collective`` (inside
-    Horovod or a tf.distribute collective), ``training`` (inside Model.fit/evaluate) or
-    ``library`` (elsewhere, called from the learner's code); ``at`` is the innermost frame of
+    ``kind`` is ``own`` (innermost frame in the learner's code), ``importing``, ``tracing`` (TensorFlow
+    building a graph: slow, not stuck), ``collective`` (inside Horovod or a tf.distribute
+    collective), ``training`` (inside Model.fit/evaluate) or ``library`` (elsewhere, called
+    from the learner's code); ``at`` is the innermost frame of
     the learner's code with its source line, ``inside`` the innermost frame when that is not it.
     """
     dump = newest_dump(stem)
@@ -114,6 +117,10 @@ def where(stem: str | Path, runner: str) -> dict[str, Any] | None:
     files = " ".join(f["file"] for f in inner)
     if not inner:
         kind = "own"
+    elif "<frozen importlib" in files:  # importing a module (TensorFlow takes seconds)
+        kind = "importing"
+    elif any(t in files for t in TRACING):  # building a graph (Horovod's ops included) is not running it
+        kind = "tracing"
     elif any(c in files for c in COLLECTIVE):
         kind = "collective"
     elif any(t in files for t in TRAINING):

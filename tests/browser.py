@@ -359,3 +359,22 @@ class Runner:
     def close(self) -> None:
         if self._stack is not None:
             self._stack.close()
+
+
+def leftovers(course_dir: Path, *needles: str) -> list[str]:
+    """Command lines of live processes of this course (their PYTHONPATH names it) that contain a needle.
+
+    Other work on the machine (another checkout's probes) is not the notebook's doing."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            line = " ".join(p.info["cmdline"] or [])
+            if p.info["status"] == psutil.STATUS_ZOMBIE or not any(n in line for n in needles):
+                continue
+            if str(course_dir) in p.environ().get("PYTHONPATH", ""):
+                found.append(line)
+        except psutil.Error:
+            continue
+    return found

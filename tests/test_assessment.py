@@ -210,8 +210,8 @@ def test_grading_runs_the_learners_own_script(tmp_path: Path, monkeypatch: pytes
         return assessment.Verdict(True, "reached 83.0% after 70 s", goal)
 
     monkeypatch.setattr(assessment, "assess", fake_assess)
-    monkeypatch.setattr(assessment, "machine_goal", lambda **spec: Goal(spec["workers"], spec["target"],
-                                                                         spec["multiple"] * 50))
+    monkeypatch.setattr(assessment, "machine_goal", lambda **spec: Goal(spec["multiple"] * 50, spec["workers"],
+                                                                         spec["target"]))
     config = {"labs": ["mirrored"], "assessment": {"points": 5, "multiple": 4, "args": ["--epochs", "20"]}}
     result = grade.grade(folder, config=config)
     case = result.cases[-1]
@@ -239,3 +239,26 @@ def test_a_real_run_is_judged_from_its_record(tmp_path: Path, calibrated: calibr
     assert code == 1 and out["details"]["settings"] == [
         "test set: 128 images, it should be the full small-mode test set of 1000 images (drop --test-size)"], out
     assert out["goal"]["budget_s"] == pytest.approx(calibration.MULTIPLE * 50.0)
+
+
+def test_a_script_without_the_settings_does_not_count() -> None:
+    bare = fixture("good") | {"config": {}, "mode": None, "test_size": None}
+    v = assessment.judge(bare, GOAL, MINE)
+    assert not v.passed and "mode: not shown (the script has no such argument), it should be 'small'" in v.message
+    assert "target accuracy: not shown" in v.message and "test set: not shown" in v.message
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_calibration_times_the_shipped_workload_and_caches_it(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workload ships in the package (a released course has no solutions) and runs on this machine."""
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    said = []
+    cal = calibration.measure(2, repeats=1, say=said.append)
+    assert cal.seconds > 5 and len(cal.runs_s) == 1 and cal.command == "labkit assess --calibrate --np 2"
+    assert cal.conditions["workers"] == 2 and cal.conditions["threads"] == 1 and cal.date[:4] == time.strftime("%Y")
+    assert calibration.load(2, 1) == cal  # cached, with its date, command and conditions
+    assert any("calibrating this machine" in s for s in said)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # nothing left in the current folder

@@ -64,8 +64,8 @@ def test_what_a_learner_would_see_as_wrong_is_found() -> None:
 @pytest.mark.horovod
 @pytest.mark.parametrize("state", ["starters", "finished"])
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_in_the_browser_without_errors(name: str, state: str, request: pytest.FixtureRequest,
-                                                     running) -> None:  # noqa: ANN001
+def test_notebook_runs_in_the_browser_without_errors(name: str, state: str, request: pytest.FixtureRequest) -> None:
+    import browser
     from test_notebooks import outputs_text
 
     runner = request.getfixturevalue("notebooks" if state == "starters" else "finished_notebooks")
@@ -82,7 +82,7 @@ def test_notebook_runs_in_the_browser_without_errors(name: str, state: str, requ
     else:
         assert SAYS_STARTER not in text, text[-3000:]
     assert "solutions/" not in text  # nothing runs or names a solution
-    assert not running("labkit.probe") and not running("labkit.dprobe")
+    assert browser.leftovers(runner.course, "labkit.probe", "labkit.dprobe") == []
 
 
 def test_the_released_course_gets_the_final_solutions_only_when_finished(tmp_path: Path) -> None:
@@ -95,3 +95,10 @@ def test_the_released_course_gets_the_final_solutions_only_when_finished(tmp_pat
         assert not (out / "solutions").exists() and (out / ".venv" / "bin" / "python").exists()
         scripts = [out / "labs" / starter for starter in browser.final_solutions()]
         assert [notebook.untouched(s) for s in scripts] == [state == "starters"] * len(scripts), state
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(out)}  # as lab_server gives it: the kernel imports the released labkit
+    shown = subprocess.run([str(out / ".venv" / "bin" / "python"), "-c", "import labkit; print(labkit.__file__)"],
+                           env=env, cwd=out / "labs", capture_output=True, text=True, timeout=120)
+    assert shown.stdout.strip() == str(out / "labkit" / "__init__.py"), shown

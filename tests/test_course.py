@@ -65,3 +65,26 @@ def test_reset_restores_the_starter_and_keeps_every_version(tmp_path: Path) -> N
     assert course.reset(script) is None  # already the starter: nothing to back up
     with pytest.raises(ValueError, match="not a lab starter"):
         course.reset(folder / "notes.py")
+
+
+def test_the_release_holds_no_solution_and_no_notebook_names_one(tmp_path: Path) -> None:
+    out = tmp_path / "course"
+    course.release(out)
+    solutions = {p.read_bytes() for p in (ROOT / "solutions").glob("*.py")}
+    shipped = [p for p in out.rglob("*") if p.is_file()]
+    assert not (out / "solutions").exists()
+    assert [str(p.relative_to(out)) for p in shipped if p.read_bytes() in solutions] == []
+    mentions = [f"{nb.name} cell {c.get('id')}" for nb in sorted((out / "labs").glob("*.ipynb"))
+                for c in json.loads(nb.read_text())["cells"] if "solutions/" in "".join(c["source"])]
+    assert mentions == [], "released notebooks name solutions/ (a learner's course has none)"
+
+
+def test_the_release_ships_the_reference_results_and_the_lab_settings(tmp_path: Path) -> None:
+    out = tmp_path / "course"
+    course.release(out)
+    for name in ("runs.jsonl", "results.json", "README.md"):
+        assert (out / "labs" / "reference" / name).is_file(), name
+    overrides = json.loads((out / "jupyter" / "lab-settings" / "overrides.json").read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    done = subprocess.run(["make", "-n", "-o", "setup", "lab"], cwd=out, capture_output=True, text=True, timeout=60)
+    assert f"--LabApp.app_settings_dir={out}/jupyter/lab-settings" in done.stdout, done.stdout

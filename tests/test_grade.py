@@ -97,7 +97,8 @@ def test_untouched_starters_score_zero_in_seconds(tmp_path: Path) -> None:
     start = time.perf_counter()
     result = grade.grade(folder)
     assert time.perf_counter() - start < 30
-    assert result.score == 0 and result.max_score == 18 and len(result.cases) == 18
+    steps = sum(lab.n_steps for lab in labs.LABS.values())
+    assert result.score == 0 and result.max_score == steps and len(result.cases) == steps
     assert all(c.message.startswith("not started") for c in result.cases)
     assert _snapshot(folder.parent) == before
 
@@ -161,16 +162,18 @@ def test_the_workflow_grades_a_course_repository(tmp_path: Path) -> None:
         return done.returncode, outputs, json.loads(base64.b64decode(outputs["result"]))
 
     code, outputs, points = run_workflow()  # the release: untouched starters, scored in seconds
-    assert code == 1 and outputs["score"] == "0" and points["max_score"] == 18
+    config = grade.load_config(repo / "labs")
+    top = sum(sum(grade.step_points(labs.get(name), config)) for name in config["labs"])
+    assert code == 1 and outputs["score"] == "0" and points["max_score"] == pytest.approx(top)
     # A learner half-way: Horovod up to step 3, the MirroredStrategy lab done, two labs not started.
     shutil.copy2(labs.get("horovod").solution(3), repo / "labs" / "fashion_mnist.py")
     shutil.copy2(labs.get("mirrored").solution(), repo / "labs" / "fashion_mnist_mirrored.py")
     code, outputs, points = run_workflow()
     failing = [t["name"].split(":")[0] for t in points["tests"] if t["status"] == "fail"]
     assert code == 1 and outputs["score"] == "7"
-    assert failing == ["horovod step 4", "horovod step 5", "horovod step 6", "horovod step 7",
-                       *[f"multiworker step {k}" for k in range(1, 5)],
-                       *[f"parameter-server step {k}" for k in range(1, 4)]]
+    assert failing == [*[f"horovod step {k}" for k in range(4, labs.get("horovod").n_steps + 1)],
+                       *[f"multiworker step {k}" for k in range(1, labs.get("multiworker").n_steps + 1)],
+                       *[f"parameter-server step {k}" for k in range(1, labs.get("parameter-server").n_steps + 1)]]
     # A course that grades that one lab only (its pyproject.toml says which): everything passes, exit 0.
     # (Each lab's final solution passing every step is its own lab test's real check.)
     pyproject = repo / "pyproject.toml"
@@ -197,3 +200,17 @@ def test_only_a_well_formed_report_of_a_finished_check_counts() -> None:
     assert grade._report_of(good.replace('"mirrored"', '"horovod"'), 0, lab) is None
     assert grade._report_of(good.replace('"step": 1', '"step": 9'), 0, lab) is None
     assert grade._report_of(good.replace('"message": "ok"', '"msg": "ok"'), 0, lab) is None
+
+
+def test_a_wrong_assessment_table_fails_before_any_lab_is_graded(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from labkit import cli
+
+    (tmp_path / "pyproject.toml").write_text('[tool.labkit.grading]\nlabs = ["horovod"]\n\n'
+                                             '[tool.labkit.grading.assessment]\nbudget = 180\n')
+    (tmp_path / "labs").mkdir()
+    start = time.perf_counter()
+    assert cli.main(["grade", str(tmp_path / "labs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("labkit grade: [tool.labkit.grading.assessment]: budget is relative to the machine, not a number of seconds")
+    assert "multiple = M" in err and time.perf_counter() - start < 5

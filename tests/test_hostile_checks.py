@@ -111,14 +111,15 @@ def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) 
     script.write_text("import sys\nline = 'x' * 1023 + '\\n'\nwhile True:\n    sys.stdout.write(line * 1024)\n")
     rss = psutil.Process().memory_info().rss
     start = time.monotonic()
-    result = launch.run([sys.executable, str(script)], np=2, timeout=15, quiet=True, record=False,
+    result = launch.run([sys.executable, str(script)], np=2, timeout=10, quiet=True, record=False,
                         log_dir=tmp_path / "logs", cwd=tmp_path)
     took = time.monotonic() - start
-    assert result.timed_out and took < 30, took
+    assert result.timed_out and took < 60, took  # 24 s measured on a busy machine
     for r in range(2):
         size = (tmp_path / "logs" / f"rank.{r}.log").stat().st_size
         assert size <= rank.LOG_HEAD + rank.LOG_TAIL + 200, size
         assert size > rank.LOG_HEAD // 4, size  # it did flood
+    assert (tmp_path / "logs" / "launcher.out").stat().st_size <= rank.LOG_HEAD + 4096  # rank 0's copy stops too
     assert psutil.Process().memory_info().rss - rss < 200 << 20
     assert not running(str(script))
 

@@ -40,7 +40,7 @@ def test_a_hang_is_called_a_deadlock() -> None:
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
-    report = real_check_matches_recording(find("horovod", "after_step_07"), tmp_path, running,
+    report = real_check_matches_recording(find("horovod", "after_step_08"), tmp_path, running,
                                           "labkit.probe")
     assert report.seconds is not None and report.seconds < labs.get("horovod").timeout
 

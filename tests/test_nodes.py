@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit import contract, hosts, launch, launchers, nodes, nodes_ssh
+from labkit import contract, hosts, launch, launchers, nodes, nodes_slurm, nodes_ssh
 from labkit import nodes_net as net
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,6 +142,25 @@ def test_cli_up_status_down_and_down_again(state: Path) -> None:
     assert json.loads(_cli("status", "--json").stdout)["state"] == "down"
 
 
+@needs_root
+@pytest.mark.slow
+@pytest.mark.skipif(nodes_slurm.missing() is not None, reason=str(nodes_slurm.missing()))
+def test_slurm_runs_a_job_on_both_nodes(state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = nodes.VirtualNodes(count=2, slots=2, slurm=True, folder=state).up()
+    monkeypatch.setenv("SLURM_CONF", cluster.status()["slurm_conf"])
+    out = subprocess.run(["srun", "-N2", "-n4", "hostname"], capture_output=True, text=True, timeout=60)
+    assert sorted(out.stdout.split()) == ["node1", "node1", "node2", "node2"], out.stderr
+    script = tmp_path / "who.py"
+    script.write_text(WHO)  # ranks start with mpirun inside the allocation (labkit's default)
+    result = launch.run(["python", str(script)], launcher="slurm", quiet=True, record=False, cwd=tmp_path,
+                        slurm=launch.SlurmOptions(nodes=2, tasks_per_node=2), timeout=240)
+    assert result.ok, result.summary()
+    ranks = sorted(line.split()[1:] for r in range(4) for line in
+                   (result.log_dir / f"rank.{r}.log").read_text().splitlines() if line.startswith("rank "))
+    assert ranks == [["0", "node1", "0"], ["1", "node1", "1"], ["2", "node2", "0"], ["3", "node2", "1"]]
+
+
+# The tests above start clusters of their own: they run before the module's cluster is up.
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[nodes.VirtualNodes]:
     """Two nodes of two slots, links limited to 50 Mbit/s, for the whole module; nothing may be left after."""
@@ -167,7 +187,9 @@ def test_ssh_reaches_each_node_by_name_and_address(cluster: nodes.VirtualNodes) 
         for target in (n.name, n.address):
             out = subprocess.run(cluster.ssh(target, "hostname"), capture_output=True, text=True, timeout=30)
             assert (out.returncode, out.stdout.strip()) == (0, n.name), out.stderr
-    hosts.ssh_preflight(cluster.host_list(), timeout=5, ssh_args=nodes.ssh_args(cluster.host_list()))
+    by_address = hosts.parse_hostfile(cluster.hostfile)
+    hosts.ssh_preflight(by_address, timeout=5)  # the cluster's ssh config, found from the hosts alone
+    hosts.ssh_preflight(launch.host_list("node1:2,node2:2"), timeout=5)
 
 
 @needs_root
@@ -194,19 +216,25 @@ def test_mpirun_places_two_ranks_on_each_node(cluster: nodes.VirtualNodes, tmp_p
 def test_launch_preflight_accepts_node_names(cluster: nodes.VirtualNodes) -> None:
     by_name = launch.host_list("node1:2,node2:2")  # names resolve only through the cluster's ssh config
     launchers.MPIRun(4, by_name).preflight()
-    assert nodes.mpirun_args(by_name) == nodes.mpirun_args(cluster.host_list()) != []
+    assert nodes.mpirun_args(by_name) == nodes.mpirun_args(hosts.parse_hostfile(cluster.hostfile)) != []
+    assert hosts.validate(by_name, 4) == by_name  # names known to the cluster need no name service here
+    with pytest.raises(hosts.HostError, match="cannot resolve node3"):
+        hosts.validate([*by_name, hosts.Host("node3", 2)], 4)
     assert nodes.mpirun_args([hosts.Host("localhost", 2)]) == []
 
 
 @needs_root
 @pytest.mark.slow
 def test_labkit_run_trains_across_the_nodes(cluster: nodes.VirtualNodes, tmp_path: Path) -> None:
+    train = [sys.executable, str(ROOT / "solutions/fashion_mnist_solution.py"), "--epochs", "1", "--train-size", "256",
+             "--test-size", "128"]
+    where = f"hostname > {tmp_path}/host.$OMPI_COMM_WORLD_RANK && exec {shlex.join(train)}"
     start = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "labkit.cli", "run", "--hostfile", str(cluster.hostfile), "--np", "4", "--timeout",
-         "400", "--log-dir", str(tmp_path / "logs"), "--", "python", str(ROOT / "solutions/fashion_mnist_solution.py"),
-         "--epochs", "1", "--train-size", "256", "--test-size", "128"],
+         "400", "--log-dir", str(tmp_path / "logs"), "--", "sh", "-c", where],
         capture_output=True, text=True, timeout=450, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "4 workers" in out.stderr, out.stderr
+    assert [(tmp_path / f"host.{r}").read_text().strip() for r in range(4)] == ["node1", "node1", "node2", "node2"]
     print(f"trained on 2 virtual nodes x 2 ranks in {time.perf_counter() - start:.1f} s")

@@ -21,7 +21,8 @@ def test_committed_clean_with_short_cells() -> None:
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_notebook_runs_and_leaves_the_learners_script_untouched(notebooks) -> None:  # noqa: ANN001
-    before = (LABS / "fashion_mnist.py").read_bytes()
+    labs = notebooks.labs  # the released course, its starters untouched
+    before = (labs / "fashion_mnist.py").read_bytes()
     text = outputs_text(notebooks.run("02_horovod.ipynb").nb)
     # The untouched starter trains, and its check says what to do first.
     assert "job finished OK" in text and "Images/sec" in text
@@ -32,5 +33,5 @@ def test_notebook_runs_and_leaves_the_learners_script_untouched(notebooks) -> No
     assert "local rank 1" in text and "--- rank 1 ---" in text  # every rank shown, and the real command
     assert re.search(r"^\$ \S*mpirun -np 2 ", text, re.M), text[-3000:]
     assert "engine set stopped" not in text and "cuInit" not in text  # engines stop quietly, and show no CUDA noise
-    assert (LABS / "fashion_mnist.py").read_bytes() == before
-    assert (LABS / "fashion_mnist_original.py").exists()
+    assert (labs / "fashion_mnist.py").read_bytes() == before
+    assert (labs / "fashion_mnist_original.py").exists()

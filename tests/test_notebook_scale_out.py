@@ -17,8 +17,8 @@ def test_committed_clean_with_short_cells() -> None:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_notebook_runs_and_submits_to_slurm(notebooks, slurm: object) -> None:  # noqa: ANN001
-    done = notebooks.run("07_scale_out.ipynb")  # run once per session: the browser test may have run it first
+def test_notebook_runs_and_submits_to_slurm(finished_notebooks, slurm: object) -> None:  # noqa: ANN001
+    done = finished_notebooks.run("07_scale_out.ipynb")  # once per session: the browser test may have run it
     nb = done.nb
     text = outputs_text(nb)
     assert "rank 4 -> node2, local rank 2" in text and "node1 slots=2" in text
@@ -27,7 +27,7 @@ def test_notebook_runs_and_submits_to_slurm(notebooks, slurm: object) -> None:  
     assert "allreduce on the engines: [3, 3]" in text
     assert "kind: MPIJob" in text and '"index": 3' in text
     assert "Traceback" not in text
-    new = done.new_records(LABS / "runs" / "runs.jsonl")
+    new = done.new_records(Path("runs") / "runs.jsonl")
     assert [r["launcher"] for r in new if r["launcher"] == "slurm"] == ["slurm", "slurm"]
     assert all(r["status"] == "ok" and r["workers"] == 2 for r in new)
     # Horovod ranks started by mpirun in the allocation; tf.distribute workers with TF_CONFIG made from it.

@@ -67,9 +67,10 @@ def test_each_start_starts_the_ranks_its_way(tmp_path: Path) -> None:
 
 def test_the_command_line_writes_it(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("print('training')\n")
-    out = subprocess.run([sys.executable, "-m", "labkit.cli", "run", "--launcher", "slurm", "--plain", "--start",
-                          "tf_config", "--tasks-per-node", "3", "--script-only", "mw.sbatch", "--", "python", "train.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    argv = ["run", "--launcher", "slurm", "--plain", "--start", "tf_config", "--tasks-per-node", "3", "--script-only",
+            "mw.sbatch", "--", "python", "train.py"]
+    out = subprocess.run([sys.executable, "-m", "labkit.cli", *argv], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     text = (tmp_path / "mw.sbatch").read_text()
     assert "#SBATCH --ntasks-per-node=3" in text and "TF_CONFIG" in text and "sbatch mw.sbatch" in out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from probe_cases import find
 
 from labkit import views
@@ -77,3 +78,22 @@ def test_worker_steps_count_each_workers_steps() -> None:
 
     with pytest.raises(ValueError, match="not a ParameterServerStrategy run"):
         views.worker_steps({"epochs": []})
+
+
+def test_learning_rates_are_scaled_warmed_up_and_decayed() -> None:
+    from labkit import scaling_model, views
+
+    lr = scaling_model.learning_rate
+    assert lr(0, 4) == pytest.approx(0.01) and lr(3, 4) == pytest.approx(0.04)  # warm-up from base to base x 4
+    assert lr(1.5, 4) == pytest.approx(0.025) and lr(15, 4) == pytest.approx(0.004) and lr(35, 1) == pytest.approx(1e-5)
+    fig = views.learning_rates(workers=(1, 2))
+    assert [line.get_label() for line in fig.axes[0].get_lines()] == ["1 worker(s)", "2 worker(s)"]
+
+
+def test_efficiency_falls_with_slow_links_and_big_gradients() -> None:
+    from labkit.scaling_model import efficiency
+
+    assert efficiency(0.05, 68e6, 1, 1.25e9) == 1.0
+    slow, fast = efficiency(0.05, 68e6, 8, 1.25e9), efficiency(0.05, 68e6, 8, 100e9)
+    assert 0 < slow < 0.5 < fast < 1
+    assert efficiency(0.05, 68e6, 2, 1.25e9) > slow  # more workers send more of the gradient

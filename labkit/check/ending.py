@@ -119,6 +119,21 @@ def busy(rank: int | str, run: dict[str, Any], where: str, last: str, train_batc
         return (f"rank {rank} never reached {where}: {stopped} it was still in epoch {int(prog.get('epoch', 0)) + 1}, "
                 f"{prog.get('batch')} {phase} batches in{expected}: the epoch never ends. A dataset that repeats "
                 f"(`.repeat()`) is endless: pass fit `{steps}<batches per epoch>`.")
+    if not at:  # not yet in the script: still importing or setting up
+        inside = w.get("inside") or {}
+        place = f" (in {Path(inside['file']).name}, {inside['function']})" if inside.get("file") else ""
+        return (f"rank {rank} never reached {where}: {stopped} it had not yet reached the script's own code"
+                f"{place}: the check's time ran out while it was starting. The machine was too busy or too slow "
+                "for the check's time: check again when it is less busy, or give the check more time (`--timeout`).")
+    if kind == "importing":
+        return (f"rank {rank} never reached {where}: {stopped} it was still importing modules (at "
+                f"{stacks.describe(at)}): the check's time ran out. The machine was too busy or too slow for the "
+                "check's time: check again when it is less busy, or give the check more time (`--timeout`).")
+    if kind == "tracing":
+        place = f" for {stacks.describe(at)}" if at else ""
+        return (f"rank {rank} never reached {where}: {stopped} (after '{last}') TensorFlow was still building its "
+                f"graph{place}. That is slow work, not a hang: the machine was too busy or too slow for the "
+                "check's time. Check again when it is less busy, or give the check more time (`--timeout`).")
     if kind in ("own", "library") and at:
         inside = w.get("inside") or {}
         deeper = f", inside {inside['function']}()" if kind == "library" and inside.get("function") else ""

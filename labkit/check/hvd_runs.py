@@ -25,7 +25,7 @@ BATCH = 16
 # Horovod aborts a collective that some ranks never join, so a deadlock ends fast.
 PROBE_ENV = {
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "5",
-    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20",
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "60",  # 20 s stopped sound runs on a busy machine (a rank tracing slowly)
     "CUDA_VISIBLE_DEVICES": "",  # the probe simulates GPUs; real ones would only slow it down
 }
 STAGE_TEXT = {
@@ -119,8 +119,11 @@ def why_not(ev: dict[str, Any], rank: int, milestone: str) -> str:
     where = STAGE_TEXT.get(milestone, milestone)
     if st and st.get("error"):
         err = st["error"]
+        shut = ("\nHorovod shut down because a rank waited too long for the others in a collective operation: "
+                "a deadlock (the ranks did not make the same Horovod calls in the same order), or a machine too "
+                "busy for the check." if "has been shut down" in err["message"] else "")
         return (f"rank {rank} crashed before {where}: {err['type']}: {err['message'][:300]}"
-                f"{script_frames(err.get('traceback', ''))}")
+                f"{script_frames(err.get('traceback', ''))}{shut}")
     exit_code = info.get("exit")
     if st is None:
         tail = (info.get("error") or info.get("log_tail", "")).strip()[-600:]
