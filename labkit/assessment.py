@@ -133,7 +133,8 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
         out.append(f"script: {Path(script).name} changed after this run started; run it again")
     mode = config.get("mode", record.get("mode"))
     if mode != goal.mode:
-        out.append(f"mode: {_shown(mode)}, it should be {goal.mode!r} (--mode {goal.mode}, or leave --mode auto on a CPU)")
+        out.append(f"mode: {_shown(mode)}, it should be {goal.mode!r} (--mode {goal.mode}, or leave --mode auto "
+                   "on a CPU)")
     workers = int(record.get("workers") or 0)
     if workers != goal.workers:
         out.append(f"workers: {workers}, it should be {goal.workers} (--np {goal.workers})")
@@ -149,14 +150,14 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
                    f"{goal.threads} thread gives; leave TensorFlow's thread settings to labkit")
     test_size = config.get("test_size", record.get("test_size"))
     if test_size != goal.test_size or record.get("shrink"):
-        shown = _shown(test_size, " images") + (f" shrunk by bench --shrink {record.get('shrink')}" if record.get("shrink")
-                                          else "")
+        shrink = record.get("shrink")
+        shown = _shown(test_size, " images") + (f" shrunk by bench --shrink {shrink}" if shrink else "")
         out.append(f"test set: {shown}, it should be the full small-mode test set of {goal.test_size} images "
                    "(drop --test-size)")
     target = config.get("target_accuracy")
     if not isinstance(target, (int, float)) or not math.isclose(float(target), goal.target, abs_tol=1e-9):
-        out.append(f"target accuracy: {_shown(target)}, it should be {goal.target:g} (--target-accuracy {goal.target:g}, "
-                   "or the small-mode default)")
+        out.append(f"target accuracy: {_shown(target)}, it should be {goal.target:g} "
+                   f"(--target-accuracy {goal.target:g}, or the small-mode default)")
     return out
 
 

@@ -14,7 +14,8 @@
   training batches), the weights after training;
 * ``Model.save``: where each process saved.
 
-The record goes to ``OUTDIR/<task>.json`` (``<task>`` from ``LABKIT_TASK`` or
+A process stopped with SIGTERM leaves its Python stacks in ``OUTDIR/stack.<task>.term.txt``
+(:mod:`labkit.stacks`). The record goes to ``OUTDIR/<task>.json`` (``<task>`` from ``LABKIT_TASK`` or
 ``TF_CONFIG``, else ``local.0``). ``LABKIT_PROBE_LOAD=PATH`` reloads a saved
 model at the end and compares its weights with the trained ones.
 """
@@ -31,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from labkit import contract
+from labkit import contract, stacks
 from labkit.observe import learning_rate
 
 PROBE_BATCHES = 6  # batches per replica sampled before training
@@ -323,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m labkit.dprobe OUTDIR -- SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     rec = Recorder(Path(argv[0]))
+    stacks.install(rec.outdir / f"stack.{rec.task}")  # where it was, if it has to be stopped
     script, args = argv[2], argv[3:]
     install(rec)
     rec.dump()

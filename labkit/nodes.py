@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from labkit.hosts import Host
 
 DEFAULT_STATE = Path("/run/labkit-nodes")
-NEEDS_ROOT = ("labkit nodes up needs root: it creates network namespaces, a bridge and veth links (CAP_NET_ADMIN), "
+NEEDS_ROOT = ("virtual nodes need root: labkit creates network namespaces, a bridge and veth links (CAP_NET_ADMIN), "
               "mounts a hosts file inside the nodes and starts an sshd per node (CAP_SYS_ADMIN). "
               "Run it as root, e.g. `sudo .venv/bin/labkit nodes up`.")
 
@@ -186,31 +186,34 @@ class VirtualNodes:
             self.children.append(p)
             n.holder = p.pid
         self._save("starting")
-        self._wait(lambda: all(net.held(n.holder or 0) for n in self.nodes), "the nodes' namespaces", "holder.log")
+        self._wait(lambda: all(net.held(n.holder or 0) for n in self.nodes), "the nodes' namespaces", "holder.log",
+                   self.children)
+        sshds = []
         for n in self.nodes:
             conf = ssh.sshd_config(self.folder / n.name, n.address, authorized)
             argv = [*net.enter(n.holder or 0), ssh.sshd_path(), "-D", "-e", "-f", str(conf)]
             p = net.daemon(argv, self.folder / n.name / "sshd.log", env)
-            self.children.append(p)
+            sshds.append(p)
             n.sshd = p.pid
+        self.children += sshds
         self._save("starting")
         ssh.client_files(self.folder, [(n.name, n.address) for n in self.nodes], key)
         self.write_hostfile()
-        late = ssh.wait_answering([n.address for n in self.nodes])
-        if late:
-            logs = "\n".join((self.folder / n.name / "sshd.log").read_text()[-800:] for n in self.nodes
-                             if n.address in late)
-            raise NodesError(f"sshd did not answer on {', '.join(late)}:\n{logs}")
+        self._wait(lambda: all(ssh.answers(n.address) for n in self.nodes), "sshd", "sshd.log", sshds)
         if self.slurm:
             self.daemons.update(nodes_slurm.start(self))
 
-    def _wait(self, check, what: str, log: str, timeout: float = 15) -> None:  # noqa: ANN001
+    def _wait(self, check, what: str, log: str, procs: list, timeout: float = 15) -> None:  # noqa: ANN001
+        """Until ``check()``; a :class:`NodesError` with the nodes' ``log`` tails on timeout or when one of
+        ``procs`` (what should be running by now) has exited."""
         deadline = time.monotonic() + timeout
         while not check():
-            if time.monotonic() > deadline:
-                tails = "\n".join((self.folder / n.name / log).read_text()[-500:] for n in self.nodes
-                                  if (self.folder / n.name / log).exists())
-                raise NodesError(f"{what} did not start within {timeout:g} s:\n{tails}")
+            ended = [p for p in procs if p.poll() is not None]
+            if ended or time.monotonic() > deadline:
+                tails = "\n".join(f"--- {n.name}: {(self.folder / n.name / log).read_text()[-500:]}"
+                                  for n in self.nodes if (self.folder / n.name / log).exists())
+                why = f"exited with code {ended[0].returncode}" if ended else f"did not start within {timeout:g} s"
+                raise NodesError(f"{what} {why}:\n{tails}")
             time.sleep(0.02)
 
     # -- down ---------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -97,14 +96,3 @@ def answers(address: str, port: int = 22) -> bool:
             return s.recv(64).startswith(b"SSH-")
     except OSError:
         return False
-
-
-def wait_answering(addresses: Sequence[str], timeout: float = 15) -> list[str]:
-    """Wait until every address answers; the ones that still do not after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    left = list(addresses)
-    while left and time.monotonic() < deadline:
-        left = [a for a in left if not answers(a)]
-        if left:
-            time.sleep(0.05)
-    return left

@@ -3,7 +3,9 @@
 It runs ``CMD`` with its output captured, writes its output to ``LOGDIR/rank.N.log``
 (the first :data:`LOG_HEAD` bytes and the last :data:`LOG_TAIL`, so a flood of output
 cannot fill the disk), copies rank 0's output to its own stdout (which the launcher
-streams), forwards termination signals, and makes sure the command dies with it.
+streams), forwards termination signals (a probe, :mod:`labkit.probe`, first gets SIGUSR1, on
+which it writes where it is, even when the script ignores SIGTERM), and makes sure the command
+dies with it.
 
 The rank ends when ``CMD`` ends: processes ``CMD`` started and left running (a server,
 a ``sleep``) are adopted by this wrapper (it is their *subreaper*), stopped, and named
@@ -146,8 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
     )
 
+    probed = cmd[1:3] in (["-m", "labkit.probe"], ["-m", "labkit.dprobe"])
+
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:
+            if probed and signum != signal.SIGUSR1:  # the probe dumps its stacks first, even if the script is deaf
+                child.send_signal(signal.SIGUSR1)
+                time.sleep(0.2)
             child.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):

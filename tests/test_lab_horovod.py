@@ -59,3 +59,20 @@ def test_a_deadlock_is_reported_within_the_timeout(tmp_path: Path, running) -> N
     assert "deadlock" in report.format() or "stuck" in report.format(), report.format()
     assert report.seconds is not None and report.seconds < 100
     assert not running("labkit.probe")
+
+
+def test_step_8_reads_the_rates_of_every_rank_and_every_epoch() -> None:
+    ev = judging.load(find("horovod", "after_step_08").fixture)
+    assert "0.04" in lab_horovod.step_8(ev)
+    run = ev["lr_run"]
+    for ep in run["states"]["1"]["epochs"][3:]:
+        ep["lr"] = [2 * r for r in ep["lr"]]  # rank 1 scaled twice after the warm-up
+    with pytest.raises(judging.Failed, match="rank 1 trained with"):
+        lab_horovod.step_8(ev)
+    for r in ("0", "1"):
+        del run["states"][r]["epochs"][3:]
+    with pytest.raises(judging.Failed, match="training stopped after 3"):
+        lab_horovod.step_8(ev)
+    del ev["lr_run"]
+    with pytest.raises(judging.Failed, match="steps 1-7 must pass"):
+        lab_horovod.step_8(ev)

@@ -38,3 +38,12 @@ def test_a_real_check_with_a_killed_worker_passes_and_matches_its_recording(tmp_
                                                                             running) -> None:  # noqa: ANN001
     real_check_matches_recording(find("multiworker", "after_step_05"), tmp_path, running,
                                  "labkit.dprobe", step=5)
+
+
+def test_step_5_takes_an_epoch_run_again_after_a_restart_from_its_last_run() -> None:
+    def end(epoch: int, t: float, rates: list[float]) -> dict:
+        return {"kind": "epoch_end", "epoch": epoch, "t": t, "pid": int(t), "lr": rates}
+
+    events = [end(0, 1, [0.02] * 2), end(1, 2, [0.5] * 2),  # epoch 2 of the killed process, then again
+              end(1, 3, [0.03] * 2), end(2, 4, [0.04] * 2)]
+    assert lab_multiworker._rates(events) == [[0.02] * 2, [0.03] * 2, [0.04] * 2]

@@ -84,7 +84,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def test_up_refuses_without_root_and_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    with pytest.raises(nodes.NodesError, match="needs root.*CAP_NET_ADMIN"):
+    with pytest.raises(nodes.NodesError, match="need root.*CAP_NET_ADMIN"):
         nodes.VirtualNodes(folder=tmp_path / "s").up()
     assert not (tmp_path / "s").exists()
 
@@ -134,12 +134,26 @@ def test_cli_up_status_down_and_down_again(state: Path) -> None:
     unshaped = _transfer(cluster, 64 << 20)
     print(f"node1 -> node2, no rate limit: {unshaped:.0f} Mbit/s")
     assert unshaped > 500  # far above the rate limit tested below
+    psutil.Process(cluster.nodes[1].sshd).kill()  # a node whose sshd died shows as down
+    broken = _cli("status", "--json")
+    assert broken.returncode == 1
+    assert [n["state"] for n in json.loads(broken.stdout)["nodes"]] == ["up", "down"]
     down = _cli("down")
     assert down.returncode == 0 and "node1, node2" in down.stdout, down.stderr
     assert_nothing_left(state)
     twice = _cli("down")
     assert twice.returncode == 0 and "nothing was up" in twice.stdout
     assert json.loads(_cli("status", "--json").stdout)["state"] == "down"
+
+
+@needs_root
+def test_a_failed_start_leaves_nothing(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nodes_ssh, "sshd_path", lambda: "/bin/false")  # every sshd exits at once
+    start = time.perf_counter()
+    with pytest.raises(nodes.NodesError, match="sshd exited with code 1"):
+        nodes.VirtualNodes(count=2, folder=state).up()
+    assert time.perf_counter() - start < 10
+    assert_nothing_left(state)
 
 
 @needs_root

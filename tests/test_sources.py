@@ -190,3 +190,21 @@ def test_git_marks_every_generated_script_as_generated():
     marked = {line.split(": ")[0]: line.split(": ")[-1] for line in out.stdout.splitlines()}
     assert [p for p in outputs if marked.get(p) != "true"] == []
     assert marked["labkit/sources.py"] != "true"  # hand-written code is not folded away
+
+
+def test_the_course_source_is_the_checkout_or_the_folder_it_is_run_in(tmp_path, monkeypatch):
+    assert sources.course_source(tmp_path) == ROOT  # this checkout first
+    monkeypatch.setattr(sources, "ROOT", tmp_path / "site-packages")  # as installed from a wheel
+    course = tmp_path / "course"
+    for folder in ("solutions/source", "labs/figures"):
+        (course / folder).mkdir(parents=True)
+    (course / "pyproject.toml").write_text("[project]\n")
+    assert sources.course_source(course / "labs" / "figures") == course
+    released = tmp_path / "released"  # a learner's course: no templates
+    (released / "labs").mkdir(parents=True)
+    (released / "pyproject.toml").write_text("[project]\n")
+    with pytest.raises(FileNotFoundError, match="no course source"):
+        sources.course_source(released)
+    monkeypatch.chdir(released)
+    with pytest.raises(FileNotFoundError, match="checkout of the course source"):
+        sources.generate(check=True)

@@ -147,3 +147,18 @@ def busy(rank: int | str, run: dict[str, Any], where: str, last: str, train_batc
                 f"operation{place} that the other rank did not join (a deadlock). Every rank must make the same "
                 "Horovod calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order.")
     return None
+
+
+WHAT = {"own": "busy in its own code", "library": "busy in its own code", "importing": "still importing modules",
+        "tracing": "still building a TensorFlow graph (slow, not stuck)", "training": "still in Model.fit",
+        "collective": "waiting in a collective operation, for another process that did not join it"}
+
+
+def where_text(run: dict[str, Any] | None) -> str:
+    """One clause for any probed process that had to be stopped: what it was doing, and at which line."""
+    if not run:
+        return "it was stopped; it left no record of where it was"
+    w = run.get("where") or {}
+    at = w.get("at")
+    place = f" at {stacks.describe(at)}" if at else " before reaching the script's own code"
+    return f"when it was stopped after {run.get('after', 0):.0f} s it was {WHAT.get(w.get('kind'), 'running')}{place}"

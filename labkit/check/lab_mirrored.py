@@ -22,8 +22,10 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     run_error = None
     if code != 0 or timed_out:
         text = log.read_text(errors="replace") if log.exists() else ""
-        run_error = (f"timed out after {timeout:.0f} s" if timed_out else ending.exit_text(code)) + "\n" + \
-            output.error_tail(text, 12)
+        why = (f"timed out after {timeout:.0f} s: "
+               + ending.where_text(ending.still_running(probe, "local.0", "labkit/dprobe.py", timeout))
+               if timed_out else ending.exit_text(code))
+        run_error = why + "\n" + output.error_tail(text, 12)
     return {"lab": "mirrored", "devices": DEVICES, "batch": tfdist.BATCH, "train": tfdist.TRAIN,
             "model_path": MODEL, "records": tfdist.records(probe), "files": tfdist.files(work),
             "timed_out": timed_out, "run_error": run_error}

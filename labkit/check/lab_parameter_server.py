@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import cluster
-from labkit.check import tfdist
+from labkit.check import ending, tfdist
 from labkit.check.judging import Failed
 
 SERVERS = ("worker.0", "worker.1", "ps.0")
@@ -23,7 +23,15 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
         result = c.wait(timeout)
     return {"lab": "parameter-server", "epochs": epochs, "steps_per_epoch": -(-tfdist.TRAIN // tfdist.BATCH),
             "records": tfdist.records(work / "probe"), "timed_out": result.timed_out,
-            "run_error": None if result.ok else result.summary()[-1500:]}
+            "run_error": None if result.ok else result.summary()[-1500:] + _where(work / "probe", result.timed_out,
+                                                                                   timeout)}
+
+
+def _where(probe: Path, timed_out: bool, timeout: float) -> str:
+    """On a timeout, where the chief was when it was stopped."""
+    if not timed_out:
+        return ""
+    return "\nthe chief: " + ending.where_text(ending.still_running(probe, "chief.0", "labkit/dprobe.py", timeout))
 
 
 def _chief(ev: dict[str, Any]) -> dict[str, Any]:

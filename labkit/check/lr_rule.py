@@ -74,7 +74,7 @@ def judge(rates: dict[str, list[list[float | None]]], base: float, n: int, w: Wo
     rule = f"--base-lr {base:g} × {n} {w.many} = {target:g}"
     if close(peak, base) and n > 1:
         raise Failed(
-            f"the learning rate stayed at --base-lr ({base:g}) on every {w.who}. With {n} {w.many} each step "
+            f"the learning rate never rose above --base-lr ({base:g}) on any {w.who}. With {n} {w.many} each step "
             f"averages the gradients of {n} batches, a global batch {n} times larger, so scale the rate as much "
             f"({rule}): {w.scale}. Then ramp it up to that over the first epochs: {w.warmup}.")
     if peak > target * (1 + RTOL):
