@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from labkit import allreduce_cli
 from labkit.bench import bench
 from labkit.cliargs import accuracy, add_script, positive_float, positive_int
 
@@ -81,6 +82,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     _options(p)
     add_script(p, what="any Keras training script")  # the grammar of every command that runs a script: labkit.cli
     p.set_defaults(func=_cli)
+    allreduce_cli.add_to_bench(p)  # `labkit bench allreduce`: the link instead of a script
 
 
 def _cli(a) -> int:  # noqa: ANN001

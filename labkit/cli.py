@@ -118,7 +118,7 @@ def _script_and_args(a: argparse.Namespace, kind: str | None, tail: list[str] | 
         else:
             raise UsageError(f"give a SCRIPT (labkit {a.subcommand} train.py [options] -- ARGS) or a whole "
                              f"command after -- (labkit {a.subcommand} [options] -- python train.py ARGS)")
-    if script and not Path(script).is_file():
+    if script and script not in getattr(a, "script_words", ()) and not Path(script).is_file():
         raise UsageError(f"{script} not found")
     if getattr(a, "hosts", None) or getattr(a, "hostfile", None):
         _check_hosts(a)

@@ -143,6 +143,15 @@ def measured(observations: list[dict[str, Any]], target: float | None = None,
     }
 
 
+def ranks_of(observations: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Where each observed process ran: ``rank``, ``host``, ``local_rank``, ``pid``, by rank."""
+    ranks = [o for o in observations  # a launcher written in Python (horovodrun) is observed too: not a rank
+             if o.get("fits") or o.get("task") or (o.get("world") or {}).get("local_rank") is not None]
+    out = [{"rank": w.get("rank"), "task": o.get("task"), "host": w.get("host"), "local_rank": w.get("local_rank"),
+            "pid": o.get("pid")} for o in ranks or observations if (w := o.get("world") or {})]
+    return sorted(out, key=lambda r: (r["rank"] is None, r["rank"] or 0)) or None
+
+
 def observed_record(observation: dict[str, Any], run_id: str) -> dict[str, Any]:
     """A record-shaped view of one running process (the live progress file)."""
     return {"run_id": run_id, **measured([observation]), "workers": (observation.get("world") or {}).get("workers")}
@@ -205,6 +214,7 @@ def finish(
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(start)),
         "duration_s": round(duration, 3),
         "host": socket.gethostname(),
+        "ranks": ranks_of(observations),
         "log_dir": str(log_dir) if log_dir else None,
         **fields,
     }

@@ -46,6 +46,8 @@ class JobResult:
     rank_exit: dict[int, int] = field(default_factory=dict)
     rank_errors: dict[int, str] = field(default_factory=dict)
     record: dict | None = None  # the run record, when the job was recorded
+    lost: str | None = None  # why the job was stopped when a host stopped answering
+    rank_hosts: dict[int, str] = field(default_factory=dict)  # where each rank ran (remote hosts)
 
     @property
     def ok(self) -> bool:
@@ -64,13 +66,21 @@ class JobResult:
             else "interrupted" if self.interrupted
             else f"failed with exit code {self.returncode}"
         )
-        lines = [f"job {why}; logs in {self.log_dir}"]
+        lines = [f"job {why}; logs in {self.log_dir}"] + ([self.lost] if self.lost else [])
         for rank, err in sorted(self.rank_errors.items()):
-            lines.append(f"--- rank {rank} (exit {self.rank_exit.get(rank, '?')}) ---")
+            on = f" on {self.rank_hosts[rank]}" if rank in self.rank_hosts else ""
+            lines.append(f"--- rank {rank}{on} (exit {self.rank_exit.get(rank, '?')}) ---")
             lines.append(err)
         advice = dict.fromkeys(a for err in self.rank_errors.values() for a in hints(err))
         lines += [f"hint: {a}" for a in advice]
         return "\n".join(lines)
+
+
+def rank_hosts(log_dir: Path, np: int) -> dict[int, str]:
+    """The host each rank ran on, from the wrapper's ``rank.N.host`` files (written when the rank starts)."""
+    found = {r: (log_dir / f"rank.{r}.host").read_text().strip() for r in range(np)
+             if (log_dir / f"rank.{r}.host").exists()}
+    return found if len(set(found.values())) > 1 else {}
 
 
 def collect_rank_results(log_dir: Path, np: int) -> tuple[dict[int, int], dict[int, str]]:
@@ -187,6 +197,7 @@ def run(
     timed_out = interrupted = False
     procs: list[proc.Proc] = []
     first_failure: int | None = None  # before the rest are stopped (their SIGTERM is not the cause)
+    watch = hosts.HostWatch(chosen.hosts).start()  # a host that stops answering ends the job, named
     try:
         procs = chosen.start(job, wrapped, wenv, logs, on_output=feed,
                              on_end=renderer.close if renderer else None, cwd=cwd)
@@ -199,12 +210,14 @@ def run(
             for line in (logs / "job.sbatch").read_text().splitlines():
                 sink.line("    " + line)
         finished = proc.wait_until(
-            lambda: all(not p.alive() for p in procs) or any(p.returncode not in (None, 0) for p in procs), timeout)
+            lambda: all(not p.alive() for p in procs) or any(p.returncode not in (None, 0) for p in procs)
+            or bool(watch.lost), timeout)
         timed_out = not finished
         first_failure = next((p.returncode for p in procs if p.returncode not in (None, 0)), None)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        watch.stop()
         chosen.stop()
         job.stop()
     duration = time.perf_counter() - start
@@ -212,7 +225,10 @@ def run(
     code = exit_code([p.returncode for p in procs], first_failure)
     if timed_out or interrupted:
         code = 124 if timed_out else 130
-    result = JobResult(code, shown[0], logs, np, duration, timed_out, interrupted, exits, errors)
+    if watch.lost and not (timed_out or interrupted):
+        code = code or 1
+    result = JobResult(code, shown[0], logs, np, duration, timed_out, interrupted, exits, errors,
+                       lost=watch.message() if watch.lost else None, rank_hosts=rank_hosts(logs, np))
     if record:
         status = "ok" if result.ok else "timeout" if timed_out else "interrupted" if interrupted else "failed"
         result.record = jobrecord.finish(

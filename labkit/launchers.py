@@ -186,10 +186,19 @@ class HorovodRun(Launcher):
     name = "horovodrun"
     strip_tags = True
     controller = "--mpi"
+    cwd: str | None = None
+
+    def start(self, job: proc.Job, command: Sequence[str], env: Mapping[str, str], log_dir: Path,
+              on_output: Callable[[bytes], None] | None = None, on_end: Callable[[], None] | None = None,
+              cwd: str | Path | None = None) -> list[proc.Proc]:
+        self.cwd = str(Path(cwd or os.getcwd()).resolve())  # where it starts, also on a virtual node
+        return super().start(job, command, env, log_dir, on_output, on_end, cwd)
 
     def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:
         where = hosts.hosts_arg(self.hosts) if self.hosts else f"localhost:{self.np}"
-        return [("launcher", [tool("horovodrun"), "-np", str(self.np), "-H", where, self.controller, *command], {})]
+        head, extra = nodes.head_node(self.hosts, self.cwd)  # virtual nodes: run it on the first node
+        return [("launcher", [*head, tool("horovodrun"), "-np", str(self.np), "-H", where, self.controller, *command],
+                 extra)]
 
     def preflight(self) -> None:
         problem = mpi_missing() if self.controller == "--mpi" else None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -180,7 +181,6 @@ class VirtualNodes:
             net.make_node_link(n.netns, n.netns, n.address)
             if self.rate:
                 net.shape(n.netns, n.netns, self.rate)
-        env = contract.strip(os.environ)  # daemons are not part of any job
         for n in self.nodes:
             p = net.start_holder(n.netns, n.name, hosts_file, self.folder / n.name / "holder.log")
             self.children.append(p)
@@ -188,20 +188,37 @@ class VirtualNodes:
         self._save("starting")
         self._wait(lambda: all(net.held(n.holder or 0) for n in self.nodes), "the nodes' namespaces", "holder.log",
                    self.children)
-        sshds = []
         for n in self.nodes:
-            conf = ssh.sshd_config(self.folder / n.name, n.address, authorized)
-            argv = [*net.enter(n.holder or 0), ssh.sshd_path(), "-D", "-e", "-f", str(conf)]
-            p = net.daemon(argv, self.folder / n.name / "sshd.log", env)
-            sshds.append(p)
-            n.sshd = p.pid
-        self.children += sshds
+            ssh.sshd_config(self.folder / n.name, n.address, authorized)
+        sshds = [self._start_sshd(n) for n in self.nodes]
         self._save("starting")
         ssh.client_files(self.folder, [(n.name, n.address) for n in self.nodes], key)
         self.write_hostfile()
+        ssh.wrapper(self.folder / "bin" / "ssh", self.ssh_config)
         self._wait(lambda: all(ssh.answers(n.address) for n in self.nodes), "sshd", "sshd.log", sshds)
         if self.slurm:
             self.daemons.update(nodes_slurm.start(self))
+
+    def _start_sshd(self, n: Node) -> subprocess.Popen[bytes]:
+        argv = [*net.enter(n.holder or 0), ssh.sshd_path(), "-D", "-e", "-f", str(self.folder / n.name / "sshd_config")]
+        p = net.daemon(argv, self.folder / n.name / "sshd.log", contract.strip(os.environ))  # not part of a job
+        self.children.append(p)
+        n.sshd = p.pid
+        return p
+
+    def set_sshd(self, node: str, running: bool) -> None:
+        """Stop (``running=False``) or start again the sshd of ``node``: a machine whose ssh server is down."""
+        n = next((n for n in self.nodes if node in (n.name, n.address)), None)
+        if n is None or n.holder is None:
+            raise NodesError(f"no running node {node!r}")
+        if not running:
+            if n.sshd and psutil.pid_exists(n.sshd):
+                net.stop_processes([psutil.Process(n.sshd)])
+            n.sshd = None
+        elif not ssh.answers(n.address):
+            p = self._start_sshd(n)
+            self._wait(lambda: ssh.answers(n.address), "sshd", "sshd.log", [p])
+        self._save("up")
 
     def _wait(self, check, what: str, log: str, procs: list, timeout: float = 15) -> None:  # noqa: ANN001
         """Until ``check()``; a :class:`NodesError` with the nodes' ``log`` tails on timeout or when one of
@@ -295,3 +312,17 @@ def mpirun_args(host_list: Sequence[Host]) -> list[str]:
         return []
     return ["--mca", "plm_rsh_agent", f"ssh -F {cluster.ssh_config}", "--mca", "btl_tcp_if_include", str(net.SUBNET),
             "--mca", "oob_tcp_if_include", str(net.SUBNET)]
+
+
+def head_node(host_list: Sequence[Host], cwd: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """How to start a launcher that calls plain ``ssh HOST`` (horovodrun) on virtual nodes: the argv prefix that
+    runs it inside the first node (as on a cluster's head node: its network is the nodes' one, so Gloo's
+    rendezvous address and the interface all nodes share, ``eth0``, are reachable) and the environment that
+    puts an ``ssh`` adding the cluster's config first on PATH. Nothing for other hosts."""
+    cluster = for_hosts(host_list)
+    if cluster is None:
+        return [], {}
+    first = next(n for n in cluster.nodes if host_list[0].name in (n.name, n.address))
+    enter = cluster.enter(first.name)
+    path = f"{cluster.folder / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    return [*enter[:-1], f"--wd={cwd or os.getcwd()}", "--"], {"PATH": path}

@@ -89,6 +89,14 @@ def client_files(folder: Path, nodes: Sequence[tuple[str, str]], key: Path) -> t
     return config, known
 
 
+def wrapper(path: Path, config: Path) -> Path:
+    """An ``ssh`` at ``path`` that is ssh with ``-F config``: for launchers that cannot be given ssh options."""
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f'#!/bin/sh\nexec {shutil.which("ssh") or "ssh"} -F {config} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
 def answers(address: str, port: int = 22) -> bool:
     """True when an SSH server greets on ``address:port`` (its banner, not just an open port)."""
     try:

@@ -136,6 +136,7 @@ class Job:
     def __init__(self, job_id: str | None = None) -> None:
         self.id = job_id or uuid.uuid4().hex
         self.procs: list[Proc] = []
+        self.left_behind: list[str] = []  # command lines found running after the process that started them ended
 
     def env(self, extra: Mapping[str, str | None] | None = None,
             base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -206,8 +207,27 @@ class Job:
             seen[p.pid] = p
         return list(seen.values())
 
+    def orphans(self) -> list[psutil.Process]:
+        """Marked processes that no running started process accounts for: left behind by one that ended."""
+        inside = {p.pid for p in self.procs}
+        for proc in self.procs:
+            if proc.alive():
+                try:
+                    inside.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
+        return [p for p in marked(self.id) if p.pid not in inside]
+
     def stop(self, grace: float = 3.0) -> None:
-        """SIGTERM every session started, wait up to ``grace`` s, then SIGKILL all that is left."""
+        """SIGTERM every session started, wait up to ``grace`` s, then SIGKILL all that is left.
+
+        What was left behind by a started process that had already ended is named in :attr:`left_behind`.
+        """
+        for p in self.orphans():
+            try:
+                self.left_behind.append(" ".join(p.cmdline()) or p.name())
+            except psutil.Error:
+                continue
         live = [p for p in self.procs if p.alive()]
         for p in live:
             p.signal(signal.SIGTERM)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     rank = rank_from_env()
     show = rank == (contract.current().show_rank or 0)
     os.makedirs(log_dir, exist_ok=True)
+    with open(os.path.join(log_dir, f"rank.{rank}.host"), "w") as f:  # where it runs, for failure reports
+        f.write(socket.gethostname())
     adopt_orphans()  # what the command leaves behind becomes ours to stop
     env = dict(os.environ, PYTHONUNBUFFERED="1", **{contract.RANK: str(rank)})
     child = subprocess.Popen(

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import platform
+import socket
 import statistics
 import sys
 import time
@@ -173,8 +174,21 @@ STRATEGY_NAMES = {
 }
 
 
+LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def where() -> dict[str, Any]:
+    """``host`` (this machine's name) and ``local_rank`` (rank among this host's processes, if set)."""
+    local = next((os.environ[v] for v in LOCAL_RANK_VARS if os.environ.get(v, "").isdigit()), None)
+    return {"host": socket.gethostname(), "local_rank": int(local) if local is not None else None}
+
+
 def world(strategy: Any = None) -> dict[str, Any]:
-    """``rank``, ``workers``, ``is_chief`` and ``launcher``/``strategy`` of this process."""
+    """``rank``, ``workers``, ``is_chief``, ``launcher``/``strategy`` and ``host``/``local_rank`` of this process."""
+    return {**_world(strategy), **where()}
+
+
+def _world(strategy: Any = None) -> dict[str, Any]:
     from labkit.rank import rank_from_env
 
     launcher = os.environ.get(LAUNCHER_VAR) or None

@@ -57,7 +57,9 @@ def test_a_stopped_process_tells_where_it_was(tmp_path: Path) -> None:
         p.kill()
     where = stacks.where(tmp_path / "st", "<string>")
     assert where is not None and where["kind"] == "own" and where["trigger"] == "term", where
-    assert where["at"]["line"] == 4 and where["at"]["function"] == "spin" and where["at"]["code"] == "n += 1"
+    # the loop's body or its jump back to the test, whichever the interpreter was at
+    assert (where["at"]["line"], where["at"]["code"]) in ((3, "while True:"), (4, "n += 1")), where
+    assert where["at"]["function"] == "spin"
 
 
 def test_signals_ignored_still_leave_a_stack_from_the_timer(tmp_path: Path) -> None:
@@ -184,7 +186,8 @@ def test_an_endless_loop_is_reported_at_its_line_not_as_a_deadlock(tmp_path: Pat
     report = check.run_check("horovod", script, 1, timeout=90, fresh=True)
     msg = report.format()
     assert not report.passed and "deadlock" not in msg, msg
-    assert f"loop.py:{line_of(script, 'spins += 1')} (main)" in msg and "busy in its own code" in msg, msg
+    lines = (line_of(script, "while True:"), line_of(script, "spins += 1"))  # the loop, wherever it was in it
+    assert any(f"loop.py:{n} (main)" in msg for n in lines) and "busy in its own code" in msg, msg
     assert "rank 0" in msg and "never finished" in msg, msg
     assert report.seconds is not None and report.seconds < 120, report.seconds  # the budget, and the stop
     assert not running(str(script))

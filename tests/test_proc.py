@@ -117,3 +117,24 @@ def test_a_job_inside_a_job_keeps_the_outer_mark(tmp_path: Path) -> None:
     assert len(proc.marked(outer.id)) >= 2  # the outer job sees the inner job's processes
     outer.stop(grace=1)
     assert proc.marked(inner.id) == []
+
+
+def test_what_an_ended_process_left_running_is_named_and_stopped(tmp_path: Path) -> None:
+    """A child that outlives its parent (holding its output pipe) is not waited for: it is named, then stopped."""
+    code = "import subprocess; subprocess.Popen(['sleep', '1239']); print('started', flush=True)"
+    start = time.monotonic()
+    with proc.Job() as job:
+        p = job.spawn([sys.executable, "-c", code], log=tmp_path / "o")
+        assert proc.wait_until(lambda: not p.alive(), 30)
+        assert len(job.orphans()) == 1
+    assert job.left_behind == ["sleep 1239"] and proc.marked(job.id) == []
+    assert time.monotonic() - start < 20
+
+
+def test_a_running_job_has_no_orphans(tmp_path: Path) -> None:
+    job = proc.Job()
+    p = job.spawn([sys.executable, "-c", SPAWNS_AND_DETACHES], log=tmp_path / "o")
+    assert proc.wait_until(lambda: "started" in p.output(), 30)
+    assert job.orphans() == []  # the detached grandchild belongs to a process still running
+    job.stop(grace=1)
+    assert job.left_behind == [] and proc.marked(job.id) == []

@@ -18,7 +18,9 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     probe, log = work / "probe", work / "output.log"
     cmd = tfdist.probe_command(probe, script, "--epochs", "1", "--devices", str(DEVICES),
                                "--model-path", str(work / MODEL), "--log-dir", str(work / "logs"))
-    code, timed_out = tfdist.run_single(cmd, timeout, log, {contract.PROBE_LOAD: str(work / MODEL)}, cwd=work)
+    left: list[str] = []
+    code, timed_out = tfdist.run_single(cmd, timeout, log, {contract.PROBE_LOAD: str(work / MODEL)}, cwd=work,
+                                        left=left)
     run_error = None
     if code != 0 or timed_out:
         text = log.read_text(errors="replace") if log.exists() else ""
@@ -28,7 +30,8 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
         run_error = why + "\n" + output.error_tail(text, 12)
     return {"lab": "mirrored", "devices": DEVICES, "batch": tfdist.BATCH, "train": tfdist.TRAIN,
             "model_path": MODEL, "records": tfdist.records(probe), "files": tfdist.files(work),
-            "timed_out": timed_out, "run_error": run_error}
+            "timed_out": timed_out, "run_error": run_error,
+            **({"ranks": {"0": {"left_running": left}}} if left else {})}  # optional: what the script left running
 
 
 def _record(ev: dict[str, Any]) -> dict[str, Any]:

@@ -52,13 +52,25 @@ def files(folder: Path) -> list[str]:
 
 
 def run_single(cmd: list[str], timeout: float, log: Path, env: dict[str, str] | None = None,
-               cwd: Path | None = None) -> tuple[int, bool]:
-    """Run one process through the process layer; everything it started is stopped at the end."""
+               cwd: Path | None = None, left: list[str] | None = None) -> tuple[int, bool]:
+    """Run one process through the process layer; everything it started is stopped at the end.
+
+    The exit code (negative for a signal, as Popen says), whether it timed out; what the process
+    left running when it ended is appended to ``left``.
+    """
     with proc.Job() as job:
         p = job.spawn(cmd, env={**launchers.worker_env(1), **(env or {}), "PYTHONUNBUFFERED": "1"}, cwd=cwd,
                       log=log)
-        code = p.wait(timeout)
-    return (code if code is not None else p.returncode or -9), code is None
+        code = p.returncode if _ends(p, timeout) else None
+    if left is not None:
+        left += job.left_behind
+    p.drain(1.0)
+    return (code if code is not None else p.returncode if p.returncode is not None else -9), code is None
+
+
+def _ends(p: proc.Proc, timeout: float) -> bool:
+    """Whether the process itself ends within ``timeout`` (whatever it left holding its output)."""
+    return proc.wait_until(lambda: not p.alive(), timeout, every=0.1)
 
 
 def last_fit(rec: dict[str, Any], who: str) -> dict[str, Any]:
