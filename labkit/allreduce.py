@@ -125,7 +125,8 @@ def format_table(result: AllreduceResult) -> str:
     rate = f"link {result.rate} each way" if result.rate else "link rate unknown (give --rate): no model"
     where = ", ".join(result.hosts) if result.hosts else "this machine"
     lines = [f"all-reduce of float32 tensors, {result.via}, {result.workers} workers on {where}; {rate}",
-             f"{'bytes':>10}  {'size':>9}  {'median s':>9}  {'bus bandwidth':>14}  {'model s':>8}  {'ratio':>6}  repeats"]
+             f"{'bytes':>10}  {'size':>9}  {'median s':>9}  {'bus bandwidth':>14}  {'model s':>8}  {'ratio':>6}  "
+             "repeats"]
     for s in result.sizes:
         model = f"{s.model:8.4f}" if s.model else f"{'-':>8}"
         ratio = f"{s.ratio:6.2f}" if s.ratio else f"{'-':>6}"

@@ -50,7 +50,8 @@ def add_to_bench(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=route, script_words=(WORD,))
 
 
-def cli(a: argparse.Namespace, np: int | None, run: Callable[..., allreduce.AllreduceResult] = allreduce.measure) -> int:
+def cli(a: argparse.Namespace, np: int | None,
+        run: Callable[..., allreduce.AllreduceResult] = allreduce.measure) -> int:
     repeat = DEFAULT_REPEAT if isinstance(a.repeat, _Default) else a.repeat
     try:
         sizes = allreduce.parse_sizes(a.sizes)

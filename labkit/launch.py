@@ -23,6 +23,7 @@ from pathlib import Path
 
 from labkit import contract, hosts, jobrecord, proc, runs
 from labkit.cliargs import add_script, nonnegative_int, positive_float, positive_int
+from labkit.hosts import HostWatch
 from labkit.launchers import Launcher, LaunchError, cpu_count, default_threads, get, names, python_command, worker_env
 from labkit.output import TAG, ConsoleSink, NotebookSink, Renderer, command_line, error_tail, hints
 from labkit.proc import new_log_dir
@@ -197,7 +198,7 @@ def run(
     timed_out = interrupted = False
     procs: list[proc.Proc] = []
     first_failure: int | None = None  # before the rest are stopped (their SIGTERM is not the cause)
-    watch = hosts.HostWatch(chosen.hosts).start()  # a host that stops answering ends the job, named
+    watch = HostWatch(chosen.hosts).start()  # a host that stops answering ends the job, named
     try:
         procs = chosen.start(job, wrapped, wenv, logs, on_output=feed,
                              on_end=renderer.close if renderer else None, cwd=cwd)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -172,8 +173,10 @@ class VirtualNodes:
         authorized = self.folder / "authorized_keys"
         shutil.copyfile(key.with_suffix(".pub"), authorized)
         hosts_file = self.folder / "hosts"
-        lines = [f"{net.gateway()} head", *(f"{n.address} {n.name}" for n in self.nodes)]
-        hosts_file.write_text(Path("/etc/hosts").read_text() + "\n# labkit virtual nodes\n" + "\n".join(lines) + "\n")
+        # First, so that they win: this machine's own name is its bridge address in the nodes (services that
+        # advertise it, like ipyparallel's controller, are reached there), as a login node's name on a cluster.
+        lines = [f"{net.gateway()} head {socket.gethostname()}", *(f"{n.address} {n.name}" for n in self.nodes)]
+        hosts_file.write_text("# labkit virtual nodes\n" + "\n".join(lines) + "\n\n" + Path("/etc/hosts").read_text())
         net.make_bridge()
         for n in self.nodes:
             (self.folder / n.name).mkdir()

@@ -115,8 +115,9 @@ class Timeline:
         if self.fused:
             many = sum(c for k, c in self.fused.items() if k > 1)
             total = sum(self.fused.values())
+            per = sum(k * c for k, c in self.fused.items()) / total
             lines.append(f"  fusion: {many} of {total} reductions carried several tensors "
-                         f"(up to {max(self.fused)}; {sum(k * c for k, c in self.fused.items()) / total:.1f} per reduction)")
+                         f"(up to {max(self.fused)}; {per:.1f} per reduction)")
         lines.append(f"  tensors: {len(self.tensor_names)}" + (f" (+{self.dropped_tensors} not kept)"
                                                               if self.dropped_tensors else ""))
         if self.judged:

@@ -61,7 +61,8 @@ def _long_trace(path: Path, steps: int, tensors: int = 8) -> int:
     with open(path, "w") as f:
         f.write("[\n")
         for pid in range(1, tensors + 1):
-            f.write(json.dumps({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"grad_{pid}"}}) + ",\n")
+            meta = {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"grad_{pid}"}}
+            f.write(json.dumps(meta) + ",\n")
         buf = io.StringIO()
         for step in range(steps):
             t = 1000 + step * 50000
@@ -82,19 +83,19 @@ def _long_trace(path: Path, steps: int, tensors: int = 8) -> int:
 
 def test_a_huge_trace_is_read_in_bounded_memory(tmp_path: Path) -> None:
     path = tmp_path / "long.json"
-    size = _long_trace(path, 40000)
-    assert size > 30 << 20
+    size = _long_trace(path, 3200)
+    assert size > 8 << 20
     tracemalloc.start()
     try:
         tl = timeline.read(path, keep=1000, max_tensors=4)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert tl.counts == {"negotiate": 40000, "allreduce": 40000} and tl.fused == {8: 40000}
+    assert tl.counts == {"negotiate": 3200, "allreduce": 3200} and tl.fused == {8: 3200}
     assert tl.truncated and len(tl.recent) == 1000
     assert len(tl.tensor_names) == 4 and tl.dropped_tensors == 4
     assert tl.straggler()[0] == 1
-    assert peak < 4 << 20, f"peak {peak / 2**20:.1f} MiB for a {size / 2**20:.0f} MiB file"
+    assert peak < 2 << 20, f"peak {peak / 2**20:.1f} MiB for a {size / 2**20:.0f} MiB file"
 
 
 def test_the_picture_has_a_lane_per_rank_and_marks_fusion(tmp_path: Path) -> None:
