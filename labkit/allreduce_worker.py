@@ -5,7 +5,8 @@
 
 For each size (bytes): ``--warmup`` untimed all-reduces, then ``--repeat`` timed ones. Before each timed
 one the workers meet in a tiny all-reduce, so that they start together; a repeat's time is the slowest
-worker's (an all-reduce ends for all when it ends for the last). The first worker prints one line per size:
+worker's under Horovod (an all-reduce ends for all when it ends for the last), the first worker's own
+under MultiWorkerMirroredStrategy. The first worker prints one line per size:
 ``ALLREDUCE {"bytes": ..., "workers": ..., "seconds": [...]}``.
 """
 
@@ -51,32 +52,27 @@ def mwms(sizes: list[int], warmup: int, repeat: int) -> list[dict]:
     workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
     rank = strategy.cluster_resolver.task_id
 
-    def reduce(x):  # noqa: ANN001, ANN202
-        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, x)
+    def reducer(n: int):  # noqa: ANN202 - a graph that all-reduces n float32s made on each worker
+        @tf.function
+        def step():  # noqa: ANN202
+            ctx = tf.distribute.get_replica_context
+            return strategy.run(lambda: ctx().all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([n])))
+        return step
 
-    @tf.function
-    def step(x):  # noqa: ANN001, ANN202
-        return strategy.run(reduce, args=(x,))
-
-    @tf.function
-    def slowest(t):  # noqa: ANN001, ANN202
-        return strategy.run(lambda v: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MAX, v),
-                            args=(t,))
-
-    meet = tf.zeros([1])
+    meet = reducer(1)
     out = []
     for nbytes in sizes:
-        x = tf.ones([max(1, nbytes // 4)], tf.float32)
-        for _ in range(warmup):
-            strategy.experimental_local_results(step(x))[0].numpy()
+        step = reducer(max(1, nbytes // 4))
+        for _ in range(max(1, warmup)):  # the first call also traces the graph
+            strategy.experimental_local_results(step())[0].numpy()
         times = []
-        for _ in range(repeat):
-            strategy.experimental_local_results(step(meet))[0].numpy()
+        for _ in range(repeat):  # each worker's own time: they start together after the meeting
+            strategy.experimental_local_results(meet())[0].numpy()
             start = time.perf_counter()
-            strategy.experimental_local_results(step(x))[0].numpy()
-            took = tf.constant([time.perf_counter() - start], tf.float32)
-            times.append(float(strategy.experimental_local_results(slowest(took))[0].numpy()[0]))
-        out.append({"bytes": x.shape[0] * 4, "workers": workers, "seconds": times, "rank": rank, "via": "mwms"})
+            strategy.experimental_local_results(step())[0].numpy()
+            times.append(time.perf_counter() - start)
+        out.append({"bytes": max(1, nbytes // 4) * 4, "workers": workers, "seconds": times, "rank": rank,
+                    "via": "mwms"})
     return out
 
 

@@ -54,7 +54,7 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "average metrics with MetricAverageCallback before callbacks read them",
         "checkpoints on rank 0 only; resume from the latest, its epoch broadcast from rank 0",
         "the learning rate scaled by the number of workers, warmed up over the first epochs",
-    ), "fashion_mnist.py", "02_horovod.ipynb", 240.0, "labkit.check.lab_horovod"),
+    ), "fashion_mnist.py", "02_horovod.ipynb", 300.0, "labkit.check.lab_horovod"),
     Lab("mirrored", "MirroredStrategy on one machine", (
         "several devices, one MirroredStrategy over them",
         "the model's variables created under the strategy (mirrored on every replica)",
@@ -67,7 +67,7 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "only the chief writes logs and the model",
         "no epoch repeated after a worker is killed and restarted (BackupAndRestore)",
         "the learning rate scaled by the number of replicas, warmed up over the first epochs",
-    ), "fashion_mnist_multiworker.py", "04_multi_worker.ipynb", 300.0, "labkit.check.lab_multiworker"),
+    ), "fashion_mnist_multiworker.py", "04_multi_worker.ipynb", 360.0, "labkit.check.lab_multiworker"),
     Lab("parameter-server", "ParameterServerStrategy with a coordinator", (
         "a ParameterServerStrategy from TF_CONFIG; workers and servers serve",
         "the model's variables on the parameter servers",

@@ -45,9 +45,14 @@ def table(record: dict | None) -> str:
     return "\n".join(lines)
 
 
+RECORDS = "runs/virtual_nodes.jsonl"  # not runs.jsonl: many ranks on one machine's cores are no scaling data
+
+
 def ranks_per_host(command: Sequence[str], count: int = 2, slots: int = 2, timeout: float = 900,
-                   **run_kw: object) -> launch.JobResult | None:
-    """Run ``command`` on ``count`` virtual nodes of ``slots`` slots; print where each rank ran."""
+                   records: str = RECORDS, **run_kw: object) -> launch.JobResult | None:
+    """Run ``command`` on ``count`` virtual nodes of ``slots`` slots; print where each rank ran.
+
+    The run is recorded in ``records``, apart from the runs that lab 6 compares."""
     problem = why_not()
     if problem:
         print(f"Not run: {problem}")
@@ -60,7 +65,8 @@ def ranks_per_host(command: Sequence[str], count: int = 2, slots: int = 2, timeo
         if running is None:
             print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}")
         np = sum(n.slots for n in cluster.nodes)
-        result = notebook.run(list(command), np=np, hostfile=cluster.hostfile, timeout=timeout, **run_kw)
+        result = notebook.run(list(command), np=np, hostfile=cluster.hostfile, timeout=timeout, records=records,
+                              **run_kw)
     finally:
         if running is None:
             cluster.down()

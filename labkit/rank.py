@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     pump = threading.Thread(target=_pump, args=(child.stdout.fileno(), log, show), daemon=True)
     pump.start()
     code = child.wait()
-    pump.join(1.0)  # the output ends with the command, unless something it started holds the pipe
+    pump.join(0.5)  # the output ends with the command, unless something it started holds the pipe
     left = stop_left_behind()
     pump.join(5.0)
     log.close()

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from labkit import plot
+
 TOP = {"NEGOTIATE_ALLREDUCE": "negotiate", "NEGOTIATE_BROADCAST": "negotiate", "NEGOTIATE_ALLGATHER": "negotiate",
        "ALLREDUCE": "allreduce", "BROADCAST": "broadcast", "ALLGATHER": "allgather"}
 COLOURS = {"negotiate": "#f2b134", "allreduce": "#2b7bb9", "broadcast": "#7a5195", "allgather": "#59a14f",
@@ -212,6 +214,7 @@ def figure(tl: Timeline, last: float | None = None, ranks: int | None = None) ->
     kept = sorted(tl.recent, key=lambda c: c.start)
     if kept and last:
         kept = [c for c in kept if c.end >= kept[-1].end - last]
+    plot._notebook_png()  # a cell's value shows as a picture in Jupyter
     fig = Figure(figsize=(10, 1.6 + 0.6 * n), layout="constrained")
     ax = fig.add_subplot()
     lanes: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)

@@ -127,7 +127,7 @@ def link(tmp_path_factory: pytest.TempPathFactory) -> Iterator[nodes.VirtualNode
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("via", ["mpi", "gloo"])
+@pytest.mark.parametrize("via", ["mpi", "gloo", "mwms"])
 def test_the_link_gives_the_ring_models_bandwidth(link: nodes.VirtualNodes, via: str, tmp_path: Path) -> None:
     r = allreduce.measure([2**20, 2**23, 2**26], np=2, hostfile=link.hostfile, via=via, repeat=5,
                           log_dir=tmp_path / "logs")

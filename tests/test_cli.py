@@ -110,13 +110,15 @@ def test_options_go_before_or_after_the_script(command: str, scratch: Path) -> N
 
 
 def _examples() -> dict[str, list[str]]:
-    """Every example line (``labkit CMD ...``) in the --help of the commands that run a script."""
+    """Every example in the --help of the commands that run a script: the lines of its ``examples:`` block."""
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     out = {}
     for name in cli.RUNS_A_SCRIPT:
         help_text = sub.choices[name].format_help()
-        out[name] = [line.strip() for line in help_text.splitlines() if line.strip().startswith(f"labkit {name} ")]
+        block = help_text.partition("\nexamples:\n")[2].partition("\n\n")[0]
+        out[name] = [line.strip() for line in block.splitlines() if line.strip()]
+        assert all(line.startswith(f"labkit {name} ") for line in out[name]), out[name]
     return out
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit import check, labs, launch, proc, rank, stacks
+from labkit import check, launch, proc, rank, stacks
 from labkit.check import ending, hvd_runs, lab_horovod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,6 +108,19 @@ def test_an_endless_epoch_is_told_from_a_deadlock() -> None:
     tracing = {**moving, "where": {"kind": "tracing", "at": fit}, "progress": {}}
     with pytest.raises(check.judging.Failed, match="not a hang"):
         hvd_runs.need(_evidence(running_at_end=tracing), "epoch0_end")
+
+
+def test_the_rank_to_blame_is_the_one_whose_fate_explains_the_others() -> None:
+    """A crash of its own comes first; then a rank busy in its own code, before a crash it caused."""
+    loop = {"where": {"kind": "own", "at": {"file": "/x/s.py", "line": 5, "function": "main", "code": "pass"}},
+            "after": 30.0}
+    ev = _evidence(running_at_end=loop)
+    ev["states"]["1"]["error"] = {"type": "ValueError", "message": "bad shape", "traceback": ""}
+    with pytest.raises(check.judging.Failed, match="rank 1 crashed"):
+        hvd_runs.need(ev, "epoch0_end")
+    ev["states"]["1"]["error"]["message"] = "Horovod has been shut down. This was caused by an exception"
+    with pytest.raises(check.judging.Failed, match="rank 0 never reached .* busy in its own code at s.py:5"):
+        hvd_runs.need(ev, "epoch0_end")
 
 
 def test_a_rank_that_vanished_is_not_told_as_exit_code_none() -> None:
@@ -210,15 +223,21 @@ def test_a_rank_deaf_to_signals_is_stopped_and_reported(tmp_path: Path, running)
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_a_child_left_running_is_named_and_stopped_not_waited_for(tmp_path: Path, running) -> None:  # noqa: ANN001
-    """The step-7 solution plus a background child passes step 7 in about its usual time."""
+    """The step-7 solution plus a background child passes step 7 in about the solution's own time.
+
+    Both are checked here, one after the other, with room for a busy machine (900 s): what is
+    compared is the time, not the machine's speed.
+    """
     script = derive(HVD7, tmp_path, "linger7.py", "    hvd.init()\n",
                     "    hvd.init()\n    if hvd.rank() == 0:\n        import subprocess\n"
                     "        subprocess.Popen(['sleep', '1238'])\n")
-    report = check.run_check("horovod", script, 7, fresh=True)
-    assert report.passed, report.format()
+    plain = check.run_check("horovod", HVD7, 7, timeout=900, fresh=True)
+    report = check.run_check("horovod", script, 7, timeout=900, fresh=True)
+    assert plain.passed and report.passed, report.format()
     assert any("rank 0 left `sleep 1238` running" in n and "stopped" in n for n in report.notes), report.notes
-    assert "sleep 1238" in report.format() and report.to_dict()["notes"]
-    assert report.seconds is not None and report.seconds < 0.6 * labs.get("horovod").timeout, report.seconds
+    assert "sleep 1238" in report.format() and report.to_dict()["notes"] and not plain.notes
+    assert report.seconds is not None and plain.seconds is not None
+    assert report.seconds < 1.3 * plain.seconds + 20, (report.seconds, plain.seconds)
     assert not running("sleep 1238")
 
 

@@ -153,12 +153,24 @@ def need(ev: dict[str, Any], milestone: str) -> None:
     missing = [r for r in range(ev["np"])
                if milestone not in ev["states"].get(str(r), {}).get("milestones", [])]
     if missing:
-        busy = [r for r in missing if ((ev["ranks"].get(str(r), {}).get("running_at_end") or {}).get("where") or {})
-                .get("kind") in ("own", "library")]  # a rank busy in its own code explains the ones waiting
-        culprit = next(iter(busy), None)
-        if culprit is None:
-            culprit = next((r for r in missing if ev["states"].get(str(r), {}).get("error")), missing[0])
-        raise Failed(why_not(ev, culprit, milestone))
+        raise Failed(why_not(ev, _culprit(ev, missing), milestone))
+
+
+def _culprit(ev: dict[str, Any], missing: list[int]) -> int:
+    """The rank whose fate explains the others': a crash of its own, then one busy in its own code (the
+    others wait for it), then a crash caused by another rank (Horovod shut down), then the first missing."""
+    def error(r: int) -> str:
+        return ((ev["states"].get(str(r)) or {}).get("error") or {}).get("message", "")
+
+    def busy(r: int) -> bool:
+        run = ev["ranks"].get(str(r), {}).get("running_at_end") or {}
+        return (run.get("where") or {}).get("kind") in ("own", "library")
+
+    for pick in (lambda r: error(r) and "has been shut down" not in error(r), busy, error):
+        found = [r for r in missing if pick(r)]
+        if found:
+            return found[0]
+    return missing[0]
 
 
 def rel(a: np.ndarray, b: np.ndarray) -> float:
