@@ -160,9 +160,11 @@ def worker_command(sizes: Sequence[int], repeat: int, warmup: int, via: str) -> 
 
 def measure(sizes: Sequence[int] = (2**20, 2**23, 2**26), np: int | None = None, hostfile: str | Path | None = None,
             via: str = "mpi", repeat: int = 5, warmup: int = 2, rate: str | None = None, timeout: float = 900,
-            quiet: bool = True, log_dir: str | Path | None = None) -> AllreduceResult:
-    """Run the measuring program on ``np`` workers (default: every slot of ``hostfile``, else 2) and
-    return the medians; ``rate`` (default: the virtual nodes') gives the model. RuntimeError if the job fails."""
+            quiet: bool = True, log_dir: str | Path | None = None,
+            env: dict[str, str] | None = None) -> AllreduceResult:
+    """Run the measuring program on ``np`` workers (default: every slot of ``hostfile``, else 2) with ``env``
+    added, and return the medians; ``rate`` (default: the virtual nodes') gives the model. RuntimeError if the
+    job fails."""
     if via not in VIAS:
         raise ValueError(f"unknown --via {via!r}: choose one of {', '.join(VIAS)}")
     if repeat < 1 or warmup < 0:
@@ -173,12 +175,12 @@ def measure(sizes: Sequence[int] = (2**20, 2**23, 2**26), np: int | None = None,
     command = worker_command(sizes, repeat, warmup, via)
     if via == "mwms":
         res = cluster.run(command, workers=np, host_list=host_list or None, timeout=timeout, quiet=quiet,
-                          log_dir=log_dir, record=False, threads=1)
+                          log_dir=log_dir, record=False, threads=1, env=env)
         ok, logs, text = res.ok, res.log_dir, res.log("worker.0")
         why = res.summary()
     else:
         job = launch.run(command, np=np, launcher=LAUNCHER[via], hostfile=hostfile, timeout=timeout, quiet=quiet,
-                         log_dir=log_dir, record=False, threads=1)
+                         log_dir=log_dir, record=False, threads=1, env=env)
         ok, logs, text, why = job.ok, job.log_dir, job.log(0), job.summary()
     found = parse_output(text)
     if not ok or len(found) != len(sizes):

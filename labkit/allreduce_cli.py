@@ -2,7 +2,7 @@
 
 ``bench`` takes a SCRIPT; the word ``allreduce`` in its place measures the link instead
 (:mod:`labkit.allreduce`). :func:`add_to_bench` adds the options to ``bench``'s parser and routes
-the call; ``--np``, ``--repeat``, ``--timeout`` and ``--json`` are ``bench``'s own.
+the call; ``--np``, ``--repeat``, ``--timeout``, ``--env``, ``--verbose`` and ``--json`` are ``bench``'s own.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def cli(a: argparse.Namespace, np: int | None,
     try:
         sizes = allreduce.parse_sizes(a.sizes)
         result = run(sizes=sizes, np=np, hostfile=a.allreduce_hostfile, via=a.via, repeat=repeat, rate=a.rate,
-                     timeout=a.timeout or 900, quiet=not a.verbose)
+                     timeout=a.timeout or 900, quiet=not a.verbose, env=dict(a.env) or None)
     except (ValueError, launch.LaunchError, RuntimeError) as e:
         print(f"labkit bench {WORD}: {e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, launch.LaunchError)) else 1

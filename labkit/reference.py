@@ -227,8 +227,8 @@ the starter; once you have changed it, every cell runs yours.
   images/sec are lower than an idle machine's, and runs that share cores speed up less.
 * Small mode (WRN-16-1, 6,000 training and 1,000 test images), {made['epochs']} epochs per run
   ({made['lr_epochs']} for the learning-rate runs of lab 6): enough for images/sec (the first epoch
-  is left out) and the first points of a curve, not for the target accuracy. Kept short so that
-  the whole set takes minutes.
+  is left out) and the first points of a curve, not for the target accuracy: kept short, as the
+  whole set trains 14 runs one after another.
 * Made with `python -m labkit.reference --out labs/reference` from the course source (it runs
   the solutions, which a learner's copy does not hold).
 

@@ -72,10 +72,11 @@ def test_the_command_line_routes_allreduce_and_keeps_bench(monkeypatch: pytest.M
     monkeypatch.setattr(allreduce_cli.cli, "__defaults__", (fake,))
     assert cli.main(["bench", "allreduce", "--sizes", "1M,8M", "--np", "2", "--via", "gloo", "--hostfile", "/h"]) == 0
     assert calls[-1] == {"sizes": [2**20, 2**23], "np": 2, "hostfile": "/h", "via": "gloo", "repeat": 5,
-                         "rate": None, "timeout": 900, "quiet": True}
+                         "rate": None, "timeout": 900, "quiet": True, "env": None}
     assert "bus bandwidth" in capsys.readouterr().out
-    assert cli.main(["bench", "allreduce", "--repeat", "1", "--json", "--rate", "1gbit"]) == 0
+    assert cli.main(["bench", "allreduce", "--repeat", "1", "--json", "--rate", "1gbit", "--env", "A=1"]) == 0
     assert calls[-1]["repeat"] == 1 and calls[-1]["np"] is None and calls[-1]["rate"] == "1gbit"
+    assert calls[-1]["env"] == {"A": "1"}
     assert json.loads(capsys.readouterr().out)["via"] == "mpi"
     assert cli.main(["bench", "allreduce", "--sizes", "8X"]) == 2
     assert cli.main(["bench", "allreduce", "--np", "1,2"]) == 2

@@ -131,7 +131,7 @@ def test_cli_json_contract(tmp_path: Path) -> None:
     assert {"step", "passed", "message"} <= set(data["steps"][0])
     missing = subprocess.run([sys.executable, "-m", "labkit.cli", "check", "horovod", str(tmp_path / "no.py")],
                              capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 2 and "no such script" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "no.py not found" in missing.stderr and "Traceback" not in missing.stderr
 
 
 # The learning-rate step (Horovod step 8, multi-worker step 5) on rates made up here: every rule can fail.
