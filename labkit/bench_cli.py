@@ -90,7 +90,8 @@ def _cli(a) -> int:  # noqa: ANN001
 
     try:
         sweep = bench(a.script, a.np, a.repeat, a.args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
-                      runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target, env=dict(a.env))
+                      runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target, env=dict(a.env),
+                      hostfile=a.allreduce_hostfile)  # the workers' hosts (the ceiling's copies run here)
     except (LaunchError, ValueError) as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2

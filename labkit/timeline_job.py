@@ -2,8 +2,8 @@
 
     HOROVOD_TIMELINE=tl.json mpirun -np 2 python timeline_job.py --steps 30
 
-Each step does the work that takes rank 0 ``--compute-ms`` (matrix products standing in for forward and backward
-passes), then all-reduces ``--tensors`` "gradients" of ``--kib`` KiB each in one graph (so Horovod can
+Each step does the work that takes rank 0 ``--compute-ms`` of CPU time (matrix products standing in for forward and
+backward passes), then all-reduces ``--tensors`` "gradients" of ``--kib`` KiB each in one graph (so Horovod can
 fuse them). Every rank prints one line per step: ``STEP {"rank": r, "step": s, "compute_s": ..., "comm_s": ...}``;
 ``comm_s`` is the time in the all-reduce, waiting for the slowest rank included.
 """

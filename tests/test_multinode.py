@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ipyparallel import interactive
 
 from labkit import contract, engines, faults, hosts, launch, nodes, nodes_slurm
 from labkit import nodes_net as net
@@ -219,8 +220,9 @@ def test_plain_batch_script_runs_across_both_nodes(cluster: nodes.VirtualNodes, 
     launch.run(["python", str(SOLUTION), *TINY], launcher="slurm", quiet=True, cwd=work, script_only=job,
                slurm=launch.SlurmOptions(nodes=2, tasks_per_node=2, plain=True))
     assert job.exists()
+    venv = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # activated
     waited = subprocess.run([sys.executable, "-m", "labkit.slurm_wait", job.name], cwd=work, capture_output=True,
-                            text=True, timeout=900)
+                            text=True, timeout=900, env=venv)
     (output,) = work.glob("slurm-*.out")
     log = output.read_text(errors="replace")
     assert waited.returncode == 0, waited.stdout + waited.stderr + log
@@ -233,17 +235,19 @@ def test_plain_batch_script_runs_across_both_nodes(cluster: nodes.VirtualNodes, 
 # ----------------------------------------------------------------------------- engines and bench
 
 
+@interactive  # sent by value: the engines cannot import this test module
+def _where_and_sum() -> tuple[str, int]:
+    import socket
+
+    from mpi4py import MPI
+
+    return socket.gethostname(), MPI.COMM_WORLD.allreduce(MPI.COMM_WORLD.Get_rank() + 1)
+
+
 def test_engines_on_both_nodes_allreduce_over_mpi(cluster: nodes.VirtualNodes, work: Path) -> None:
     rc = engines.start(2, launcher="slurm", slurm=launch.SlurmOptions(nodes=2, tasks_per_node=1), timeout=180)
     try:
-        def where() -> tuple[str, float]:
-            import socket
-
-            from mpi4py import MPI
-
-            return socket.gethostname(), MPI.COMM_WORLD.allreduce(MPI.COMM_WORLD.Get_rank() + 1)
-
-        seen = rc[:].apply_sync(where)
+        seen = rc[:].apply_sync(_where_and_sum)
     finally:
         engines.stop()
     assert sorted(h for h, _ in seen) == ["node1", "node2"]
