@@ -130,7 +130,8 @@ def bench(
             duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies)
         else:
             duration = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads,
-                                  env=job_env, quiet=quiet, cwd=cwd, target=target, hostfile=hostfile).duration
+                                  env=job_env, quiet=quiet, cwd=cwd, target=target,
+                                  **({"hostfile": hostfile} if hostfile else {})).duration
         found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
         rec = found[-1] if found else {"run_id": run_id, "workers": np_, "status": "no record",
                                        "error": "the job left no run record"}

@@ -110,13 +110,13 @@ def test_a_missing_script_scores_zero_and_says_so(tmp_path: Path) -> None:
 
 HOSTILE = {
     "syntax error": ("def main(:\n    pass\n", "SyntaxError"),
-    "exit at import": ("import sys\nprint('bye')\nsys.exit(3)\n", "exit code 3"),
+    "exit at import": ("import sys\nprint('bye')\nsys.exit(3)\n", "code 3"),
     "endless loop": ("while True:\n    pass\n", "timed out"),
     "kills its parent": ("import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(300)\n",
                          "the check was stopped"),
     "leaves children": ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
-                        "'import time; time.sleep(303)'], start_new_session=True)\nsys.exit(1)\n", "exit code 1"),
-    "floods its output": ("import sys\nfor i in range(60000):\n    print('x' * 100)\nsys.exit(1)\n", "exit code 1"),
+                        "'import time; time.sleep(303)'], start_new_session=True)\nsys.exit(1)\n", "code 1"),
+    "floods its output": ("import sys\nfor i in range(60000):\n    print('x' * 100)\nsys.exit(1)\n", "code 1"),
 }
 
 
