@@ -127,8 +127,8 @@ def link(tmp_path_factory: pytest.TempPathFactory) -> Iterator[nodes.VirtualNode
             os.environ[contract.NODES_STATE] = saved
 
 
-SLOWER = ("measured 1.1-2.1x the model at 8 MiB on a loaded 2-core machine while raw TCP both ways at once ran at "
-          "186-190 Mbit/s on the same links: the transport, not the shaping (docs/performance.md)")
+SLOWER = ("measured 1.1-2.1x the model at 8 and 64 MiB on a loaded 2-core machine while raw TCP both ways at once "
+          "ran at 186-190 Mbit/s on the same links: the transport, not the shaping (docs/performance.md)")
 
 
 @pytest.mark.slow
