@@ -58,7 +58,7 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
     speed = {1: 100.0, 2: 190.0}
     calls = []
 
-    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd, target):  # noqa: ANN001, ANN202
+    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd, target, **kw):  # noqa: ANN001, ANN202
         calls.append((np, threads, env[runs.RUN_ID_VAR]))
         runs.append({"run_id": "someone-else", "workers": np, "images_per_sec": 1.0, "status": "ok"}, path)
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": speed[np], "status": "ok",
