@@ -23,8 +23,9 @@ from labkit import labs, sources
 STARTERS = Path(".labkit") / "starters"  # pristine starters inside a released course
 WORKFLOW = Path("course") / "workflows" / "grade.yml"  # the template course repositories use
 # What a learner's course holds, besides labs/ (rendered below) and the starters' copies.
-COPIED = ("labkit", "scripts", "patches", "binder", "k8s", "Makefile", "README.md", ".gitignore", "course",
+COPIED = ("labkit", "scripts", "patches", "binder", "k8s", "Makefile", "README.md", ".gitignore", "course", "docs",
           "jupyter", "labs/figures", "labs/reference")
+KEPT_BACK = (Path("course") / "INSTRUCTOR.md",)  # the answers stay with the instructors
 GRADING = """
 [tool.labkit.grading]
 # Which labs `labkit grade` checks, where the learner's scripts are, and the points of each
@@ -84,7 +85,7 @@ def release_files(root: Path = labs.ROOT) -> dict[str, bytes]:
         src = root / name
         paths = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else []
         for p in paths:
-            if "__pycache__" in p.parts or p.suffix == ".pyc":
+            if "__pycache__" in p.parts or p.suffix == ".pyc" or p.relative_to(root) in KEPT_BACK:
                 continue
             files[str(p.relative_to(root))] = p.read_bytes()
     pyproject = (root / "pyproject.toml").read_text()

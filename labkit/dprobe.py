@@ -230,15 +230,19 @@ def install(rec: Recorder) -> None:
     coord.__init__, coord.schedule, coord.join = cinit, cschedule, cjoin
 
     class Events(tf.keras.callbacks.Callback):
+        """Epoch events; ParameterServerStrategy refuses batch-level callbacks, so the rate is read per epoch."""
+
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.rates: list[float | None] = []
             rec.event(kind="epoch_begin", epoch=int(epoch))
 
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            rates = getattr(self, "rates", None) or [learning_rate(self.model.optimizer)]
+            rec.event(kind="epoch_end", epoch=int(epoch), lr=rates)
+
+    class BatchEvents(Events):
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            rec.event(kind="epoch_end", epoch=int(epoch), lr=getattr(self, "rates", []))
 
     model_cls = tf.keras.Model
     original_fit, original_save = model_cls.fit, model_cls.save
@@ -272,7 +276,8 @@ def install(rec: Recorder) -> None:
             except Exception as e:  # noqa: BLE001 - report, never break the learner's run
                 info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
         rec.dump()
-        kw["callbacks"] = [*(kw.get("callbacks") or []), Events()]
+        events = Events() if "Parameter" in info["strategy"] else BatchEvents()
+        kw["callbacks"] = [*(kw.get("callbacks") or []), events]
         rec.event(kind="fit_begin")
         history = original_fit(self, x, *a, **kw)
         rec.event(kind="fit_end")

@@ -73,6 +73,7 @@ def test_the_release_holds_no_solution_and_no_notebook_names_one(tmp_path: Path)
     solutions = {p.read_bytes() for p in (ROOT / "solutions").glob("*.py")}
     shipped = [p for p in out.rglob("*") if p.is_file()]
     assert not (out / "solutions").exists()
+    assert not (out / "course" / "INSTRUCTOR.md").exists() and (out / "docs" / "checks.md").is_file()
     assert [str(p.relative_to(out)) for p in shipped if p.read_bytes() in solutions] == []
     mentions = [f"{nb.name} cell {c.get('id')}" for nb in sorted((out / "labs").glob("*.ipynb"))
                 for c in json.loads(nb.read_text())["cells"] if "solutions/" in "".join(c["source"])]
