@@ -136,16 +136,33 @@ def lab_server(scratch: Path, course_dir: Path, quick: bool = True, timeout: flo
 
 @contextmanager
 def browser(width: int = 1400, height: int = 1000) -> Iterator[Any]:
-    """A Playwright page in Debian's chromium (headless)."""
-    from playwright.sync_api import sync_playwright
+    """A Playwright page in Debian's chromium (headless), in a browser of its own.
 
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+    Playwright's sync API runs one instance per thread at a time, and two JupyterLab runners (the starters and
+    the finished scripts) are open at once in a session: they share one instance, stopped with the last user.
+    """
+    if not _PLAYWRIGHT:
+        from playwright.sync_api import sync_playwright
+
+        manager = sync_playwright()
+        _PLAYWRIGHT.update(manager=manager, pw=manager.__enter__(), users=0)
+    _PLAYWRIGHT["users"] += 1
+    try:
+        b = _PLAYWRIGHT["pw"].chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
             page = b.new_page(viewport={"width": width, "height": height})
             yield page
         finally:
             b.close()
+    finally:
+        _PLAYWRIGHT["users"] -= 1
+        if _PLAYWRIGHT["users"] == 0:
+            manager = _PLAYWRIGHT["manager"]
+            _PLAYWRIGHT.clear()
+            manager.__exit__(None, None, None)
+
+
+_PLAYWRIGHT: dict[str, Any] = {}
 
 
 # Run in the page: the state of the current notebook, read from JupyterLab's own model and from the page.
