@@ -308,6 +308,20 @@ def follow(path: Path, on_output: Callable[[bytes], None] | None, stop: threadin
             on_end()
 
 
+def read_chunks(fd: int, size: int = 65536) -> Iterable[bytes]:
+    """What a pipe gives until its writers have all closed it (or it breaks)."""
+    while True:
+        try:
+            chunk = os.read(fd, size)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
 def _pump(popen: subprocess.Popen, out: BinaryIO | None, on_output: Callable[[bytes], None] | None,
           on_end: Callable[[], None] | None, header: bytes) -> None:
     assert popen.stdout is not None
@@ -315,15 +329,7 @@ def _pump(popen: subprocess.Popen, out: BinaryIO | None, on_output: Callable[[by
     try:
         if out and header:
             out.write(header)
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except InterruptedError:
-                continue
-            except OSError:
-                break
-            if not chunk:
-                break
+        for chunk in read_chunks(fd):
             if out:
                 out.write(chunk)
             if on_output:

@@ -27,7 +27,7 @@ import time
 import psutil
 
 from labkit import contract
-from labkit.proc import adopt_orphans, die_with_parent
+from labkit.proc import adopt_orphans, die_with_parent, read_chunks
 
 # Who set the rank: Horovod, OpenMPI's mpirun, a PMI/PMIx launcher (srun --mpi=...), Slurm, labkit.
 RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", contract.RANK)
@@ -90,15 +90,7 @@ class CappedLog:
 
 def _pump(fd: int, log: CappedLog, show: bool) -> None:
     out = sys.stdout.buffer
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except InterruptedError:
-            continue
-        except OSError:
-            break
-        if not chunk:
-            break
+    for chunk in read_chunks(fd):
         shown = not log.full
         log.write(chunk)
         if show and shown:
