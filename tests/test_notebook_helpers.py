@@ -102,9 +102,9 @@ def test_no_learner_cell_carries_test_plumbing() -> None:
     import re
 
     plumbing = re.compile(r"LABKIT_NB_FAST|\bFAST\b|quick|\bDONE\b|test suite|by the tests|in_fast_mode")
-    labs = Path(__file__).resolve().parent.parent / "labs"
+    folder = Path(__file__).resolve().parent.parent / "labs"
     found = [f"{nb.name} cell {i}: {m.group(0)}"
-             for nb in sorted(labs.glob("*.ipynb"))
+             for nb in sorted(folder.glob("*.ipynb"))
              for i, cell in enumerate(json.loads(nb.read_text())["cells"]) if cell["cell_type"] == "code"
              for m in [plumbing.search("".join(cell["source"]))] if m]
     assert found == []
