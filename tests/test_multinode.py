@@ -59,10 +59,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_problem() is not None, reaso
 HOME_SSH = Path.home() / ".ssh"
 
 
-def _ours(folder: Path) -> list[str]:
-    """Processes still alive that this file started: children of this process, or naming its temporary folder
-    (the nodes' state, the tests' working folders) - not other users' jobs on a shared machine."""
-    mine = {c.pid for c in psutil.Process().children(recursive=True)}
+def _ours(folder: Path, before: set[int] = frozenset()) -> list[str]:
+    """Processes still alive that this file started: children of this process that were not there ``before``
+    (a session's JupyterLab, say), or naming its temporary folder (the nodes' state, the tests' working
+    folders) - not other users' jobs on a shared machine."""
+    mine = {c.pid for c in psutil.Process().children(recursive=True)} - set(before)
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         line = " ".join(p.info["cmdline"] or [])
@@ -93,6 +94,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[nodes.VirtualN
     had_ssh = HOME_SSH.exists()
     saved = {k: os.environ.get(k) for k in (contract.NODES_STATE, "SLURM_CONF")}
     os.environ[contract.NODES_STATE] = str(folder)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     c = nodes.VirtualNodes(count=2, slots=2, slurm=True, folder=folder).up()
     os.environ["SLURM_CONF"] = c.status()["slurm_conf"]
     problems = []
@@ -112,10 +114,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[nodes.VirtualN
         if [line for line in net.run(["ip", "-br", "link"]).stdout.splitlines() if net.PREFIX in line]:
             problems.append("links of the nodes left")
         deadline = time.monotonic() + 10
-        while _ours(folder) and time.monotonic() < deadline:
+        while _ours(folder, before) and time.monotonic() < deadline:
             time.sleep(0.5)
-        if _ours(folder):
-            problems.append(f"processes left: {_ours(folder)}")
+        if _ours(folder, before):
+            problems.append(f"processes left: {_ours(folder, before)}")
         if folder.exists():
             problems.append(f"state folder {folder} left")
         if HOME_SSH.exists() != had_ssh:
