@@ -7,7 +7,7 @@ Each node is a network + UTS + mount namespace with its own hostname (``node1``,
 its own address in 198.18.0.0/24 (a benchmarking range: no default route, no forwarding,
 nothing leaves the bridge), a veth link to a bridge on this machine, its own sshd, and
 the same file system and process table as the machine. ``rate`` limits each link in both
-directions (tc tbf); there is no added delay (this kernel has no netem).
+directions (tc tbf); there is no added delay (that needs tc netem, which many kernels lack).
 
 Names: the hostfile lists the nodes' addresses, which resolve everywhere without a
 name service; the ssh config answers to names and addresses; inside the nodes a hosts

@@ -15,7 +15,7 @@ bridge; addresses in 198.18.0.0/24 that never leave it; an sshd each; the same f
 Then launch across them with the hostfile that `labkit nodes status` shows:
   labkit run --hostfile /run/labkit-nodes/hostfile --np 4 -- python train.py
   ssh -F /run/labkit-nodes/ssh_config node1 hostname
---rate limits each link (both directions); no latency can be added (this kernel has no netem), so the
+--rate limits each link (both directions); no latency is added (that needs tc netem, which many kernels lack), so the
 links are fast and near: a rate shows bandwidth costs, not the delays of a far network. Needs root."""
 
 
@@ -30,7 +30,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     u.add_argument("--slots", type=positive_int, default=2, help="slots per node (default: %(default)s)")
     u.add_argument("--rate", default=None, metavar="RATE",
                    help="link rate each way, as tc writes it: 50mbit, 1gbit (default: unlimited). Bandwidth only: "
-                   "no delay is added (no netem in this kernel)")
+                   "no delay is added (that needs tc netem, which many kernels lack)")
     u.add_argument("--slurm", action="store_true", help="also run Slurm: a controller here, a slurmd per node")
     u.add_argument("--json", action="store_true", help="print the status as JSON")
     u.set_defaults(func=_up)

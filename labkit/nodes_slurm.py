@@ -20,6 +20,7 @@ import psutil
 
 from labkit import nodes_net as net
 from labkit import proc
+from labkit.slurm_conf import SETTINGS
 from labkit.tfconfig import free_ports
 
 if TYPE_CHECKING:
@@ -61,21 +62,8 @@ def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path
         f"SlurmctldLogFile={folder / 'slurmctld.log'}",
         f"SlurmdLogFile={folder / '%n' / 'slurmd.log'}",
         f"TmpFS={folder / '%n' / 'tmp'}",  # job steps of different nodes must not share /tmp (pmix files)
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
-        "JobCompType=jobcomp/none",
-        "SchedulerType=sched/builtin",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_CPU",
+        *SETTINGS,
         "SlurmdParameters=config_overrides",  # the nodes share this machine's cores: CPUs are the slots
-        "MpiDefault=none",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "ReturnToService=2",
-        "KillWait=5",
-        "MinJobAge=30",
         *(f"NodeName={n.name} NodeAddr={n.address} CPUs={n.slots} RealMemory={memory} State=UNKNOWN"
           for n in cluster.nodes),
         f"PartitionName=nodes Nodes={names} Default=YES MaxTime=INFINITE State=UP",

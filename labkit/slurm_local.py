@@ -25,6 +25,7 @@ import psutil
 
 from labkit import proc
 from labkit.launchers import LaunchError
+from labkit.slurm_conf import SETTINGS
 from labkit.tfconfig import free_ports
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -64,22 +65,7 @@ def slurm_conf(folder: Path, node: str, cpus: int, memory_mb: int, ports: tuple[
         f"SlurmdPidFile={folder / 'slurmd.pid'}",
         f"SlurmctldLogFile={folder / 'slurmctld.log'}",
         f"SlurmdLogFile={folder / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc",  # no cgroups needed
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
-        "JobCompType=jobcomp/none",
-        "SchedulerType=sched/builtin",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_CPU",
-        "MpiDefault=none",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "ReturnToService=2",
-        "KillWait=5",
-        # Finished jobs stay listed for 30 s (300 s by default): long enough for labkit.slurm_wait to read
-        # their exit code without keeping the tests' finished jobs around for minutes.
-        "MinJobAge=30",
+        *SETTINGS,
         f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
         # Oversubscription lets a lab put more ranks than cores on this one node.
         f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
