@@ -192,15 +192,25 @@ STATE_JS = """() => {
 }""".replace("__NEWS__", NEWS_PROMPT)
 
 
-def open_notebook(page: Any, lab: Lab, name: str, timeout: float = 120) -> None:
-    """Open ``labs/NAME`` in JupyterLab and wait for its kernel to be idle."""
+def open_notebook(page: Any, lab: Lab, name: str, timeout: float = 180) -> None:
+    """Open ``labs/NAME`` in JupyterLab and wait for its kernel to be idle; a kernel that has not started in
+    ``timeout`` seconds (a loaded machine, the first kernel of a server) is given one reload of the page."""
+    label = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
+             f"&& window.jupyterapp.shell.currentWidget.title.label === {json.dumps(name)}")
+    idle = ("() => { const p = window.jupyterapp.shell.currentWidget; return p.sessionContext "
+            "&& p.sessionContext.session && p.sessionContext.session.kernel "
+            "&& p.sessionContext.session.kernel.status === 'idle'; }")
     page.goto(f"{lab.url}/lab/tree/{name}", timeout=timeout * 1000)
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
-                           f"&& window.jupyterapp.shell.currentWidget.title.label === {json.dumps(name)}",
-                           timeout=timeout * 1000)
-    page.wait_for_function("() => { const p = window.jupyterapp.shell.currentWidget; return p.sessionContext "
-                           "&& p.sessionContext.session && p.sessionContext.session.kernel "
-                           "&& p.sessionContext.session.kernel.status === 'idle'; }", timeout=timeout * 1000)
+    for attempt in (1, 2):
+        try:
+            page.wait_for_function(label, timeout=timeout * 1000)
+            page.wait_for_function(idle, timeout=timeout * 1000)
+            return
+        except Exception as e:  # playwright's TimeoutError
+            if attempt == 2:
+                raise RuntimeError(f"{name}: no idle kernel after {2 * timeout:.0f} s; JupyterLab's log ends:\n"
+                                   f"{lab.output()[-3000:]}") from e
+            page.reload(timeout=timeout * 1000)
 
 
 def run_all(page: Any, timeout: float) -> dict[str, Any]:

@@ -67,7 +67,9 @@ def _ours(folder: Path, before: set[int] = frozenset()) -> list[str]:
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         line = " ".join(p.info["cmdline"] or [])
-        if p.info["status"] != psutil.STATUS_ZOMBIE and (p.pid in mine or f"{folder.parent}/" in line):
+        if p.pid in before or p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if p.pid in mine or f"{folder.parent}/" in line:
             found.append(f"{p.pid}: {line[:160]}")
     return found
 
