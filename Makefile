@@ -19,14 +19,17 @@ lab: setup
 test:
 	@LABKIT_TEST_TOOLS=1 bash scripts/setup.sh
 	$(PY) -m ruff check labkit tests labs solutions
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -v --durations=15
 
 test-fast:
 	@LABKIT_TEST_TOOLS=1 bash scripts/setup.sh
 	$(PY) -m pytest -m "not slow" -q
 
+# ruff, then the layers' import contract (.importlinter; docs/architecture.md)
 lint:
 	$(PY) -m ruff check labkit tests labs solutions
+	$(VENV)/bin/lint-imports
 
 # Record the checks' probe runs the judges are tested on (tests/fixtures/probes), about 16 minutes.
 probe-fixtures:

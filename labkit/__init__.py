@@ -1,7 +1,8 @@
-"""labkit: launch, check, record and plot the distributed-training labs."""
+"""labkit: launch, check, record and plot the distributed-training labs.
 
-from labkit import env as _env
-
-_env.apply_defaults()
+The layers, top to bottom (each imports only those below it; ``.importlinter`` holds the contract):
+cli > ui > grading > check, deploy > measure > figures > tfdist > launching > nodes > instrument > records >
+course > core. See docs/architecture.md.
+"""
 
 __version__ = "0.1.0"

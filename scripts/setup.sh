@@ -119,7 +119,7 @@ else
   touch "$DEPS_STAMP"
 fi
 # Start-up hook: TF_USE_LEGACY_KERAS=1 and quiet logs in every interpreter of .venv.
-"$PY" -c 'import labkit.env as e; print("start-up hook:", e.install_pth())'
+"$PY" -c 'import labkit.core.env as e; print("start-up hook:", e.install_pth())'
 
 # ---------------------------------------------------------------- 4. Horovod
 step "Horovod $HVD_VERSION (TensorFlow, MPI, Gloo$([ "$GPU_WANTED" = 1 ] && echo ', NCCL'))"

@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit import contract, course, labs, proc, reference
-from labkit.env import NOISE_MARKERS
+from labkit.core import contract, proc
+from labkit.core.env import NOISE_MARKERS
+from labkit.course import labs
+from labkit.course import release as course
+from labkit.measure import reference
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = ROOT / "labs"
@@ -330,7 +333,7 @@ class Executed:
         """The run records the notebook's own runs appended to ``path`` (relative: in its labs/ folder)."""
         from datetime import datetime
 
-        from labkit import runs
+        from labkit.records import runs
 
         def start(r: dict[str, Any]) -> float:
             text = r.get("start_time") or "1970-01-01T00:00:00+0000"

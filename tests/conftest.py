@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import labs, slurm_local
 from labkit.check import Report, judging
+from labkit.course import labs
+from labkit.launching import slurm_local
 
 
 @pytest.fixture(scope="session")

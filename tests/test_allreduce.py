@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from labkit import allreduce, allreduce_cli, allreduce_worker, cli, contract, nodes
-from labkit import nodes_net as net
+from labkit.cli import allreduce as allreduce_cli
+from labkit.cli import main as cli
+from labkit.core import contract
+from labkit.instrument import allreduce_worker
+from labkit.measure import allreduce
+from labkit.nodes import net
+from labkit.nodes import virtual as nodes
 
 
 def test_sizes_are_bytes_with_binary_units() -> None:

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from labkit import assessment, calibration, cli, grade, labs, runs
-from labkit.assessment import Goal
+from labkit.cli import main as cli
+from labkit.course import labs
+from labkit.grading import assessment, calibration, grade
+from labkit.grading.assessment import Goal
+from labkit.records import runs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "assessment"
 MINE = "/course/labs/fashion_mnist.py"  # where good.json's script ran (the file itself is not needed)

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 from test_notebooks import outputs_text
 
-from labkit import bench, bench_cli, cli, runs
+from labkit.cli import bench as bench_cli
+from labkit.cli import main as cli
+from labkit.measure import bench
+from labkit.records import runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +55,7 @@ def test_cli_arguments() -> None:
 
 def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """bench() with a fake launcher: records are matched by run id, the sweep says its conditions."""
-    from labkit import launch
+    from labkit.launching import launch
 
     path = tmp_path / "runs.jsonl"
     speed = {1: 100.0, 2: 190.0}
@@ -77,7 +80,7 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
 
 
 def test_bench_reports_a_run_without_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit import launch
+    from labkit.launching import launch
 
     monkeypatch.setattr(launch, "run", lambda command, np, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
     sweep = bench.bench("train.py", nps=[1], runs_file=tmp_path / "r.jsonl", echo=False)
@@ -88,7 +91,8 @@ def test_bench_reports_a_run_without_record(tmp_path: Path, monkeypatch: pytest.
 def test_sweep_progress_says_which_run_of_how_many_on_the_right_stream(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, notebook: bool) -> None:
     """In a notebook on stdout (JupyterLab shows stderr on red); in a terminal on stderr (stdout may be --json)."""
-    from labkit import launch, output
+    from labkit.core import output
+    from labkit.launching import launch
 
     monkeypatch.setattr(output, "in_notebook", lambda: notebook)
     monkeypatch.setattr(launch, "run", lambda command, np, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
@@ -101,7 +105,7 @@ def test_sweep_progress_says_which_run_of_how_many_on_the_right_stream(
 
 
 def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit import launch
+    from labkit.launching import launch
 
     path = tmp_path / "runs.jsonl"
     calls = []

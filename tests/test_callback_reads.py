@@ -1,8 +1,8 @@
-"""labkit.callback_reads: what a callback read from the logs, and what it saw."""
+"""labkit.instrument.callback_reads: what a callback read from the logs, and what it saw."""
 
 from __future__ import annotations
 
-from labkit import callback_reads
+from labkit.instrument import callback_reads
 
 
 def test_recording_logs_notes_reads_not_writes() -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import calibration, cli, labs
+from labkit.cli import main as cli
+from labkit.course import labs
+from labkit.grading import calibration
 
 ROOT = labs.ROOT
 
@@ -167,7 +169,7 @@ def test_each_help_example_runs(example: str, course: Path, capsys: pytest.Captu
 
 def test_an_unexpected_error_is_one_line_unless_asked(capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit import doctor
+    from labkit.cli import doctor
 
     def broken(as_json: bool = False) -> int:
         raise RuntimeError("something broke")

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, engines, launch, output, proc, runs, tfconfig
+from labkit.core import output, proc, tfconfig
+from labkit.launching import engines, launch
+from labkit.records import runs
+from labkit.tfdist import cluster
 
 TASK = textwrap.dedent(
     """
@@ -110,7 +113,7 @@ def test_wait_for_output_raises_when_the_task_exits(script: Path, tmp_path: Path
 
 
 def test_cli_runs_a_cluster(script: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from labkit import cli
+    from labkit.cli import main as cli
 
     code = cli.main(["cluster", "--workers", "2", "--log-dir", str(tmp_path / "logs"), "--", sys.executable,
                      str(script)])
@@ -135,7 +138,7 @@ def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest
 
 
 def test_tasks_on_other_hosts_start_over_ssh_with_their_tf_config(tmp_path: Path) -> None:
-    from labkit import hosts
+    from labkit.launching import hosts
 
     c = cluster.Cluster(["python", "train.py"], workers=2, host_list=hosts.parse_hosts("localhost:1,node7:1"),
                         log_dir=tmp_path / "logs", quiet=True, record=False)

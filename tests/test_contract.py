@@ -1,11 +1,11 @@
-"""labkit.contract: one typed object between a launcher and its children; every LABKIT_ name in one module."""
+"""labkit.core.contract: one typed object between a launcher and its children; every LABKIT_ name in one module."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from labkit import contract
+from labkit.core import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 

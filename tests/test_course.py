@@ -1,4 +1,4 @@
-"""labkit.course: the learner's release (no solutions) and resetting a starter with a backup."""
+"""labkit.course.release: the learner's release (no solutions) and resetting a starter with a backup."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import course, labs
+from labkit.course import labs
+from labkit.course import release as course
 
 ROOT = labs.ROOT
 

@@ -1,4 +1,4 @@
-"""labkit.dashboard: follows a fake progress file, as widgets and as text; watch() links the run record."""
+"""labkit.ui.dashboard: follows a fake progress file, as widgets and as text; watch() links the run record."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import dashboard, runs
+from labkit.core import files
+from labkit.records import runs
+from labkit.ui import dashboard
 
 
 def state(epochs: int, status: str = "running") -> dict:
@@ -37,15 +39,15 @@ def test_widgets_follow_the_progress_file(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
     board = dashboard.Dashboard("r1", path, text=False)
     assert board.refresh() is None and board.bar.value == 0  # no file yet
-    runs.write_json_atomic(runs.live_file("r1", path), state(1))
+    files.write_json_atomic(runs.live_file("r1", path), state(1))
     board.refresh()
     assert (board.bar.value, board.bar.max, board.bar.bar_style) == (1, 3, "info")
     assert "epoch 1/3" in board.status.value and "100.0" in board.table.value
-    runs.write_json_atomic(runs.live_file("r1", path), state(3, "ok"))
+    files.write_json_atomic(runs.live_file("r1", path), state(3, "ok"))
     board.refresh()
     assert (board.bar.value, board.bar.bar_style) == (3, "success")
     assert board.table.value.count("<tr>") == 4  # header + 3 epochs
-    runs.write_json_atomic(runs.live_file("r1", path), state(1, "failed"))
+    files.write_json_atomic(runs.live_file("r1", path), state(1, "failed"))
     board.refresh()
     assert board.bar.bar_style == "danger"
 
@@ -53,9 +55,9 @@ def test_widgets_follow_the_progress_file(tmp_path: Path) -> None:
 def test_text_mode_prints_each_epoch_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "runs.jsonl"
     board = dashboard.Dashboard("r1", path, text=True)
-    runs.write_json_atomic(runs.live_file("r1", path), state(1))
+    files.write_json_atomic(runs.live_file("r1", path), state(1))
     board.refresh()
-    runs.write_json_atomic(runs.live_file("r1", path), state(2))
+    files.write_json_atomic(runs.live_file("r1", path), state(2))
     board.refresh()
     board.refresh()
     out = capsys.readouterr().out.splitlines()
@@ -64,7 +66,7 @@ def test_text_mode_prints_each_epoch_once(tmp_path: Path, capsys: pytest.Capture
 
 def test_watch_runs_the_job_and_shows_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture) -> None:
-    from labkit import launch
+    from labkit.launching import launch
 
     seen = {}
 
@@ -72,7 +74,7 @@ def test_watch_runs_the_job_and_shows_progress(tmp_path: Path, monkeypatch: pyte
         seen.update(env=env, quiet=quiet, np=np)
         live = runs.live_file(env[runs.RUN_ID_VAR], env[runs.FILE_VAR])
         for k in (1, 2, 3):  # a job that trains three epochs
-            runs.write_json_atomic(live, state(k, "ok" if k == 3 else "running"))
+            files.write_json_atomic(live, state(k, "ok" if k == 3 else "running"))
             time.sleep(0.15)
         runs.append({"run_id": env[runs.RUN_ID_VAR], "status": "ok", "images_per_sec": 101.5}, env[runs.FILE_VAR])
         return launch.JobResult(0, list(command), tmp_path, np, 0.5)

@@ -1,4 +1,4 @@
-"""labkit.data: finding and validating Fashion-MNIST offline, loading, and the tf.data pipeline."""
+"""labkit.instrument.data: finding and validating Fashion-MNIST offline, loading, and the tf.data pipeline."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labkit import data
+from labkit.instrument import data
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
 SMALL = {"train": 60, "test": 20}

@@ -1,4 +1,4 @@
-"""labkit.doctor: the readiness report and its `labkit doctor` command."""
+"""labkit.cli.doctor: the readiness report and its `labkit doctor` command."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import doctor
+from labkit.cli import doctor
 
 REQUIRED = {"ready", "python", "tensorflow", "keras", "horovod", "mpirun", "gpus", "dataset", "problems"}
 
@@ -87,7 +87,7 @@ def test_collect_sees_this_environment(report):
 
 
 def test_collect_reports_missing_data(tmp_path, monkeypatch):
-    from labkit import data
+    from labkit.instrument import data
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("LABKIT_DATA", raising=False)

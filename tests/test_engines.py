@@ -1,4 +1,4 @@
-"""labkit.engines: MPI engine config (no MPI needed) and a real 2-engine Horovod allreduce."""
+"""labkit.launching.engines: MPI engine config (no MPI needed) and a real 2-engine Horovod allreduce."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from labkit import contract, engines, proc
+from labkit.core import contract, proc
+from labkit.launching import engines
 
 
 def test_config_passes_thread_limits_and_mpirun_flags() -> None:

@@ -1,4 +1,4 @@
-"""labkit.env: the environment every lab process needs before TensorFlow is imported."""
+"""labkit.core.env: the environment every lab process needs before TensorFlow is imported."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from labkit import env
+from labkit.core import env
 
 
 def test_defaults_are_what_the_lab_needs():

@@ -1,4 +1,4 @@
-"""labkit.faults.Throttle: a process runs only part of the time, and is always left running."""
+"""labkit.tfdist.faults.Throttle: a process runs only part of the time, and is always left running."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 import psutil
 import pytest
 
-from labkit import faults, proc
+from labkit.core import proc
+from labkit.tfdist import faults
 
 
 def test_a_throttled_process_is_stopped_part_of_the_time_and_continued_at_the_end() -> None:

@@ -1,4 +1,5 @@
-"""labkit.grade and labkit.reports: points, outputs CI systems read, and grading that survives hostile scripts."""
+"""labkit.grading.grade and labkit.grading.reports:
+points, outputs CI systems read, and grading that survives hostile scripts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import course, grade, labs, reports
+from labkit.course import labs
+from labkit.course import release as course
+from labkit.grading import grade, reports
 
 ROOT = labs.ROOT
 XSD = Path(__file__).resolve().parent / "fixtures" / "junit" / "JUnit.xsd"
@@ -220,7 +223,7 @@ def test_only_a_well_formed_report_of_a_finished_check_counts() -> None:
 
 def test_a_wrong_assessment_table_fails_before_any_lab_is_graded(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from labkit import cli
+    from labkit.cli import main as cli
 
     (tmp_path / "pyproject.toml").write_text('[tool.labkit.grading]\nlabs = ["horovod"]\n\n'
                                              '[tool.labkit.grading.assessment]\nbudget = 180\n')

@@ -19,8 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit import check, launch, proc, rank, stacks
+from labkit import check
 from labkit.check import ending, hvd_runs, lab_horovod
+from labkit.core import proc, stacks
+from labkit.launching import launch, rank
 
 ROOT = Path(__file__).resolve().parent.parent
 HVD6 = ROOT / "solutions" / "fashion_mnist_after_step_06.py"
@@ -46,7 +48,7 @@ def test_a_stopped_process_tells_where_it_was(tmp_path: Path) -> None:
     """SIGTERM makes the interpreter write its stacks (from C, even in a busy loop), then it dies as before."""
     script = tmp_path / "spin.py"
     script.write_text("def spin():\n    n = 0\n    while True:\n        n += 1\n\n\nspin()\n")
-    runner = (f"import runpy; from labkit import stacks; stacks.install({str(tmp_path / 'st')!r}); "
+    runner = (f"import runpy; from labkit.core import stacks; stacks.install({str(tmp_path / 'st')!r}); "
               f"runpy.run_path({str(script)!r})")
     p = subprocess.Popen([sys.executable, "-c", runner])
     try:
@@ -66,7 +68,7 @@ def test_signals_ignored_still_leave_a_stack_from_the_timer(tmp_path: Path) -> N
     script = tmp_path / "deaf.py"
     script.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                       "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\ntime.sleep(1000)\n")
-    runner = (f"import runpy; from labkit import stacks; stacks.install({str(tmp_path / 'st')!r}, budget=2); "
+    runner = (f"import runpy; from labkit.core import stacks; stacks.install({str(tmp_path / 'st')!r}, budget=2); "
               f"runpy.run_path({str(script)!r})")
     with proc.Job() as job:
         p = job.spawn([sys.executable, "-c", runner])

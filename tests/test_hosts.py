@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import hosts as hl
-from labkit import tfconfig
-from labkit.hosts import Host, HostError
+from labkit.core import tfconfig
+from labkit.launching import hosts as hl
+from labkit.launching.hosts import Host, HostError
 
 CORES = len(os.sched_getaffinity(0))
 NOWHERE = "no-such-host.invalid"  # .invalid never resolves (RFC 6761)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -51,17 +52,25 @@ def test_every_imported_name_exists() -> None:
     assert _missing(uses) == []
 
 
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
+
+
 def _attributes() -> list[tuple[str, str, str]]:
-    """``mod.attr`` uses where ``mod`` came from ``from labkit import mod``."""
+    """``mod.attr`` uses where ``mod`` came from ``from labkit.PACKAGE import mod`` (or ``from labkit import``)."""
     found = set()
     for where, text in _sources():
         tree = ast.parse(text)
-        bound = {(a.asname or a.name): a.name for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module == "labkit" for a in node.names}
+        bound = {(a.asname or a.name): f"{node.module}.{a.name}" for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "labkit"
+                 for a in node.names if _is_module(f"{node.module}.{a.name}")}
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
                 if isinstance(node.ctx, ast.Load):
-                    found.add((where, f"labkit.{bound[node.value.id]}", node.attr))
+                    found.add((where, bound[node.value.id], node.attr))
     return sorted(found)
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from probe_cases import CASES
 
-from labkit import check, labs
+from labkit import check
 from labkit.check import judging, lab_horovod, lr_rule
+from labkit.course import labs
 
 
 def test_judge_stops_at_the_first_failure_and_adds_the_run_error() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import k8s, k8s_validate
+from labkit.deploy import k8s, k8s_validate
 
 ROOT = Path(__file__).resolve().parent.parent
 # (the command's arguments after `labkit k8s`, the file it writes)
@@ -60,7 +60,8 @@ def test_example_is_valid(argv: str, path: str) -> None:
 @pytest.mark.parametrize("argv, path", EXAMPLES)
 def test_example_is_in_sync_with_the_generator(argv: str, path: str) -> None:
     assert k8s.render(parse(argv.split())) == (ROOT / path).read_text(), (
-        f"{path} is out of date: run `labkit k8s {argv}` (or `python -m labkit.k8s {argv}`) at the repository root"
+        f"{path} is out of date: run `labkit k8s {argv}` (or `python -m labkit.deploy.k8s {argv}`) "
+        "at the repository root"
     )
 
 
@@ -297,7 +298,7 @@ def test_output_dash_is_standard_output(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_import_does_not_load_tensorflow() -> None:
-    code = "import sys, labkit.k8s; print('tensorflow' in sys.modules)"
+    code = "import sys, labkit.deploy.k8s; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 

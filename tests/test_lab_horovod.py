@@ -8,8 +8,9 @@ import pytest
 from conftest import expect_case, judge_case, real_check_matches_recording
 from probe_cases import CASES, find
 
-from labkit import check, labs
+from labkit import check
 from labkit.check import judging, lab_horovod
+from labkit.course import labs
 
 HERE = [c for c in CASES if c.lab == "horovod"]
 
@@ -41,7 +42,7 @@ def test_a_hang_is_called_a_deadlock() -> None:
 @pytest.mark.horovod
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
     report = real_check_matches_recording(find("horovod", "after_step_08"), tmp_path, running,
-                                          "labkit.probe")
+                                          "labkit.instrument.probe")
     assert report.seconds is not None and report.seconds < labs.get("horovod").timeout
 
 
@@ -58,7 +59,7 @@ def test_a_deadlock_is_reported_within_the_timeout(tmp_path: Path, running) -> N
     assert not report.passed
     assert "deadlock" in report.format() or "stuck" in report.format(), report.format()
     assert report.seconds is not None and report.seconds < 100
-    assert not running("labkit.probe")
+    assert not running("labkit.instrument.probe")
 
 
 def test_step_8_reads_the_rates_of_every_rank_and_every_epoch() -> None:

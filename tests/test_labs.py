@@ -1,4 +1,4 @@
-"""labkit.labs: one registry, consistent with the starters, the solutions and the notebooks."""
+"""labkit.course.labs: one registry, consistent with the starters, the solutions and the notebooks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from labkit import labs
+from labkit.course import labs
 
 ROOT = labs.ROOT
 

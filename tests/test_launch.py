@@ -1,4 +1,4 @@
-"""labkit.launch: real jobs through every launcher, by the same generic tests.
+"""labkit.launching.launch: real jobs through every launcher, by the same generic tests.
 
 The ``launcher`` fixture runs each test under mpirun, horovodrun, horovodrun --gloo
 and Slurm (a real single-node cluster, see conftest.py), in the manner of
@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from labkit import launch, output, proc, slurm
+from labkit.core import output, proc
+from labkit.launching import launch, sbatch
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -41,12 +42,12 @@ def launcher(request: pytest.FixtureRequest) -> dict[str, Any]:
         pytest.skip("Horovod is not installed")
     if request.param == "slurm":
         request.getfixturevalue("slurm")
-        return {"launcher": "slurm", "slurm": slurm.SlurmOptions(nodes=1, tasks_per_node=2, start="srun")}
+        return {"launcher": "slurm", "slurm": sbatch.SlurmOptions(nodes=1, tasks_per_node=2, start="srun")}
     return {"launcher": request.param}
 
 
 def launchers_tool(name: str) -> str:
-    from labkit.launchers import tool
+    from labkit.launching.launchers import tool
 
     return tool(name)
 
@@ -66,7 +67,7 @@ def test_two_ranks_log_every_rank_and_stream_rank0(tmp_path: Path, launcher: dic
     assert "hello from 0 threads=1" in out.getvalue() and "hello from 1" not in out.getvalue()
     if launcher["launcher"] != "slurm":  # the command that really ran comes first (Slurm shows its batch script)
         first = out.getvalue().splitlines()[0]
-        assert first.startswith("$ ") and str(script) in first and "labkit.rank" in first, first
+        assert first.startswith("$ ") and str(script) in first and "labkit.launching.rank" in first, first
     assert "hello from 1" in res.log(1)
     assert res.rank_exit == {0: 0, 1: 0}
 
@@ -130,7 +131,7 @@ def test_job_dies_with_a_parent_killed_outright(tmp_path: Path, running: Callabl
     """SIGKILL of the Python that launched the job (no cleanup code runs) still ends every rank."""
     script = _script(tmp_path, JOB.replace("{extra}", "time.sleep(300)"))
     parent = subprocess.Popen([sys.executable, "-c", (
-        "from labkit import launch\n"
+        "from labkit.launching import launch\n"
         f"launch.run(['python', {str(script)!r}], np=2, log_dir={str(tmp_path / 'logs')!r}, quiet=True)"
     )])
     assert proc.wait_until(lambda: (tmp_path / "logs" / "rank.1.log").exists(), 60)

@@ -1,4 +1,4 @@
-"""labkit.launchers: every launcher's argument lists, built without starting anything."""
+"""labkit.launching.launchers: every launcher's argument lists, built without starting anything."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import contract, hosts, launch, launchers
-from labkit.rank import rank_from_env
+from labkit.core import contract
+from labkit.core.identity import rank_from_env
+from labkit.launching import hosts, launch, launchers, table
 
 
 def test_default_threads_split_cores() -> None:
@@ -81,9 +82,9 @@ def test_ssh_launcher_runs_local_slots_directly_and_remote_ones_over_ssh() -> No
 
 
 def test_registry_names_every_launcher_and_rejects_unknown() -> None:
-    assert {"mpirun", "horovodrun", "gloo", "ssh", "slurm"} <= set(launchers.names())
+    assert {"mpirun", "horovodrun", "gloo", "ssh", "slurm"} <= set(table.names())
     with pytest.raises(launchers.LaunchError, match="unknown launcher 'pbs'"):
-        launchers.get("pbs")
+        table.get("pbs")
 
 
 def test_bad_host_lists_fail_before_launch_with_clear_messages(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from labkit import model as sizes
+from labkit.instrument import model as sizes
 
 STARTER = Path(__file__).resolve().parent.parent / "labs" / "fashion_mnist.py"
 WRN_16_10_PARAMS = 17_130_954

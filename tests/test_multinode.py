@@ -1,4 +1,4 @@
-"""Every multi-node path on virtual nodes (labkit.nodes): two nodes with Slurm, brought up once for this file.
+"""Every multi-node path on virtual nodes (labkit.nodes.virtual): two nodes with Slurm, brought up once for this file.
 
 Launchers (mpirun, horovodrun, gloo, ssh for tf.distribute, Slurm's three starts and the plain batch script,
 ipyparallel engines, ``labkit bench``) run the solutions across node1 and node2, and each run's record says
@@ -24,8 +24,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit import contract, faults, hosts, launch, nodes, nodes_slurm
-from labkit import nodes_net as net
+from labkit.core import contract
+from labkit.launching import hosts, launch
+from labkit.nodes import net
+from labkit.nodes import slurm as nodes_slurm
+from labkit.nodes import virtual as nodes
+from labkit.tfdist import faults
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "fashion_mnist_solution.py"
@@ -223,8 +227,8 @@ def test_plain_batch_script_runs_across_both_nodes(cluster: nodes.VirtualNodes, 
                slurm=launch.SlurmOptions(nodes=2, tasks_per_node=2, plain=True))
     assert job.exists()
     venv = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # activated
-    waited = subprocess.run([sys.executable, "-m", "labkit.slurm_wait", job.name], cwd=work, capture_output=True,
-                            text=True, timeout=900, env=venv)
+    waited = subprocess.run([sys.executable, "-m", "labkit.launching.slurm_wait", job.name], cwd=work,
+                            capture_output=True, text=True, timeout=900, env=venv)
     (output,) = work.glob("slurm-*.out")
     log = output.read_text(errors="replace")
     assert waited.returncode == 0, waited.stdout + waited.stderr + log

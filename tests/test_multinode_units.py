@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import hosts, jobrecord, launch, nodes_lab, runs
+from labkit.core import identity
+from labkit.launching import hosts, launch
+from labkit.records import jobrecord
+from labkit.ui import nodes_lab
 
 
 @pytest.mark.parametrize("error, fix", [
@@ -50,7 +53,7 @@ def test_a_watch_of_local_hosts_does_nothing() -> None:
 
 def test_records_list_the_host_and_local_rank_of_every_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
-    assert runs.world()["host"] == socket.gethostname() and runs.world()["local_rank"] == 1
+    assert identity.world()["host"] == socket.gethostname() and identity.world()["local_rank"] == 1
     observed = [  # a Python launcher (horovodrun) is observed too, and looks like rank 0
         {"pid": 10, "world": {"rank": 0, "host": "head", "local_rank": None}},
         {"pid": 12, "fits": [{}], "world": {"rank": 1, "host": "node1", "local_rank": 1}},

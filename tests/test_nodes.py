@@ -1,4 +1,5 @@
-"""Virtual nodes (labkit.nodes): namespaces, ssh, link rates and mpirun across them. Needs root; skipped otherwise."""
+"""Virtual nodes (labkit.nodes.virtual):
+namespaces, ssh, link rates and mpirun across them. Needs root; skipped otherwise."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labkit import contract, hosts, launch, launchers, nodes, nodes_slurm, nodes_ssh
-from labkit import nodes_net as net
+from labkit.core import contract
+from labkit.launching import hosts, launch, launchers
+from labkit.nodes import net
+from labkit.nodes import slurm as nodes_slurm
+from labkit.nodes import ssh as nodes_ssh
+from labkit.nodes import virtual as nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 TCP = '''
@@ -230,11 +235,12 @@ def test_mpirun_places_two_ranks_on_each_node(cluster: nodes.VirtualNodes, tmp_p
 def test_launch_preflight_accepts_node_names(cluster: nodes.VirtualNodes) -> None:
     by_name = launch.host_list("node1:2,node2:2")  # names resolve only through the cluster's ssh config
     launchers.MPIRun(4, by_name).preflight()
-    assert nodes.mpirun_args(by_name) == nodes.mpirun_args(hosts.parse_hostfile(cluster.hostfile)) != []
+    assert nodes.mpirun_args([h.name for h in by_name]) == nodes.mpirun_args(
+        [h.name for h in hosts.parse_hostfile(cluster.hostfile)]) != []
     assert hosts.validate(by_name, 4) == by_name  # names known to the cluster need no name service here
     with pytest.raises(hosts.HostError, match="cannot resolve node3"):
         hosts.validate([*by_name, hosts.Host("node3", 2)], 4)
-    assert nodes.mpirun_args([hosts.Host("localhost", 2)]) == []
+    assert nodes.mpirun_args(["localhost"]) == []
 
 
 @needs_root

@@ -1,4 +1,4 @@
-"""labkit.notebook: quick mode, one training per unchanged script, finished scripts picked."""
+"""labkit.ui.notebook: quick mode, one training per unchanged script, finished scripts picked."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, labs, launch, notebook
+from labkit.course import labs
+from labkit.launching import launch
+from labkit.tfdist import cluster
+from labkit.ui import notebook
 
 
 @pytest.fixture
@@ -80,7 +83,7 @@ def test_started_reads_the_code_not_the_comments(tmp_path: Path, capsys: pytest.
 
 def test_started_finds_a_released_courses_pristine_starter(tmp_path: Path) -> None:
     """In a learner's course (no templates) the pristine copy in .labkit/starters decides."""
-    from labkit import course
+    from labkit.course import release as course
 
     course.release(tmp_path / "course")
     script = tmp_path / "course" / "labs" / "fashion_mnist_ps.py"
@@ -111,7 +114,7 @@ def test_no_learner_cell_carries_test_plumbing() -> None:
 
 
 def test_ranks_shows_the_command_and_every_rank(tmp_path: Path) -> None:
-    from labkit import launch
+    from labkit.launching import launch
 
     bar = "1/4 [==>...]"
     (tmp_path / "rank.0.log").write_text(f"Epoch 1/1\n{bar}{chr(8) * len(bar)}4/4 [======] - loss: 1\n")

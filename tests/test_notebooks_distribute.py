@@ -42,5 +42,5 @@ def test_notebook_runs_and_leaves_nothing_running(name: str, finished_notebooks)
     import browser
 
     left = browser.leftovers(finished_notebooks.course, "fashion_mnist_mirrored.py", "fashion_mnist_multiworker",
-                             "fashion_mnist_ps", "labkit.dprobe")  # of this course: other work may run these too
+                             "fashion_mnist_ps", "labkit.instrument.dprobe")  # of this course only
     assert left == [], f"processes of {name} are still running: {left}"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import jobrecord, observe
+from labkit.instrument import observe
+from labkit.records import jobrecord
 
 SCRIPT = textwrap.dedent('''
     import argparse, time
@@ -62,7 +63,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
 
 def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:  # noqa: ANN001
     out, folder, start = observed
-    (obs,) = observe.read_folder(folder)
+    (obs,) = jobrecord.read_observations(folder)
     assert obs["config"] == {"batch_size": 8, "target_accuracy": 0.0}  # its own argparse, seen from outside
     assert obs["fits"][0]["batch_per_step"] == 8 and obs["world"]["is_chief"]
     assert len(obs["epochs"]) == 3 and obs["ended"] >= obs["train_end"]
@@ -193,7 +194,7 @@ def test_independent_copies_add_up(tmp_path: Path) -> None:
 
 def test_the_observer_has_no_batch_hooks_where_parameter_servers_forbid_them() -> None:
     """Keras refuses batch-level callbacks under a ParameterServerStrategy (the lab 5 solution failed with them)."""
-    from labkit import observe
+    from labkit.instrument import observe
 
     assert observe._observer(32)._implements_train_batch_hooks()
     ps = observe._observer(32, batch_hooks=False, steps=16)

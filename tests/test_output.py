@@ -1,11 +1,12 @@
-"""labkit.output: progress bars as one line, noise dropped, failures with hints."""
+"""labkit.core.output: progress bars as one line, noise dropped, failures with hints."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
 
-from labkit import launch, output
+from labkit.core import output
+from labkit.launching import launch
 
 
 def test_renderer_turns_progress_bars_into_one_line() -> None:

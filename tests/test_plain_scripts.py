@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cluster, launchers
+from labkit.launching import launchers
+from labkit.tfdist import cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_LABKIT = str(Path(__file__).resolve().parent / "no_labkit.py")

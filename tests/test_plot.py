@@ -1,4 +1,4 @@
-"""labkit.plot: the figures have the expected lines and axes; the CLI writes PNG files."""
+"""labkit.figures.plot: the figures have the expected lines and axes; the CLI writes PNG files."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cli, plot, runs, sweep
+from labkit.cli import main as cli
+from labkit.figures import plot
+from labkit.records import runs, sweep
 
 
 def records() -> list[dict]:

@@ -1,8 +1,8 @@
-"""labkit.probe pieces that need no MPI: conv shrinking, data slices."""
+"""labkit.instrument.probe pieces that need no MPI: conv shrinking, data slices."""
 
 from __future__ import annotations
 
-from labkit import probe
+from labkit.instrument import probe
 
 
 def test_shrink_is_consistent_and_narrow() -> None:
@@ -20,7 +20,7 @@ def test_every_input_fit_accepts_is_sampled() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from labkit import dprobe
+    from labkit.instrument import dprobe
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():

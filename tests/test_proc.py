@@ -1,4 +1,4 @@
-"""labkit.proc: the one process layer starts, logs, and stops everything a job started."""
+"""labkit.core.proc: the one process layer starts, logs, and stops everything a job started."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import contract, proc
+from labkit.core import contract, proc
 
 SPAWNS_AND_DETACHES = textwrap.dedent("""
     import os, subprocess, sys, time
@@ -64,7 +64,7 @@ def test_children_die_with_a_parent_killed_outright(tmp_path: Path) -> None:
     flag = tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from labkit import proc
+        from labkit.core import proc
         job = proc.Job()
         p = job.spawn([sys.executable, "-c", "import os, time; open({str(flag)!r}, 'w').write(str(os.getpid()));"
                        " time.sleep(300)"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import contract, output, progress
+from labkit.core import contract, output, progress
 
 
 def test_keras_progress_moves_the_bars_and_finished_lines_stay_as_text(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,5 @@
-"""labkit.reference: the course's reference results, made from real runs, read back as the notebooks read them."""
+"""labkit.measure.reference:
+the course's reference results, made from real runs, read back as the notebooks read them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import labs, plot, reference, views
+from labkit.course import labs
+from labkit.figures import plot, views
+from labkit.measure import reference
 
 SHIPPED = labs.ROOT / "labs" / "reference"
 # What the notebooks read, by reference name.
@@ -26,7 +29,7 @@ def test_the_final_solution_of_each_lab_is_its_last() -> None:
 def shipped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """The committed reference folder, read from a notebook's folder (cells run in labs/)."""
     if not (SHIPPED / reference.RECORDS).is_file():
-        pytest.fail("labs/reference has no records: run `python -m labkit.reference`")
+        pytest.fail("labs/reference has no records: run `python -m labkit.measure.reference`")
     monkeypatch.chdir(tmp_path)
     return SHIPPED
 
@@ -36,7 +39,7 @@ def test_the_shipped_results_come_from_real_runs_of_every_reference(shipped: Pat
     made = results["made"]
     assert made["date"] and made["machine"] and made["epochs"] >= 2
     readme = (shipped / "README.md").read_text()
-    assert made["date"] in readme and "python -m labkit.reference" in readme
+    assert made["date"] in readme and "python -m labkit.measure.reference" in readme
     for name in USED:
         if name == "kill-and-resume":
             report = reference.resume_report()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import runs
+from labkit.core import identity
+from labkit.records import runs
 
 REQUIRED = {
     "run_id", "script", "lab", "step", "launcher", "strategy", "workers", "threads_per_worker", "device",
@@ -93,17 +94,17 @@ def test_world_from_env_and_tf_config(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("LABKIT_NP", "4")
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
-    w = runs.world()
+    w = identity.world()
     assert (w["rank"], w["workers"], w["is_chief"]) == (2, 4, False)
     monkeypatch.delenv("OMPI_COMM_WORLD_RANK")
     cluster = {"worker": ["h:1", "h:2", "h:3"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
-    w = runs.world()
+    w = identity.world()
     assert w["is_chief"] and w["workers"] == 3
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
-    assert not runs.world()["is_chief"]
+    assert not identity.world()["is_chief"]
     with_chief = {"chief": ["h:0"], **cluster}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": with_chief, "task": {"type": "worker", "index": 0}}))
-    assert not runs.world()["is_chief"]
+    assert not identity.world()["is_chief"]
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": with_chief, "task": {"type": "chief", "index": 0}}))
-    assert runs.world()["is_chief"]
+    assert identity.world()["is_chief"]

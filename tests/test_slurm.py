@@ -1,4 +1,4 @@
-"""labkit.slurm: batch scripts built without Slurm; real jobs on a single-node Slurm cluster (conftest.py).
+"""labkit.launching.slurm: batch scripts built without Slurm; real jobs on a single-node Slurm cluster (conftest.py).
 
 Lab 7's notebook test submits the rest: a Horovod job started by mpirun in the allocation, a
 multi-worker job with TF_CONFIG made from it, and ipyparallel engines as a Slurm job.
@@ -12,15 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from labkit import contract, engines, launch, runs, slurm
-from labkit.launchers import LaunchError
+from labkit.core import contract
+from labkit.launching import engines, launch, sbatch, slurm
+from labkit.launching.launchers import LaunchError
+from labkit.records import runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--epochs", "1", "--mode", "small", "--train-size", "512", "--test-size", "256", "--batch-size", "32"]
 
 
 def test_batch_script_asks_for_what_was_given(tmp_path: Path) -> None:
-    o = slurm.SlurmOptions(nodes=2, tasks_per_node=4, gpus_per_task=1, partition="gpu", account="course42",
+    o = sbatch.SlurmOptions(nodes=2, tasks_per_node=4, gpus_per_task=1, partition="gpu", account="course42",
                            time="01:30:00")
     env = {"TF_USE_LEGACY_KERAS": "1", contract.JOB_ID: "j", contract.OBSERVE: "/x"}
     text = slurm.batch_script(o, ["python", "train.py", "--epochs", "2"], env, "/logs/slurm-%j.out", tmp_path)
@@ -36,10 +38,10 @@ def test_batch_script_asks_for_what_was_given(tmp_path: Path) -> None:
 
 
 def test_ranks_start_with_srun_or_with_a_tf_config_per_task(tmp_path: Path) -> None:
-    srun = slurm.batch_script(slurm.SlurmOptions(start="srun"), ["python", "t.py"], {}, "o", tmp_path)
+    srun = slurm.batch_script(sbatch.SlurmOptions(start="srun"), ["python", "t.py"], {}, "o", tmp_path)
     assert "srun --kill-on-bad-exit=1 --ntasks=2 --mpi=pmix python t.py" in srun
-    tf = slurm.batch_script(slurm.SlurmOptions(start="tf_config"), ["python", "t.py"], {}, "o", tmp_path)
-    assert "-m labkit.slurm -- python t.py" in tf and "TF_CONFIG" in tf
+    tf = slurm.batch_script(sbatch.SlurmOptions(start="tf_config"), ["python", "t.py"], {}, "o", tmp_path)
+    assert "-m labkit.launching.slurm -- python t.py" in tf and "TF_CONFIG" in tf
 
 
 @pytest.mark.parametrize("options,message", [
@@ -51,12 +53,12 @@ def test_ranks_start_with_srun_or_with_a_tf_config_per_task(tmp_path: Path) -> N
 ])
 def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(LaunchError, match=message):
-        slurm.SlurmOptions(**options).check()  # type: ignore[arg-type]
+        sbatch.SlurmOptions(**options).check()  # type: ignore[arg-type]
 
 
 def test_np_must_match_the_allocation() -> None:
     with pytest.raises(LaunchError, match="does not match"):
-        slurm.Slurm(3, slurm.SlurmOptions(nodes=1, tasks_per_node=2))
+        slurm.Slurm(3, sbatch.SlurmOptions(nodes=1, tasks_per_node=2))
 
 
 def test_tf_config_from_the_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,7 +88,7 @@ def test_script_only_writes_the_batch_script_and_submits_nothing(tmp_path: Path)
 
 def test_engines_on_slurm_get_one_mpi_world() -> None:
     cfg = engines.config(4, threads=1, job_id="abc", launcher="slurm",
-                         slurm=slurm.SlurmOptions(tasks_per_node=4, partition="debug", time="00:05:00"))
+                         slurm=sbatch.SlurmOptions(tasks_per_node=4, partition="debug", time="00:05:00"))
     template = cfg.SlurmEngineSetLauncher.batch_template
     assert "#SBATCH --ntasks={n}" in template and "#SBATCH --partition=debug" in template
     assert template.rstrip().endswith("srun --mpi=pmix {program_and_args}")
@@ -115,17 +117,17 @@ def test_horovod_solution_through_sbatch_and_srun_is_recorded_with_two_workers(t
     assert record.get("images_per_sec")
 
 
-def slurm_options(start: str) -> slurm.SlurmOptions:
-    return slurm.SlurmOptions(nodes=1, tasks_per_node=2, start=start)
+def slurm_options(start: str) -> sbatch.SlurmOptions:
+    return sbatch.SlurmOptions(nodes=1, tasks_per_node=2, start=start)
 
 
 def test_the_output_path_survives_spaces_and_percent_signs() -> None:
-    pattern = slurm.output_pattern("/home/ann/course 100%/runs")
+    pattern = sbatch.output_pattern("/home/ann/course 100%/runs")
     assert pattern == "/home/ann/course 100%%/runs/slurm-%j.out"
-    (line,) = [d for d in slurm.directives(slurm.SlurmOptions(), pattern) if "--output" in d]
+    (line,) = [d for d in sbatch.directives(sbatch.SlurmOptions(), pattern) if "--output" in d]
     assert line == '#SBATCH --output="/home/ann/course 100%%/runs/slurm-%j.out"'
     with pytest.raises(LaunchError, match="double quote"):
-        slurm.directives(slurm.SlurmOptions(), '/a"b/slurm-%j.out')
+        sbatch.directives(sbatch.SlurmOptions(), '/a"b/slurm-%j.out')
 
 
 @pytest.mark.slow
@@ -146,7 +148,7 @@ def test_a_failing_job_returns_its_exit_status(tmp_path: Path, slurm: object) ->
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_bench_runs_through_slurm(tmp_path: Path, slurm: object) -> None:
-    from labkit import bench
+    from labkit.measure import bench
 
     sweep = bench.bench(ROOT / "solutions" / "fashion_mnist_solution.py", nps=[2], launcher="slurm", threads=1,
                         args=SMALL, runs_file=tmp_path / "runs.jsonl", cwd=tmp_path, timeout=600, echo=False)

@@ -1,4 +1,5 @@
-"""labkit.slurm_plain: a batch script that needs no labkit on the nodes (``labkit run --launcher slurm --plain``).
+"""labkit.launching.slurm_plain:
+a batch script that needs no labkit on the nodes (``labkit run --launcher slurm --plain``).
 
 Its text is checked, its shell is run with stand-ins for srun and mpirun (what each worker gets), and on
 the tests' Slurm cluster (conftest.py) the Horovod solution runs from it with ``import labkit`` failing.
@@ -16,8 +17,8 @@ from pathlib import Path
 import bare_venv
 import pytest
 
-from labkit import launch, slurm
-from labkit.launchers import LaunchError
+from labkit.launching import launch, sbatch, slurm
+from labkit.launching.launchers import LaunchError
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "fashion_mnist_solution.py"
@@ -28,7 +29,7 @@ def script(tmp_path: Path, start: str = "mpirun", command: list[str] | None = No
     """The plain script ``labkit run`` writes (through the launcher, as the command line does)."""
     out = tmp_path / "job.sbatch"
     res = launch.run(command or ["python", "train.py", "--epochs", "2"], launcher="slurm", quiet=True, cwd=tmp_path,
-                     slurm=slurm.SlurmOptions(nodes=1, tasks_per_node=2, start=start, plain=True, **options),
+                     slurm=sbatch.SlurmOptions(nodes=1, tasks_per_node=2, start=start, plain=True, **options),
                      script_only=out)
     assert res.returncode == 0
     return out.read_text()
@@ -38,7 +39,7 @@ def code_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.lstrip().startswith("#") or line.startswith("#SBATCH")]
 
 
-@pytest.mark.parametrize("start", slurm.STARTS)
+@pytest.mark.parametrize("start", sbatch.STARTS)
 def test_the_script_uses_no_labkit_and_says_where_it_comes_from(tmp_path: Path, start: str) -> None:
     text = script(tmp_path, start)
     assert [line for line in code_lines(text) if "labkit" in line.lower()] == []
@@ -83,7 +84,7 @@ def test_the_command_line_writes_it(tmp_path: Path) -> None:
 def test_plain_needs_script_only(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="--script-only"):
         launch.run(["python", "t.py"], launcher="slurm", quiet=True, cwd=tmp_path,
-                   slurm=slurm.SlurmOptions(plain=True))
+                   slurm=sbatch.SlurmOptions(plain=True))
 
 
 # ----------------------------------------------------------------------------- the shell, run with stand-ins
@@ -160,8 +161,9 @@ def test_the_horovod_solution_runs_from_the_plain_script_without_labkit(tmp_path
                            timeout=120)
     assert probe.returncode != 0 and "No module named 'labkit'" in probe.stderr  # what the job inherits
     (work / "job.sbatch").write_text(text)
-    # Submitted and waited for from here (labkit.slurm_wait); the job inherits job_env, as sbatch passes it on.
-    waited = subprocess.run([sys.executable, "-m", "labkit.slurm_wait", "job.sbatch"], env=job_env, cwd=work,
+    # Submitted and waited for from here (labkit.launching.slurm_wait); the job inherits job_env, as sbatch
+    # passes it on.
+    waited = subprocess.run([sys.executable, "-m", "labkit.launching.slurm_wait", "job.sbatch"], env=job_env, cwd=work,
                             capture_output=True, text=True, timeout=900)
     (output,) = work.glob("slurm-*.out")
     log = output.read_text(errors="replace")

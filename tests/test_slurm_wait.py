@@ -1,4 +1,4 @@
-"""labkit.slurm_wait: submitting and following a job, on Slurm's recorded answers and on stand-in commands.
+"""labkit.launching.slurm_wait: submitting and following a job, on Slurm's recorded answers and on stand-in commands.
 
 The real cluster runs it in test_slurm.py and test_launch.py (every Slurm job the launcher submits).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import slurm, slurm_wait
+from labkit.launching import slurm, slurm_wait
 
 RUNNING = ("JobId=42 JobName=labkit UserId=root(0) GroupId=root(0) Priority=1 JobState=RUNNING Reason=None "
            "Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED")
@@ -86,7 +86,7 @@ def test_a_refused_submission_says_why(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_the_launcher_submits_through_the_waiter() -> None:
     ((name, argv, _),) = slurm.Slurm(2).commands(["python", "t.py"], {})
-    assert argv[1:3] == ["-m", "labkit.slurm_wait"] and argv[-1].endswith("job.sbatch")
+    assert argv[1:3] == ["-m", "labkit.launching.slurm_wait"] and argv[-1].endswith("job.sbatch")
 
 
 def test_stopping_the_waiter_cancels_the_job(tmp_path: Path) -> None:
@@ -96,7 +96,8 @@ def test_stopping_the_waiter_cancels_the_job(tmp_path: Path) -> None:
     _tool(tmp_path, "scancel", f'echo "$@" > {cancelled}\n')
     (tmp_path / "job.sbatch").write_text("#!/bin/bash\nsleep 100\n")
     env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
-    waiter = subprocess.Popen([sys.executable, "-m", "labkit.slurm_wait", str(tmp_path / "job.sbatch")], env=env,
+    waiter = subprocess.Popen([sys.executable, "-m", "labkit.launching.slurm_wait", str(tmp_path / "job.sbatch")],
+                              env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert waiter.stdout is not None and waiter.stdout.readline().strip() == "88"

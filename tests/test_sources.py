@@ -1,4 +1,4 @@
-"""labkit.sources: starter and step-solution scripts generated from annotated templates."""
+"""labkit.course.sources: starter and step-solution scripts generated from annotated templates."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import sources
+from labkit.course import sources
 
 ROOT = Path(__file__).resolve().parent.parent
 BLANK_LINE_RULES = "E301,E302,E303,E304,E305,E306"  # pycodestyle's blank lines, as ruff checks them
@@ -183,13 +183,13 @@ def test_generated_scripts_have_the_blank_lines_a_person_would_write(tmp_path):
 
 def test_git_marks_every_generated_script_as_generated():
     outputs = [t.output for t in sources.TARGETS]
-    out = subprocess.run(["git", "check-attr", "linguist-generated", "--", *outputs, "labkit/sources.py"],
+    out = subprocess.run(["git", "check-attr", "linguist-generated", "--", *outputs, "labkit/course/sources.py"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         pytest.skip(f"not a git checkout: {out.stderr.strip()}")
     marked = {line.split(": ")[0]: line.split(": ")[-1] for line in out.stdout.splitlines()}
     assert [p for p in outputs if marked.get(p) != "true"] == []
-    assert marked["labkit/sources.py"] != "true"  # hand-written code is not folded away
+    assert marked["labkit/course/sources.py"] != "true"  # hand-written code is not folded away
 
 
 def test_the_course_source_is_the_checkout_or_the_folder_it_is_run_in(tmp_path, monkeypatch):

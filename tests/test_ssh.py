@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from sshd import ALIAS, Loopback, Unavailable, loopback_sshd
 
-from labkit import hosts as hl
-from labkit.hosts import Host, HostError
+from labkit.launching import hosts as hl
+from labkit.launching.hosts import Host, HostError
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""labkit.sweep: points, speedup, efficiency, the ceiling and the table, from run records."""
+"""labkit.records.sweep: points, speedup, efficiency, the ceiling and the table, from run records."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit import sweep
+from labkit.records import sweep
 
 
 def rec(workers: int, ips: float | None, ttt: float | None = None, status: str = "ok", acc: float = 0.8) -> dict:

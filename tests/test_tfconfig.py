@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from labkit import tfconfig as tc
+from labkit.core import tfconfig as tc
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:

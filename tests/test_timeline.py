@@ -1,4 +1,5 @@
-"""Horovod's timeline read as a stream, drawn, and a straggler named (labkit.timeline, labkit.timeline_straggler).
+"""Horovod's timeline read as a stream, drawn, and a straggler named
+(labkit.figures.timeline, labkit.measure.timeline_straggler).
 
 Fixtures (tests/fixtures/timeline/): a 2-rank trace in Horovod 0.28's layout with the response cache off:
 3 gradient tensors, 4 steps, tensors 0 and 1 fused, tensor 2 alone; from step 1 on rank 1 is ready
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from labkit import timeline, timeline_straggler
+from labkit.figures import timeline
+from labkit.measure import timeline_straggler
 
 FIX = Path(__file__).parent / "fixtures" / "timeline"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from probe_cases import find
 
-from labkit import views
 from labkit.check import Report, judging
-from labkit.faults import ResumeReport
+from labkit.figures import views
+from labkit.tfdist.faults import ResumeReport
 
 
 def _gaps(case: str) -> dict[str, float | None]:
@@ -81,7 +81,7 @@ def test_worker_steps_count_each_workers_steps() -> None:
 
 
 def test_learning_rates_are_scaled_warmed_up_and_decayed() -> None:
-    from labkit import scaling_model, views
+    from labkit.figures import scaling_model, views
 
     lr = scaling_model.learning_rate
     assert lr(0, 4) == pytest.approx(0.01) and lr(3, 4) == pytest.approx(0.04)  # warm-up from base to base x 4
@@ -91,7 +91,7 @@ def test_learning_rates_are_scaled_warmed_up_and_decayed() -> None:
 
 
 def test_efficiency_falls_with_slow_links_and_big_gradients() -> None:
-    from labkit.scaling_model import efficiency
+    from labkit.figures.scaling_model import efficiency
 
     assert efficiency(0.05, 68e6, 1, 1.25e9) == 1.0
     slow, fast = efficiency(0.05, 68e6, 8, 1.25e9), efficiency(0.05, 68e6, 8, 100e9)

@@ -23,7 +23,7 @@ import bare_venv
 import pytest
 import yaml
 
-from labkit import k8s_validate
+from labkit.deploy import k8s_validate
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -84,8 +84,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_the_wheel_carries_the_package_and_its_data_but_no_course(installed: Installed) -> None:
     names = zipfile.ZipFile(installed.wheel).namelist()
     schemas = sorted(p.name for p in k8s_validate.SCHEMA_DIR.iterdir() if p.is_file())
-    assert [s for s in schemas if f"labkit/k8s_schemas/{s}" not in names] == []
-    assert "labkit/check/__init__.py" in names and "labkit/cli.py" in names
+    assert [s for s in schemas if f"labkit/deploy/k8s_schemas/{s}" not in names] == []
+    assert "labkit/check/__init__.py" in names and "labkit/cli/main.py" in names
     assert not [n for n in names if n.startswith(("solutions/", "labs/", "tests/", "k8s/"))]
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     requires = [line for line in zipfile.ZipFile(installed.wheel).read(metadata).decode().splitlines()
@@ -109,7 +109,7 @@ def test_k8s_manifests_are_validated_against_the_schemas_in_the_wheel(installed:
     assert out.returncode == 0, out.stderr
     job = yaml.safe_load(out.stdout)
     assert job["kind"] == "MPIJob" and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
-    code = ("from labkit import k8s; job = k8s.mpijob(); job['spec']['bogus'] = 1\n"
+    code = ("from labkit.deploy import k8s; job = k8s.mpijob(); job['spec']['bogus'] = 1\n"
             "try:\n    k8s.validate(job)\nexcept ValueError as e:\n    print(e)")
     bad = subprocess.run([str(installed.python), "-c", code], cwd=installed.scratch, env=installed.env(),
                          capture_output=True, text=True, timeout=120)

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from labkit import labs
+from labkit.check import judging
 from labkit.check.report import Report, StepResult
-from labkit.cliargs import positive_float, positive_int
+from labkit.core.cliargs import positive_float, positive_int
+from labkit.course import labs
 
 __all__ = ["Report", "StepResult", "horovod", "mirrored", "multiworker", "parameter_server", "run_check"]
 
@@ -35,8 +36,6 @@ def run_check(
     Keywords: ``fresh=True`` runs again even for an unchanged script; ``keep=DIR`` keeps
     the run's folder; ``evidence_out=FILE`` writes what the probe recorded, as JSON.
     """
-    from labkit.check import judging
-
     spec = labs.get(lab)
     step = spec.n_steps if step is None else step
     if not 1 <= step <= spec.n_steps:

@@ -2,7 +2,7 @@
 something running, killed by a signal, out of memory.
 
 The probes leave, beside their records, the Python stacks of a process that was stopped
-(:mod:`labkit.stacks`) and where training was (``progress.N.json``); :func:`still_running`
+(:mod:`labkit.core.stacks`) and where training was (``progress.N.json``); :func:`still_running`
 reads them back. Messages never show internal values: a missing exit code is told as
 what it means.
 """
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labkit import stacks
+from labkit.core import stacks
 
 RECENT = 10.0  # seconds: progress this close to the end means training was still going
 _OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -75,7 +75,7 @@ def still_running(out: Path, rank: int | str, runner: str, after: float) -> dict
 
 
 def left_running(log_dir: Path, rank: int | str) -> list[str]:
-    """The command lines a rank left running when it ended (stopped by :mod:`labkit.rank`)."""
+    """The command lines a rank left running when it ended (stopped by :mod:`labkit.launching.rank`)."""
     try:
         names = json.loads((log_dir / f"rank.{rank}.left").read_text())
     except (OSError, ValueError):

@@ -1,6 +1,6 @@
 """Probed 2-rank Horovod runs: how the Horovod lab's check starts one, and how its evidence is read.
 
-:func:`run` launches the learner's script on 2 ranks under :mod:`labkit.probe` and returns what
+:func:`run` launches the learner's script on 2 ranks under :mod:`labkit.instrument.probe` and returns what
 each rank recorded (its milestones, calls, weights as random projections, how it ended);
 the other helpers read that evidence for the step judges of :mod:`labkit.check.lab_horovod`.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from labkit import launch
 from labkit.check import ending
 from labkit.check.judging import Failed
+from labkit.launching import launch
 
 NP = 2
 BATCH = 16
@@ -58,7 +58,7 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
     flags += ["--budget", f"{max(5.0, timeout - 10):.0f}"]  # stacks are dumped then, if the rank still runs
     oom = ending.oom_kills()
     job = launch.run(
-        [sys.executable, "-m", "labkit.probe", str(out), *flags, "--", str(script), *args],
+        [sys.executable, "-m", "labkit.instrument.probe", str(out), *flags, "--", str(script), *args],
         np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
         env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False,  # probe runs are not the learner's runs
     )
@@ -90,7 +90,7 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
 def _how_it_ended(info: dict[str, Any], st: dict[str, Any] | None, out: Path, r: int, job: launch.JobResult) -> None:
     """Optional evidence: where a rank that had to be stopped was; what it left running."""
     if st is not None and "end" not in st.get("milestones", []):
-        running = ending.still_running(out, r, "labkit/probe.py", job.duration)
+        running = ending.still_running(out, r, "labkit/instrument/probe.py", job.duration)
         if running:
             info["running_at_end"] = running
     left = ending.left_running(job.log_dir, r)

@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from labkit import labs
 from labkit.check.ending import left_behind
 from labkit.check.report import Report, StepResult
+from labkit.course import labs
 
 # Bumped whenever the evidence a probe run produces changes shape; recorded fixtures
 # carry it, and the tests compare a fresh run's evidence with them.

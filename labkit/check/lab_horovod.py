@@ -1,6 +1,6 @@
 """The Horovod lab's eight steps, judged from probed 2-rank runs.
 
-:func:`collect` runs the learner's script on 2 ranks under :mod:`labkit.probe`
+:func:`collect` runs the learner's script on 2 ranks under :mod:`labkit.instrument.probe`
 (tiny data, different per rank; narrow convolutions; two simulated GPUs with mirrored
 local ranks) and returns what the ranks did. Each ``step_N`` is a plain function of
 that evidence. Steps 1-6 need one run; step 7 (checkpoints) two more with

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from labkit import contract, output
 from labkit.check import ending, tfdist
 from labkit.check.judging import Failed
+from labkit.core import contract, output
 
 DEVICES = 2
 MODEL = "saved/model.keras"
@@ -25,7 +25,7 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     if code != 0 or timed_out:
         text = log.read_text(errors="replace") if log.exists() else ""
         why = (f"timed out after {timeout:.0f} s: "
-               + ending.where_text(ending.still_running(probe, "local.0", "labkit/dprobe.py", timeout))
+               + ending.where_text(ending.still_running(probe, "local.0", "labkit/instrument/dprobe.py", timeout))
                if timed_out else ending.exit_text(code))
         run_error = why + "\n" + output.error_tail(text, 12)
     return {"lab": "mirrored", "devices": DEVICES, "batch": tfdist.BATCH, "train": tfdist.TRAIN,

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from labkit import cluster, contract
 from labkit.check import lr_rule, tfdist
 from labkit.check.judging import Failed
+from labkit.core import contract
+from labkit.tfdist import cluster
 
 WORKERS = 2
 MODEL = "saved/model.keras"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from labkit import cluster
 from labkit.check import ending, tfdist
 from labkit.check.judging import Failed
+from labkit.tfdist import cluster
 
 SERVERS = ("worker.0", "worker.1", "ps.0")
 
@@ -31,7 +31,8 @@ def _where(probe: Path, timed_out: bool, timeout: float) -> str:
     """On a timeout, where the chief was when it was stopped."""
     if not timed_out:
         return ""
-    return "\nthe chief: " + ending.where_text(ending.still_running(probe, "chief.0", "labkit/dprobe.py", timeout))
+    where = ending.still_running(probe, "chief.0", "labkit/instrument/dprobe.py", timeout)
+    return "\nthe chief: " + ending.where_text(where)
 
 
 def _chief(ev: dict[str, Any]) -> dict[str, Any]:

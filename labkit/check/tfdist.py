@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from labkit import launchers, proc
 from labkit.check.judging import Failed
+from labkit.core import proc
+from labkit.launching import launchers
 
 TRAIN, TEST, BATCH = 256, 128, 16
 COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", str(BATCH),
@@ -17,8 +18,8 @@ COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", 
 
 
 def probe_command(probe: Path, script: Path, *args: str) -> list[str]:
-    """The learner's script under :mod:`labkit.dprobe`, on the check's tiny data."""
-    return [sys.executable, "-m", "labkit.dprobe", str(probe), "--", str(script), *COMMON, *args]
+    """The learner's script under :mod:`labkit.instrument.dprobe`, on the check's tiny data."""
+    return [sys.executable, "-m", "labkit.instrument.dprobe", str(probe), "--", str(script), *COMMON, *args]
 
 
 def records(probe: Path) -> dict[str, dict[str, Any]]:

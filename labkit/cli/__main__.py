@@ -1,0 +1,5 @@
+"""``python -m labkit.cli.main ARGS``: the same as the ``labkit`` command."""
+
+from labkit.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""The contract between a launcher and the processes it starts, and every ``LABKIT_*`` name.
+
+A launcher fills one :class:`JobEnv` and writes it to the children's environment
+(:meth:`JobEnv.to_env`); a child reads it back with :func:`current`. Nothing
+else in the package spells a ``LABKIT_*`` variable: modules use the names below.
+
+    >>> env = JobEnv(job_id="abc", run_id="r1", launcher="mpirun", np=2, threads=1).to_env()
+    >>> env["LABKIT_NP"], JobEnv.from_env(env).threads
+    ('2', 1)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+# -- the job contract (written by launchers, read by children) --------------------------------
+JOB_ID = "LABKIT_JOB_ID"  # marks every process of a job, so the process layer finds and stops them
+JOB_IDS = "LABKIT_JOB_IDS"  # the marks of the jobs this job runs inside (a job started by a job), ':'-separated
+RUN_ID = "LABKIT_RUN_ID"  # the run record's id
+LAUNCHER = "LABKIT_LAUNCHER"  # mpirun, horovodrun, gloo, slurm, cluster, ipyparallel, ...
+LOG_DIR = "LABKIT_LOG_DIR"  # the job's log folder
+RUNS_FILE = "LABKIT_RUNS_FILE"  # where run records go
+OBSERVE = "LABKIT_OBSERVE"  # folder the observed processes write to (labkit.instrument.observe)
+THREADS = "LABKIT_THREADS"  # threads per worker
+NP = "LABKIT_NP"  # workers in the job
+SHOW_RANK = "LABKIT_SHOW_RANK"  # the rank whose output is streamed
+TASK = "LABKIT_TASK"  # a tf.distribute task's name, e.g. worker.1
+RANK = "LABKIT_RANK"  # set by the per-rank wrapper
+BENCH = "LABKIT_BENCH"  # the benchmark sweep a run belongs to
+SHRINK = "LABKIT_SHRINK"  # TRAIN,TEST,DIVISOR: data and width shrunk from outside (bench --shrink)
+PROBE_LOAD = "LABKIT_PROBE_LOAD"  # a saved model the tf.distribute probe reloads
+K8S_WORKER_INDEX = "LABKIT_WORKER_INDEX"  # a Kubernetes worker pod's index (labkit.deploy.k8s manifests)
+
+# -- user settings (read where they apply) -----------------------------------------------------
+DATA = "LABKIT_DATA"  # a folder holding Fashion-MNIST
+NB_QUICK = "LABKIT_NB_FAST"  # notebooks in quick mode (the test suite)
+DASHBOARD = "LABKIT_DASHBOARD"  # "text": no widget dashboard
+NODES_STATE = "LABKIT_NODES_STATE"  # the state folder of virtual nodes (labkit nodes up)
+CACHE = "LABKIT_CACHE"  # labkit's cache folder (default ~/.cache/labkit): Horovod wheels, calibration
+
+_NAMES = {
+    "job_id": JOB_ID, "run_id": RUN_ID, "launcher": LAUNCHER, "log_dir": LOG_DIR, "runs_file": RUNS_FILE,
+    "observe": OBSERVE, "threads": THREADS, "np": NP, "show_rank": SHOW_RANK, "task": TASK, "rank": RANK,
+    "bench": BENCH, "shrink": SHRINK, "probe_load": PROBE_LOAD,
+}
+_INTS = {"threads", "np", "show_rank", "rank"}
+
+
+@dataclass
+class JobEnv:
+    """What a child process knows about the job it belongs to (``None``: not set)."""
+
+    job_id: str | None = None
+    run_id: str | None = None
+    launcher: str | None = None
+    log_dir: str | None = None
+    runs_file: str | None = None
+    observe: str | None = None
+    threads: int | None = None
+    np: int | None = None
+    show_rank: int | None = None
+    task: str | None = None
+    rank: int | None = None
+    bench: str | None = None
+    shrink: str | None = None
+    probe_load: str | None = None
+
+    def to_env(self) -> dict[str, str]:
+        """The set fields as environment variables."""
+        return {_NAMES[f.name]: str(v) for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> JobEnv:
+        """Read the contract back (unset or malformed numbers are ``None``)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, var in _NAMES.items():
+            raw = environ.get(var)
+            if raw is None or raw == "":
+                continue
+            if name in _INTS:
+                try:
+                    values[name] = int(raw)
+                except ValueError:
+                    values[name] = None
+            else:
+                values[name] = raw
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def current() -> JobEnv:
+    """This process's contract, from its environment."""
+    return JobEnv.from_env()
+
+
+def strip(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the job contract (a process that must not look like part of a job)."""
+    names = {*_NAMES.values(), JOB_IDS}
+    return {k: v for k, v in environ.items() if k not in names}

@@ -1,0 +1,89 @@
+"""The lab registry: every lab's name, steps, scripts and check, in one place.
+
+Read by ``labkit check``, ``labkit grade``, ``labkit release``, ``labkit reset`` and
+the notebooks' check cells. A lab's starter lives in ``labs/``; its step solutions
+``solutions/<stem>_after_step_NN.py`` are generated from one template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # labkit/course/ -> the checkout
+
+
+@dataclass(frozen=True)
+class Lab:
+    """One lab of the course."""
+
+    name: str  # as in ``labkit check NAME``
+    title: str
+    steps: tuple[str, ...]  # what each step asks for, in order
+    starter: str  # the learner's script, in labs/
+    notebook: str
+    timeout: float  # seconds a whole check may take
+    module: str  # the check's implementation
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def stem(self) -> str:
+        return Path(self.starter).stem
+
+    def solution(self, step: int | None = None, root: Path = ROOT) -> Path:
+        """The solution after ``step`` (default: the last)."""
+        k = self.n_steps if step is None else step
+        if not 1 <= k <= self.n_steps:
+            raise ValueError(f"the {self.name} lab has steps 1..{self.n_steps}, got {k}")
+        return root / "solutions" / f"{self.stem}_after_step_{k:02d}.py"
+
+    def step_title(self, step: int) -> str:
+        return self.steps[step - 1]
+
+
+LABS: dict[str, Lab] = {lab.name: lab for lab in (
+    Lab("horovod", "Horovod: from one process to many", (
+        "initialise Horovod and pin one GPU per process by local rank",
+        "print progress on rank 0 only",
+        "average gradients with hvd.DistributedOptimizer",
+        "broadcast the initial variables from rank 0",
+        "divide steps_per_epoch and validation_steps by the number of workers",
+        "average metrics with MetricAverageCallback before callbacks read them",
+        "checkpoints on rank 0 only; resume from the latest, its epoch broadcast from rank 0",
+        "the learning rate scaled by the number of workers, warmed up over the first epochs",
+    ), "fashion_mnist.py", "02_horovod.ipynb", 300.0, "labkit.check.lab_horovod"),
+    Lab("mirrored", "MirroredStrategy on one machine", (
+        "several devices, one MirroredStrategy over them",
+        "the model's variables created under the strategy (mirrored on every replica)",
+        "the global batch: each replica gets --batch-size examples",
+        "the trained model saved and loaded back",
+    ), "fashion_mnist_mirrored.py", "03_mirrored_strategy.ipynb", 120.0, "labkit.check.lab_mirrored"),
+    Lab("multiworker", "MultiWorkerMirroredStrategy across processes", (
+        "one MultiWorkerMirroredStrategy cluster, the model built under it",
+        "the global batch, and each worker its own part of the data",
+        "only the chief writes logs and the model",
+        "no epoch repeated after a worker is killed and restarted (BackupAndRestore)",
+        "the learning rate scaled by the number of replicas, warmed up over the first epochs",
+    ), "fashion_mnist_multiworker.py", "04_multi_worker.ipynb", 360.0, "labkit.check.lab_multiworker"),
+    Lab("parameter-server", "ParameterServerStrategy with a coordinator", (
+        "a ParameterServerStrategy from TF_CONFIG; workers and servers serve",
+        "the model's variables on the parameter servers",
+        "each worker builds its own input pipeline; the coordinator schedules the steps",
+    ), "fashion_mnist_ps.py", "05_parameter_server.ipynb", 180.0, "labkit.check.lab_parameter_server"),
+)}
+
+
+def get(name: str) -> Lab:
+    """The lab called ``name``; a clear error for an unknown one."""
+    if name not in LABS:
+        raise ValueError(f"unknown lab {name!r}: choose one of {', '.join(LABS)}")
+    return LABS[name]
+
+
+def by_script(path: str | Path) -> Lab | None:
+    """The lab whose starter has this file name, if any."""
+    name = Path(path).name
+    return next((lab for lab in LABS.values() if lab.starter == name), None)

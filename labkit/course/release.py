@@ -1,0 +1,196 @@
+"""The learner's version of the course, and starters as they were handed out.
+
+``labkit release OUT`` writes the course a learner gets, from the single source:
+the package, the starters, the notebooks with outputs cleared, the setup, the
+grading configuration and workflow, and pristine copies of the starters (for
+``labkit reset`` and for telling a lab that was never started), but no solutions
+and no tests. ``labkit release --check OUT`` fails when ``OUT`` is out of sync.
+``labkit reset SCRIPT`` restores a starter and keeps the learner's version as a
+timestamped backup, never overwriting an earlier one.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from labkit.course import labs, sources
+
+STARTERS = Path(".labkit") / "starters"  # pristine starters inside a released course
+WORKFLOW = Path("course") / "workflows" / "grade.yml"  # the template course repositories use
+# What a learner's course holds, besides labs/ (rendered below) and the starters' copies.
+COPIED = ("labkit", ".importlinter", "scripts", "patches", "binder", "k8s", "Makefile", "README.md", ".gitignore",
+          "course", "docs",
+          "jupyter", "labs/figures", "labs/reference")
+KEPT_BACK = (Path("course") / "INSTRUCTOR.md",)  # the answers stay with the instructors
+GRADING = """
+[tool.labkit.grading]
+# Which labs `labkit grade` checks, where the learner's scripts are, and the points of each
+# lab (one number: split evenly over its steps; a list: one number per step).
+labs = ["horovod", "mirrored", "multiworker", "parameter-server"]
+path = "labs"
+
+[tool.labkit.grading.points]
+horovod = 8
+mirrored = 4
+multiworker = 4
+parameter-server = 3
+"""
+
+
+def pristine(lab: labs.Lab, roots: list[Path] | None = None) -> str | None:
+    """The starter of ``lab`` as handed out: from its template, or from a released course's copy."""
+    for root in roots or [labs.ROOT]:
+        target = next((t for t in sources.TARGETS if t.output == f"labs/{lab.starter}"), None)
+        if target is not None and (root / target.template).is_file():
+            return sources.expected(target, root)
+        copy = root / STARTERS / lab.starter
+        if copy.is_file():
+            return copy.read_text()
+    return None
+
+
+def same_code(a: str, b: str) -> bool:
+    """True when two scripts are the same program (comments and layout aside)."""
+    try:
+        return ast.dump(ast.parse(a)) == ast.dump(ast.parse(b))
+    except SyntaxError:
+        return False
+
+
+def not_started(script: Path, lab: labs.Lab, roots: list[Path] | None = None) -> bool:
+    """True when ``script`` is still the starter as handed out (only comments or layout changed)."""
+    original = pristine(lab, roots)
+    return original is not None and script.is_file() and same_code(script.read_text(), original)
+
+
+# ----------------------------------------------------------------------------- release
+
+
+def _clear(notebook: Path) -> str:
+    nb = json.loads(notebook.read_text())
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def release_files(root: Path = labs.ROOT) -> dict[str, bytes]:
+    """Every file of the learner's course, by relative path."""
+    files: dict[str, bytes] = {}
+    for name in COPIED:
+        src = root / name
+        paths = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else []
+        for p in paths:
+            if "__pycache__" in p.parts or p.suffix == ".pyc" or p.relative_to(root) in KEPT_BACK:
+                continue
+            files[str(p.relative_to(root))] = p.read_bytes()
+    pyproject = (root / "pyproject.toml").read_text()
+    if "[tool.labkit.grading]" not in pyproject:
+        pyproject = pyproject.rstrip("\n") + "\n" + GRADING
+    files["pyproject.toml"] = pyproject.encode()
+    for nb in sorted((root / "labs").glob("*.ipynb")):
+        files[f"labs/{nb.name}"] = _clear(nb).encode()
+    for lab in labs.LABS.values():
+        text = pristine(lab, [root])
+        if text is None:
+            raise FileNotFoundError(f"no starter for the {lab.name} lab")
+        files[f"labs/{lab.starter}"] = files[str(STARTERS / lab.starter)] = text.encode()
+    workflow = root / WORKFLOW
+    if workflow.is_file():
+        files[".github/workflows/grade.yml"] = workflow.read_bytes()
+    return files
+
+
+def release(out: str | Path, check: bool = False, root: Path = labs.ROOT) -> list[str]:
+    """Write the learner's course to ``out`` (or with ``check`` only compare); return the paths that differ."""
+    out = Path(out)
+    if out.resolve() == root.resolve():
+        raise ValueError("the release must go to another folder than the course source")
+    differ = []
+    for rel, data in release_files(root).items():
+        path = out / rel
+        if path.is_file() and path.read_bytes() == data:
+            continue
+        differ.append(rel)
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    if check and (out / "solutions").exists():
+        differ.append("solutions/ (a learner's release holds no solutions)")
+    return differ
+
+
+# ----------------------------------------------------------------------------- reset
+
+
+def backup_name(path: Path) -> Path:
+    """``stem_YYYYmmdd-HHMMSS.py`` next to ``path``, with ``-1``, ``-2`` ... if that is taken."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = path.with_name(f"{path.stem}_{stamp}{path.suffix}")
+    k = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}_{stamp}-{k}{path.suffix}")
+        k += 1
+    return candidate
+
+
+def reset(script: str | Path) -> Path | None:
+    """Restore the starter ``script``; return the backup of the learner's version (None if nothing changed)."""
+    script = Path(script)
+    lab = labs.by_script(script)
+    if lab is None:
+        known = ", ".join(lab.starter for lab in labs.LABS.values())
+        raise ValueError(f"{script.name} is not a lab starter: one of {known}")
+    original = pristine(lab, [script.resolve().parent.parent, labs.ROOT])
+    if original is None:
+        raise FileNotFoundError(f"no pristine copy of {lab.starter} was found")
+    if script.is_file() and script.read_text() == original:
+        return None
+    saved = None
+    if script.is_file():
+        saved = backup_name(script)
+        shutil.copy2(script, saved)
+    script.write_text(original)
+    return saved
+
+
+def add_cli(sub) -> None:  # noqa: ANN001
+    """Register ``labkit release`` and ``labkit reset``."""
+    r = sub.add_parser("release", help="write the learner's version of the course (no solutions)")
+    r.add_argument("out", help="folder to write (a course repository)")
+    r.add_argument("--check", action="store_true", help="only report what is out of sync (exit 1 if anything)")
+    r.set_defaults(func=_cli_release)
+    s = sub.add_parser("reset", help="restore a lab starter, keeping your version as a timestamped backup")
+    s.add_argument("script", help="e.g. labs/fashion_mnist.py")
+    s.set_defaults(func=_cli_reset)
+
+
+def _cli_release(a) -> int:  # noqa: ANN001
+    try:
+        differ = release(a.out, check=a.check, root=sources.course_source())  # a wheel finds no source in itself
+    except (ValueError, FileNotFoundError) as e:
+        print(f"labkit release: {e}", file=sys.stderr)
+        return 2
+    if a.check:
+        if differ:
+            print(f"{a.out} is out of sync (run `labkit release {a.out}`):\n  " + "\n  ".join(differ), file=sys.stderr)
+            return 1
+        print(f"{a.out} is in sync with the course source")
+        return 0
+    print(f"wrote {len(differ)} file(s) to {a.out}" if differ else f"{a.out} was already up to date")
+    return 0
+
+
+def _cli_reset(a) -> int:  # noqa: ANN001
+    try:
+        saved = reset(a.script)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"labkit reset: {e}", file=sys.stderr)
+        return 2
+    print(f"restored {a.script}; your version is in {saved}" if saved else f"{a.script} is already the starter")
+    return 0

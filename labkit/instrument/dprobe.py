@@ -1,0 +1,374 @@
+"""Run a learner's tf.distribute script and record what each process really does.
+
+``python -m labkit.instrument.dprobe OUTDIR -- SCRIPT [ARGS...]`` runs ``SCRIPT`` as
+``__main__`` after patching, in this process only:
+
+* ``fashion_mnist.load_data``: the real labels, but every training image is a
+  constant grey level equal to its index modulo 256, so that a batch tells which
+  examples it holds whatever the shuffling, flipping and shifting;
+* strategies and ``ClusterCoordinator`` objects, as they are created and used;
+* ``tf.keras.Model.fit``: the model's strategy, its variables (types, devices,
+  whether replicas hold the same values), the batches each replica receives,
+  epoch begin/end events (appended to ``OUTDIR/<task>.events.jsonl`` at once, so a
+  killed process leaves them; an epoch's end carries the learning rate of each of its
+  training batches), the weights after training;
+* ``Model.save``: where each process saved.
+
+A process stopped with SIGTERM leaves its Python stacks in ``OUTDIR/stack.<task>.term.txt``
+(:mod:`labkit.core.stacks`). The record goes to ``OUTDIR/<task>.json`` (``<task>`` from ``LABKIT_TASK`` or
+``TF_CONFIG``, else ``local.0``). ``LABKIT_PROBE_LOAD=PATH`` reloads a saved
+model at the end and compares its weights with the trained ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from labkit.core import contract, patch, stacks
+from labkit.instrument import data
+from labkit.instrument.observe import learning_rate
+
+PROBE_BATCHES = 6  # batches per replica sampled before training
+
+
+def task_name() -> str:
+    if os.environ.get(contract.TASK):
+        return os.environ[contract.TASK]
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG", ""))["task"]
+        return f"{task['type']}.{task['index']}"
+    except (ValueError, KeyError, TypeError):
+        return "local.0"
+
+
+class Recorder:
+    def __init__(self, outdir: Path) -> None:
+        self.outdir = outdir
+        self.task = task_name()
+        self.record: dict[str, Any] = {"task": self.task, "pid": os.getpid(), "start": time.time(), "fits": [],
+                                       "saves": [], "strategies": [], "coordinator": {}}
+        self.strategies: list[Any] = []
+        self.model: Any = None
+        self.done = False  # the script has returned: stop recording the probe's own objects
+        outdir.mkdir(parents=True, exist_ok=True)
+
+    def event(self, **kw: Any) -> None:
+        kw.update(pid=os.getpid(), t=time.time())
+        with open(self.outdir / f"{self.task}.events.jsonl", "a") as f:
+            f.write(json.dumps(kw) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def dump(self) -> None:
+        rec = dict(self.record)
+        rec["strategies"] = [_strategy_info(s) for s in self.strategies]
+        tmp = self.outdir / f"{self.task}.json.part"
+        tmp.write_text(json.dumps(rec, default=str))
+        os.replace(tmp, self.outdir / f"{self.task}.json")
+
+
+def _strategy_info(s: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"class": type(s).__name__}
+    try:
+        info["replicas"] = int(s.num_replicas_in_sync)
+    except Exception as e:  # noqa: BLE001 - parameter-server strategies may refuse
+        info["replicas"] = None
+        info["replicas_error"] = str(e)[:200]
+    try:
+        info["devices"] = list(s.extended.worker_devices)
+    except Exception:  # noqa: BLE001
+        info["devices"] = []
+    return info
+
+
+def _digest(arrays: list[Any]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _ids(x: Any) -> list[float]:
+    """The grey level of each image of a batch: its example id (in standardised units)."""
+    return [round(float(v), 3) for v in x.numpy()[:, 0, 0, 0]]
+
+
+def _sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """What each local replica receives, distributed as fit distributes it; and the input to give fit.
+
+    Every input fit accepts is sampled: a dataset or a distributed dataset as it is, a
+    ``DatasetCreator`` through ``distribute_datasets_from_function`` (as fit does), arrays,
+    a ``keras.utils.Sequence`` and the like through tf-keras' own data handler. A generator
+    can be read only once: its first batches are sampled, and fit gets them back, then the rest.
+    """
+    import inspect
+    import itertools
+
+    import tensorflow as tf
+    from tf_keras.src.engine import data_adapter
+
+    strategy = model.distribute_strategy
+    out: dict[str, Any] = {"per_replica_batch": [], "ids": []}
+    steps = max(1, min(int(kw.get("steps_per_epoch") or PROBE_BATCHES), PROBE_BATCHES))
+    if isinstance(x, tf.data.Dataset):
+        dist = strategy.experimental_distribute_dataset(x)
+    elif type(x).__name__.startswith("Distributed"):
+        dist = x
+    elif isinstance(x, tf.keras.utils.experimental.DatasetCreator):
+        dist = strategy.distribute_datasets_from_function(x, options=x.input_options)
+    else:
+        handler_x = x
+        if inspect.isgenerator(x) or (hasattr(x, "__next__") and not hasattr(x, "__len__")):
+            first = list(itertools.islice(x, steps))
+            handler_x, x = iter(first), itertools.chain(first, x)
+            steps = len(first)
+        with strategy.scope():
+            handler = data_adapter.get_data_handler(
+                x=handler_x, y=kw.get("y"), batch_size=kw.get("batch_size"), steps_per_epoch=kw.get("steps_per_epoch")
+                if handler_x is x else steps, epochs=1, shuffle=kw.get("shuffle", True), model=model,
+                steps_per_execution=getattr(model, "_steps_per_execution", None))
+        dist = handler._dataset
+    it = iter(dist)
+    for _ in range(steps):
+        batch = next(it)
+        xb = batch[0] if isinstance(batch, tuple | list) else batch
+        locals_ = strategy.experimental_local_results(xb)
+        out["per_replica_batch"].append([int(t.shape[0]) for t in locals_])
+        out["ids"].append([_ids(t) for t in locals_])
+    return out, x
+
+
+def _variables(model: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"types": sorted({type(v).__name__ for v in model.weights}), "devices": [],
+                            "replicas_equal": None, "copies": 1}
+    devices = set()
+    equal = True
+    for v in model.weights:
+        values = getattr(v, "values", None)
+        if values is not None and len(values) > 1:
+            info["copies"] = len(values)
+            devices.update(str(c.device) for c in values)
+            if type(v).__name__ != "MirroredVariable":
+                continue  # sync-on-read variables (batch-norm statistics) differ per replica by design
+            first = values[0].numpy()
+            equal = equal and all((first == other.numpy()).all() for other in values[1:])
+        else:
+            devices.add(str(getattr(v, "device", "")))
+    info["devices"] = sorted(devices)[:20]
+    info["replicas_equal"] = equal if info["copies"] > 1 else None
+    return info
+
+
+def install(rec: Recorder) -> None:
+    """Patch data loading, strategies, the coordinator, fit and save."""
+    import numpy as np
+
+
+    def load_data(*_a: Any, **_k: Any) -> Any:
+        train, test = data.load()
+        grey = (np.arange(len(train)) % 256).astype(np.uint8)
+        x = np.broadcast_to(grey[:, None, None], train.x.shape).copy()
+        return (x, train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
+
+    import tensorflow as tf
+    from tensorflow.python.distribute import distribute_lib
+
+    patch.set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
+
+    base_init = distribute_lib.StrategyBase.__init__
+
+    def strategy_init(self: Any, *a: Any, **kw: Any) -> None:
+        base_init(self, *a, **kw)
+        if not type(self).__name__.startswith("_Default") and not rec.done:
+            rec.strategies.append(self)
+            rec.dump()
+
+    distribute_lib.StrategyBase.__init__ = strategy_init
+
+    coord = tf.distribute.experimental.coordinator.ClusterCoordinator
+    stats = rec.record["coordinator"]
+    c_init, c_schedule, c_join = coord.__init__, coord.schedule, coord.join
+    c_per_worker = coord.create_per_worker_dataset
+
+    def cper_worker(self: Any, dataset_fn: Any, *a: Any, **kw: Any) -> Any:
+        # Each worker gets its own input pipeline, however the script asked for it (fit or a custom loop).
+        kinds = stats.setdefault("per_worker_datasets", [])
+        kinds.append("function" if callable(dataset_fn) and not isinstance(dataset_fn, tf.data.Dataset)
+                     else type(dataset_fn).__name__)
+        rec.dump()
+        return c_per_worker(self, dataset_fn, *a, **kw)
+
+    coord.create_per_worker_dataset = cper_worker
+    _record_ps_variables(tf, rec)
+
+    def cinit(self: Any, *a: Any, **kw: Any) -> None:
+        c_init(self, *a, **kw)
+        stats["created"] = stats.get("created", 0) + 1
+        rec.dump()
+
+    def cschedule(self: Any, *a: Any, **kw: Any) -> Any:
+        stats["scheduled"] = stats.get("scheduled", 0) + 1
+        return c_schedule(self, *a, **kw)
+
+    def cjoin(self: Any, *a: Any, **kw: Any) -> Any:
+        out = c_join(self, *a, **kw)
+        stats["joined"] = stats.get("joined", 0) + 1
+        try:
+            stats["workers"] = int(self._cluster._num_workers)
+        except Exception:  # noqa: BLE001
+            pass
+        return out
+
+    coord.__init__, coord.schedule, coord.join = cinit, cschedule, cjoin
+
+    class Events(tf.keras.callbacks.Callback):
+        """Epoch events; ParameterServerStrategy refuses batch-level callbacks, so the rate is read per epoch."""
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.rates: list[float | None] = []
+            rec.event(kind="epoch_begin", epoch=int(epoch))
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            rates = getattr(self, "rates", None) or [learning_rate(self.model.optimizer)]
+            rec.event(kind="epoch_end", epoch=int(epoch), lr=rates)
+
+    class BatchEvents(Events):
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
+
+    model_cls = tf.keras.Model
+    original_fit, original_save = model_cls.fit, model_cls.save
+
+    def fit(self: Any, x: Any = None, *a: Any, **kw: Any) -> Any:
+        info: dict[str, Any] = {
+            "strategy": type(self.distribute_strategy).__name__,
+            "replicas": int(self.distribute_strategy.num_replicas_in_sync),
+            "steps_per_epoch": kw.get("steps_per_epoch"),
+            "epochs": kw.get("epochs", 1),
+            "callbacks": [type(c).__name__ for c in kw.get("callbacks") or []],
+            "variables": _variables(self),
+            "input": type(x).__name__,
+        }
+        rec.record["fits"].append(info)
+        rec.dump()
+        fn = getattr(x, "dataset_fn", None)
+        if callable(fn):  # a DatasetCreator: count the input pipelines built from it (one per worker)
+            info["dataset_fn_calls"] = []
+
+            def counted(context: Any = None, *a: Any, **k: Any) -> Any:
+                info["dataset_fn_calls"].append(getattr(context, "input_pipeline_id", None))
+                rec.dump()
+                return fn(context, *a, **k)
+
+            x.dataset_fn = counted
+        if "Parameter" not in info["strategy"]:
+            try:
+                positional = dict(zip(("y", "batch_size"), a, strict=False))  # fit(x, y, batch_size, ...)
+                info["batches"], x = _sample_batches(self, x, {**positional, **kw})
+            except Exception as e:  # noqa: BLE001 - report, never break the learner's run
+                info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
+        rec.dump()
+        events = Events() if "Parameter" in info["strategy"] else BatchEvents()
+        kw["callbacks"] = [*(kw.get("callbacks") or []), events]
+        rec.event(kind="fit_begin")
+        history = original_fit(self, x, *a, **kw)
+        rec.event(kind="fit_end")
+        info["after"] = _variables(self)
+        info["weights"] = _digest(self.get_weights())
+        try:
+            info["iterations"] = int(self.optimizer.iterations.numpy())
+        except Exception:  # noqa: BLE001
+            pass
+        rec.model = self
+        rec.dump()
+        return history
+
+    def save(self: Any, filepath: Any, *a: Any, **kw: Any) -> Any:
+        out = original_save(self, filepath, *a, **kw)
+        rec.record["saves"].append(os.path.abspath(str(filepath)))
+        rec.dump()
+        return out
+
+    model_cls.fit, model_cls.save = fit, save
+
+
+def _record_ps_variables(tf: Any, rec: Recorder) -> None:
+    """Where the variables created under a ParameterServerStrategy go (with fit or without)."""
+    try:
+        from tensorflow.python.distribute import parameter_server_strategy_v2 as pss
+    except ImportError:  # pragma: no cover - TensorFlow moved it
+        return
+    extended = pss.ParameterServerStrategyV2Extended
+    original = extended._create_variable
+    devices = rec.record.setdefault("ps_variable_devices", {})
+
+    def create(self: Any, *a: Any, **kw: Any) -> Any:
+        var = original(self, *a, **kw)
+        try:
+            parts = getattr(var, "_variables", None) or [var]  # a sharded variable has parts
+            for part in parts:
+                devices[part.device] = devices.get(part.device, 0) + 1
+        except Exception:  # noqa: BLE001 - observing must never break the run
+            pass
+        return var
+
+    extended._create_variable = create
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m labkit.instrument.dprobe OUTDIR -- SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    rec = Recorder(Path(argv[0]))
+    stacks.install(rec.outdir / f"stack.{rec.task}")  # where it was, if it has to be stopped
+    script, args = argv[2], argv[3:]
+    install(rec)
+    rec.dump()
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:  # noqa: BLE001 - record the learner's error, then fail
+        rec.record["error"] = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
+        traceback.print_exc()
+        code = 1
+    model = rec.model
+    rec.done = True
+    load = os.environ.get(contract.PROBE_LOAD)
+    if code == 0 and load and model is not None:
+        rec.record["load"] = _reload(load, rec.record["fits"][-1].get("weights", ""))
+    rec.record["exit"] = code
+    rec.dump()
+    sys.stdout.flush()
+    return code
+
+
+def _reload(path: str, trained: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    if not os.path.exists(path):
+        return {"ok": False, "error": f"{path} does not exist"}
+    try:
+        # A fresh one-device scope: loading must not join the (finished) cluster's collectives.
+        with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+            loaded = tf.keras.models.load_model(path)
+        same = _digest(loaded.get_weights()) == trained
+        return {"ok": True, "same_weights": same}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""Observe a training script from outside, so that every run labkit starts gets a record.
+
+The script carries no labkit code. A launcher sets ``LABKIT_OBSERVE=FOLDER`` in
+the environment of the processes it starts; the start-up hook that ``make setup``
+installs (:mod:`labkit.core.env`) then calls :func:`install` before the script runs.
+Like :mod:`labkit.instrument.probe` it patches library entry points in this process only:
+
+* ``argparse``: the parsed arguments are kept (batch size, target accuracy, ...);
+* ``Model.fit`` (tf-keras): one more callback, last, measures every epoch: time of
+  the training steps only (validation excluded), batches, CPU time, and the
+  metrics the other callbacks left (averaged ones when the script averages them);
+* with ``LABKIT_SHRINK=TRAIN,TEST,DIVISOR`` (set by ``labkit bench --shrink``)
+  ``fashion_mnist.load_data`` returns the first TRAIN/TEST images and every
+  ``Conv2D`` gets ``filters // DIVISOR`` (at least 16) filters: a full-size script
+  benchmarked on a CPU.
+
+Each process writes ``FOLDER/observed.PID.json`` at every epoch end and at exit
+(atomically); the launcher, which knows the exit status and the wall time, turns
+the chief's observations into the run record (:func:`labkit.records.runs.job_record`).
+A script that never calls ``fit`` still leaves its start, end and world.
+Without ``LABKIT_OBSERVE`` nothing is patched and nothing is written.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from labkit.core import contract, files, identity, patch
+from labkit.records import jobrecord, runs
+
+OBSERVE_VAR = contract.OBSERVE
+SHRINK_VAR = contract.SHRINK
+
+STATE: dict[str, Any] = {}
+_INSTALLED: list[bool] = []
+
+
+# ----------------------------------------------------------------------------- after-import hooks
+
+
+def when_imported(name: str, hook: Callable[[Any], None]) -> None:
+    """:func:`labkit.core.patch.when_imported`, but a failing hook is noted, never raised into the script."""
+
+    def guarded(module: Any) -> None:
+        try:
+            hook(module)
+        except Exception as e:  # noqa: BLE001 - observing must never break the script
+            STATE.setdefault("observer_errors", []).append(f"{name}: {type(e).__name__}: {e}")
+
+    patch.when_imported(name, guarded)
+
+
+# ----------------------------------------------------------------------------- the record-to-be
+
+
+def _who() -> dict[str, Any]:
+    return identity.world(STATE.get("strategy"))
+
+
+def _save() -> None:
+    folder = STATE.get("folder")
+    if not folder:
+        return
+    try:
+        # The world as training saw it: at exit Horovod (or a strategy) may already be shut down.
+        if not (STATE.get("train_end") and STATE.get("world")):
+            STATE["world"] = _who()
+        STATE["argv"] = list(sys.argv)
+        _config()
+        STATE["updated"] = time.time()
+        files.write_json_atomic(jobrecord.observation_path(folder, os.getpid()),
+                                {k: v for k, v in STATE.items() if k not in ("strategy", "args")})
+    except Exception as e:  # noqa: BLE001
+        STATE.setdefault("observer_errors", []).append(f"save: {e}")
+
+
+def _live() -> None:
+    """The chief keeps ``runs/live/RUN_ID.json`` current for :mod:`labkit.ui.dashboard`."""
+    run_id = os.environ.get(runs.RUN_ID_VAR)
+    if not run_id or not STATE.get("world", {}).get("is_chief"):
+        return
+    try:
+        rec = jobrecord.observed_record(json.loads(json.dumps(STATE, default=str)), run_id)
+        files.write_json_atomic(runs.live_file(run_id), {**rec, "status": "running", "updated": time.time()})
+    except Exception:  # noqa: BLE001 - progress display is best effort
+        pass
+
+
+def _at_exit() -> None:
+    STATE["ended"] = time.time()
+    _save()
+
+
+# ----------------------------------------------------------------------------- the learning rate
+
+
+def learning_rate(optimizer: Any) -> float | None:
+    """The learning rate ``optimizer`` applies at its next step, however the script set it; None if unreadable.
+
+    A rate set by a callback (``K.set_value``, Horovod's warm-up, ``LearningRateScheduler``) lives in a
+    variable; a ``LearningRateSchedule`` is evaluated at the optimizer's step count (tf-keras 2.x
+    optimizers' ``learning_rate`` would give the rate of the step already taken); a legacy optimizer
+    reports its decayed rate.
+    """
+    try:
+        import tensorflow as tf
+
+        inner = getattr(optimizer, "_learning_rate", None)
+        if isinstance(inner, tf.keras.optimizers.schedules.LearningRateSchedule):
+            return float(inner(optimizer.iterations))
+        if hasattr(optimizer, "_decayed_lr"):  # tf.keras.optimizers.legacy.*: schedules and decay included
+            return float(optimizer._decayed_lr(tf.float32))
+        value = optimizer.learning_rate
+        if callable(value):  # a schedule another optimizer class keeps as is
+            value = value(optimizer.iterations)
+        return float(tf.keras.backend.get_value(value))
+    except Exception:  # noqa: BLE001 - observing must never break the script
+        return None
+
+
+# ----------------------------------------------------------------------------- patches
+
+
+def _config() -> None:
+    """The script's parsed arguments as they are now (plain values only)."""
+    try:
+        STATE["config"] = {k: v for k, v in vars(STATE["args"]).items()
+                           if isinstance(v, (str, int, float, bool)) or v is None}
+    except (KeyError, TypeError):
+        pass
+
+
+def _patch_argparse() -> None:
+    import argparse
+
+    real = argparse.ArgumentParser.parse_known_args
+
+    def parse_known_args(self: Any, args: Any = None, namespace: Any = None) -> Any:
+        out = real(self, args, namespace)
+        if args is None:  # the script's own command line
+            STATE["args"] = out[0]  # read at each save: scripts fill defaults in after parsing (e.g. by mode)
+            _config()
+        return out
+
+    argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+def batch_of(x: Any, batch_size: Any = None) -> tuple[int | None, str]:
+    """Examples per step of the data given to ``fit``, and how that was found."""
+    size = getattr(x, "batch_size", None)  # keras Sequence / ImageDataGenerator iterators
+    if isinstance(size, int) and size > 0:
+        return size, "iterator"
+    spec = getattr(x, "element_spec", None)
+    if spec is not None and type(x).__name__ != "DistributedDataset" and hasattr(x, "take"):
+        first = spec[0] if isinstance(spec, tuple) else spec
+        try:
+            dim = first.shape[0]
+        except (AttributeError, IndexError, TypeError):
+            dim = None
+        if dim is not None:
+            return int(dim), "dataset"
+        try:  # batch dimension not static: look at one element
+            import tensorflow as tf
+
+            for elem in x.take(1):
+                t = elem[0] if isinstance(elem, tuple) else elem
+                return int(tf.nest.flatten(t)[0].shape[0]), "dataset element"
+        except Exception:  # noqa: BLE001
+            pass
+    shape = getattr(x, "shape", None)
+    if shape is not None and len(shape) > 0:  # arrays: fit's batch_size argument
+        return int(batch_size or 32), "arrays"
+    return None, "unknown"
+
+
+def _patch_fit(module: Any) -> None:
+    import inspect
+
+    model_cls = module.Model
+    real_fit = model_cls.fit
+    signature = inspect.signature(real_fit)
+
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            a = bound.arguments
+            STATE["strategy"] = getattr(self, "distribute_strategy", None)
+            per_step, how = batch_of(a.get("x"), a.get("batch_size"))
+            STATE["fits"].append({"start": time.time(), "batch_per_step": per_step, "batch_from": how,
+                                  "epochs": a.get("epochs"), "steps_per_epoch": a.get("steps_per_epoch"),
+                                  "initial_epoch": a.get("initial_epoch")})
+            # Keras refuses batch-level callbacks under a ParameterServerStrategy: count steps from fit's arguments.
+            ps = "ParameterServer" in type(STATE["strategy"]).__name__
+            a["callbacks"] = [*list(a.get("callbacks") or []),
+                              _observer(per_step, batch_hooks=not ps, steps=a.get("steps_per_epoch"))]
+            args, kwargs = bound.args[1:], bound.kwargs
+        except Exception as e:  # noqa: BLE001 - never stand between the script and fit
+            STATE.setdefault("observer_errors", []).append(f"fit: {type(e).__name__}: {e}")
+        return real_fit(self, *args, **kwargs)
+
+    model_cls.fit = fit
+
+
+def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None = None) -> Any:
+    """The callback that records each epoch; without ``batch_hooks`` (parameter servers) steps come from ``steps``."""
+    import tensorflow as tf
+
+    class Observer(tf.keras.callbacks.Callback):
+        """Times each epoch's training steps (validation excluded) and keeps its metrics."""
+
+        def on_train_begin(self, logs: Any = None) -> None:
+
+            STATE["train_begin"] = STATE.get("train_begin") or time.time()
+            STATE["versions"] = identity.versions()
+            STATE["device"] = identity.device_info()
+            self.batches = 0
+            self.t0 = self.c0 = 0.0
+            self.train_s: float | None = None
+            self.cpu_s: float | None = None
+            _save()
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.batches, self.train_s, self.cpu_s = 0, None, None
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+        def on_test_begin(self, logs: Any = None) -> None:
+            if self.t0 and self.train_s is None:
+                self.train_s = time.perf_counter() - self.t0
+                self.cpu_s = time.process_time() - self.c0
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            wall = time.perf_counter() - self.t0
+            train = self.train_s if self.train_s is not None else wall
+            cpu = self.cpu_s if self.cpu_s is not None else time.process_time() - self.c0
+            entry: dict[str, Any] = {"epoch": epoch + 1, "end": time.time(), "wall_s": round(wall, 4),
+                                     "train_s": round(train, 4), "steps": self.batches or steps,
+                                     "batch_per_step": per_step, "cpu_s": round(cpu, 4)}
+            for key, value in (logs or {}).items():
+                try:
+                    entry[str(key)] = float(value)
+                except (TypeError, ValueError):
+                    continue
+            STATE["epochs"].append(entry)
+            _save()
+            _live()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            STATE["train_end"] = time.time()
+            _save()
+
+    class BatchObserver(Observer):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            # With steps_per_execution=K Keras calls this once per K steps, with the last step's index.
+            self.batches = max(self.batches + 1, batch + 1)
+
+    return BatchObserver() if batch_hooks else Observer()
+
+
+def _patch_coordinator(module: Any) -> None:
+    """ParameterServerStrategy: note when each worker finished each step (closure) the coordinator sent it."""
+    real = module.Worker._process_closure
+
+    def _process_closure(self: Any, closure: Any) -> Any:
+        try:
+            return real(self, closure)
+        finally:
+            STATE.setdefault("worker_steps", {}).setdefault(str(self.worker_index), []).append(round(time.time(), 3))
+
+    module.Worker._process_closure = _process_closure
+
+
+def shrink_filters(filters: int, divisor: int) -> int:
+    """Conv2D filters after ``--shrink``: divided, but not below 16 (nor above the original)."""
+    return max(min(filters, 16), filters // max(1, divisor))
+
+
+def _shrink(spec: str) -> None:
+    """Smaller data and narrower convolutions, for benchmarking a full-size script on a CPU."""
+    try:
+        train, test, divisor = (int(v) for v in spec.split(","))
+    except ValueError:
+        STATE.setdefault("observer_errors", []).append(f"bad {SHRINK_VAR}={spec!r}: want TRAIN,TEST,DIVISOR")
+        return
+    STATE["shrink"] = {"train": train, "test": test, "width_divisor": divisor}
+
+    def data(module: Any) -> None:
+        real = module.load_data
+
+        def load_data(*a: Any, **k: Any) -> Any:
+            (x, y), (xt, yt) = real(*a, **k)
+            return (x[:train] if train else x, y[:train] if train else y), (
+                xt[:test] if test else xt, yt[:test] if test else yt)
+
+        module.load_data = load_data
+
+    def conv(module: Any) -> None:
+        cls = module.Conv2D
+        real_init = cls.__init__
+
+        def __init__(self: Any, filters: int, *a: Any, **k: Any) -> None:
+            real_init(self, shrink_filters(int(filters), divisor), *a, **k)
+
+        cls.__init__ = __init__
+
+    when_imported("tf_keras.src.datasets.fashion_mnist", data)
+    if divisor > 1:
+        when_imported("tf_keras.src.layers.convolutional.conv2d", conv)
+
+
+def install(folder: str | None = None) -> bool:
+    """Start observing this process (once); True when observing. Never raises."""
+    if _INSTALLED:
+        return True
+    folder = folder or os.environ.get(OBSERVE_VAR)
+    if not folder:
+        return False
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None,
+                     task=os.environ.get(contract.TASK))
+        _patch_argparse()
+        if os.environ.get(SHRINK_VAR):
+            _shrink(os.environ[SHRINK_VAR])
+        when_imported("tf_keras.src.engine.training", _patch_fit)
+        when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
+        atexit.register(_at_exit)
+        _INSTALLED.append(True)
+    except Exception as e:  # noqa: BLE001
+        print(f"labkit: could not observe this run: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+def begin(folder: str) -> bool:
+    """Observe the next run of a long-lived process (an ipyparallel engine) into ``folder``, afresh."""
+    ok = install(folder)
+    STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None, world={},
+                 strategy=None, train_begin=None, train_end=None, ended=None, task=os.environ.get(contract.TASK))
+    return ok
+
+
+def end() -> None:
+    """The run observed since :func:`begin` is over: write its last observation."""
+    STATE["ended"] = time.time()
+    _save()
+
+
+def stop() -> None:
+    """Stop observing this process and leave nothing (for labkit's own helper processes)."""
+    if _INSTALLED:
+        atexit.unregister(_at_exit)
+        STATE["folder"] = None

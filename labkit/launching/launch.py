@@ -1,0 +1,329 @@
+"""Run a command on N workers from a cell or the command line, and never leave a process behind.
+
+    result = run(["python", "train.py", "--epochs", "1"], np=2)                # mpirun on this machine
+    result = run(cmd, np=8, hosts="node1:4,node2:4")                            # two machines
+    result = run(cmd, launcher="slurm", slurm=SlurmOptions(nodes=2, tasks_per_node=4))
+
+Every rank runs under :mod:`labkit.launching.rank`, which logs it to ``LOG_DIR/rank.N.log``;
+rank 0's output is streamed live (Keras progress bars as one updating line). The
+launcher (:mod:`labkit.launching.launchers`, :mod:`labkit.launching.slurm`) builds the commands; the
+process layer (:mod:`labkit.core.proc`) starts them and, on exit, error, timeout or
+interrupt, stops everything the job started. With ``record`` the processes are
+observed from outside and the run is recorded (:mod:`labkit.records.jobrecord`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.core import contract, proc
+from labkit.core.cliargs import add_script, nonnegative_int, positive_float, positive_int
+from labkit.core.identity import cpu_count
+from labkit.core.output import TAG, ConsoleSink, NotebookSink, Renderer, command_line, error_tail, hints
+from labkit.core.proc import new_log_dir
+from labkit.core.progress import default_sink
+from labkit.launching import hosts
+from labkit.launching.hosts import HostWatch
+from labkit.launching.launchers import (
+    Launcher,
+    LaunchError,
+    default_threads,
+    python_command,
+    worker_env,
+)
+from labkit.launching.slurm import SlurmOptions
+from labkit.launching.table import get, names
+from labkit.records import jobrecord, runs
+
+__all__ = ["JobResult", "LaunchError", "run", "cpu_count", "default_threads", "worker_env", "new_log_dir"]
+
+
+@dataclass
+class JobResult:
+    """What a launched job did."""
+
+    returncode: int
+    command: list[str]
+    log_dir: Path
+    np: int
+    duration: float
+    timed_out: bool = False
+    interrupted: bool = False
+    rank_exit: dict[int, int] = field(default_factory=dict)
+    rank_errors: dict[int, str] = field(default_factory=dict)
+    record: dict | None = None  # the run record, when the job was recorded
+    lost: str | None = None  # why the job was stopped when a host stopped answering
+    rank_hosts: dict[int, str] = field(default_factory=dict)  # where each rank ran (remote hosts)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.interrupted
+
+    def log(self, rank: int = 0) -> str:
+        """The full output of one rank."""
+        path = self.log_dir / f"rank.{rank}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"job finished OK in {self.duration:.1f} s ({self.np} workers); logs in {self.log_dir}"
+        why = (
+            f"timed out after {self.duration:.0f} s" if self.timed_out
+            else "interrupted" if self.interrupted
+            else f"failed with exit code {self.returncode}"
+        )
+        lines = [f"job {why}; logs in {self.log_dir}"] + ([self.lost] if self.lost else [])
+        for rank, err in sorted(self.rank_errors.items()):
+            on = f" on {self.rank_hosts[rank]}" if rank in self.rank_hosts else ""
+            lines.append(f"--- rank {rank}{on} (exit {self.rank_exit.get(rank, '?')}) ---")
+            lines.append(err)
+        advice = dict.fromkeys(a for err in self.rank_errors.values() for a in hints(err))
+        lines += [f"hint: {a}" for a in advice]
+        return "\n".join(lines)
+
+
+def rank_hosts(log_dir: Path, np: int) -> dict[int, str]:
+    """The host each rank ran on, from the wrapper's ``rank.N.host`` files (written when the rank starts)."""
+    found = {r: (log_dir / f"rank.{r}.host").read_text().strip() for r in range(np)
+             if (log_dir / f"rank.{r}.host").exists()}
+    return found if len(set(found.values())) > 1 else {}
+
+
+def collect_rank_results(log_dir: Path, np: int) -> tuple[dict[int, int], dict[int, str]]:
+    """Exit code and error text of each rank from the wrapper's files."""
+    exits: dict[int, int] = {}
+    errors: dict[int, str] = {}
+    for rank in range(np):
+        code_file = log_dir / f"rank.{rank}.exit"
+        if code_file.exists():
+            try:
+                exits[rank] = int(code_file.read_text().strip())
+            except ValueError:
+                pass
+        log = log_dir / f"rank.{rank}.log"
+        if exits.get(rank, 1) != 0 and log.exists():
+            errors[rank] = error_tail(log.read_text(errors="replace"))
+    return exits, errors
+
+
+def host_list(hosts_spec: str | None = None, hostfile: str | Path | None = None) -> list[hosts.Host]:
+    """The hosts of ``--hosts h1:4,h2:4`` or ``--hostfile FILE`` (not both); empty for this machine."""
+    if hosts_spec and hostfile:
+        raise LaunchError("give either --hosts or --hostfile, not both")
+    try:
+        if hostfile:
+            return hosts.parse_hostfile(hostfile)
+        return hosts.parse_hosts(hosts_spec) if hosts_spec else []
+    except hosts.HostError as e:
+        raise LaunchError(str(e)) from None
+
+
+def make_launcher(launcher: str | Launcher, np: int, hosts_spec: str | None = None,
+                  hostfile: str | Path | None = None, slurm: SlurmOptions | None = None,
+                  script_only: str | Path | None = None) -> Launcher:
+    """A launcher object from ``run``'s arguments."""
+    if isinstance(launcher, Launcher):
+        return launcher
+    if launcher == "slurm":
+        if hosts_spec or hostfile:
+            raise LaunchError("Slurm chooses the hosts: use --nodes and --tasks-per-node instead of --hosts")
+        return get("slurm", np=None if slurm else np, options=slurm or SlurmOptions(tasks_per_node=np),
+                   script_only=script_only)
+    if slurm is not None or script_only:
+        raise LaunchError("--nodes/--tasks-per-node/--script-only are Slurm options: add --launcher slurm")
+    return get(launcher, np=np, host_list=host_list(hosts_spec, hostfile))
+
+
+def run(
+    command: Sequence[str] | str,
+    np: int = 2,
+    launcher: str | Launcher = "mpirun",
+    timeout: float | None = None,
+    threads: int | None = None,
+    hosts: str | None = None,
+    log_dir: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    show_rank: int = 0,
+    sink: ConsoleSink | NotebookSink | None = None,
+    quiet: bool = False,
+    cwd: str | Path | None = None,
+    record: bool = True,
+    target: float | None = None,
+    hostfile: str | Path | None = None,
+    slurm: SlurmOptions | None = None,
+    script_only: str | Path | None = None,
+) -> JobResult:
+    """Run ``command`` on ``np`` workers and wait; never leaves a process behind.
+
+    ``command`` is a list (``["python", "train.py", "--epochs", "1"]``); a string
+    is split like a shell would, but never run through a shell. ``launcher`` is a
+    name (``mpirun``, ``horovodrun``, ``gloo``, ``ssh``, ``slurm``) or a
+    :class:`labkit.launching.launchers.Launcher`. With ``record`` the processes are observed
+    and the job's run record is appended when it ends; ``target`` is the validation
+    accuracy its time to target is measured for (default: the script's ``--target-accuracy``).
+    """
+    if isinstance(command, str):
+        command = shlex.split(command)
+    if not command:
+        raise LaunchError("nothing to run: give a command, e.g. ['python', 'train.py']")
+    command = python_command(command)
+    chosen = make_launcher(launcher, np, hosts, hostfile, slurm, script_only)
+    np = chosen.np
+    chosen.preflight()
+    job = proc.Job()
+    logs = Path(log_dir) if log_dir else new_log_dir(Path(cwd or ".") / "runs" / "logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    logs = logs.resolve()
+    wenv = worker_env(np, threads)
+    wenv.update(env or {})
+    given = contract.JobEnv.from_env(wenv)
+    records = (Path(cwd or ".") / (given.runs_file or runs.runs_file())).resolve()
+    job_env = contract.JobEnv(
+        job_id=job.id, run_id=given.run_id or time.strftime("%Y%m%d-%H%M%S-") + job.id[:6],
+        launcher=given.launcher or chosen.name, log_dir=str(logs), show_rank=show_rank, np=np,
+        threads=given.threads, observe=str(logs / "observed") if record else None,
+        runs_file=str(records) if record else given.runs_file,
+    )
+    wenv.update(job_env.to_env())
+    wrapped = [sys.executable, "-m", "labkit.launching.rank", str(logs), "--", *command]
+    shown = [argv for _, argv, _ in chosen.commands(wrapped, wenv)]
+    (logs / "command.txt").write_text("".join(shlex.join(a) + "\n" for a in shown))
+    sink = None if quiet else (sink or default_sink())
+    renderer = Renderer(sink.line, sink.progress) if sink else None
+    if sink and chosen.name != "slurm":  # what really runs, before its output (Slurm shows its batch script)
+        sink.line(command_line(shown[0]))
+        if len(shown) > 1:
+            sink.line(f"  (and {len(shown) - 1} more like it: every command in {logs / 'command.txt'})")
+
+    def feed(chunk: bytes) -> None:
+        if renderer:
+            renderer.feed(TAG.sub(b"", chunk) if chosen.strip_tags else chunk)
+
+    start, started = time.perf_counter(), time.time()
+    timed_out = interrupted = False
+    procs: list[proc.Proc] = []
+    first_failure: int | None = None  # before the rest are stopped (their SIGTERM is not the cause)
+    watch = HostWatch(chosen.hosts).start()  # a host that stops answering ends the job, named
+    try:
+        procs = chosen.start(job, wrapped, wenv, logs, on_output=feed,
+                             on_end=renderer.close if renderer else None, cwd=cwd)
+        if not procs:  # only a script was written
+            if sink:
+                sink.line(f"batch script written: {chosen.script_path}")  # type: ignore[attr-defined]
+            return JobResult(0, shown[0] if shown else [], logs, np, 0.0)
+        if sink and chosen.name == "slurm":
+            sink.line(f"submitted {logs / 'job.sbatch'}:")
+            for line in (logs / "job.sbatch").read_text().splitlines():
+                sink.line("    " + line)
+        finished = proc.wait_until(
+            lambda: all(not p.alive() for p in procs) or any(p.returncode not in (None, 0) for p in procs)
+            or bool(watch.lost), timeout)
+        timed_out = not finished
+        first_failure = next((p.returncode for p in procs if p.returncode not in (None, 0)), None)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        watch.stop()
+        chosen.stop()
+        job.stop()
+    duration = time.perf_counter() - start
+    exits, errors = collect_rank_results(logs, np)
+    code = exit_code([p.returncode for p in procs], first_failure)
+    if timed_out or interrupted:
+        code = 124 if timed_out else 130
+    if watch.lost and not (timed_out or interrupted):
+        code = code or 1
+    result = JobResult(code, shown[0], logs, np, duration, timed_out, interrupted, exits, errors,
+                       lost=watch.message() if watch.lost else None, rank_hosts=rank_hosts(logs, np))
+    if record:
+        status = "ok" if result.ok else "timeout" if timed_out else "interrupted" if interrupted else "failed"
+        result.record = jobrecord.finish(
+            job_env.run_id or "", logs / "observed", command=list(command), launcher=job_env.launcher or chosen.name,
+            workers=np, threads=job_env.threads, start=started, duration=duration, exit_status=code,
+            status=status, error=next(iter(errors.values()), None), log_dir=logs, target=target, path=records,
+            bench=given.bench,
+        )
+    if sink and not result.ok:
+        for line in result.summary().splitlines():
+            sink.line(line)
+    if interrupted:
+        raise KeyboardInterrupt(result.summary())
+    return result
+
+
+def exit_code(codes: list[int | None], first_failure: int | None = None) -> int:
+    """One exit status for the job, the shell's way: the first failure, a signal ``s`` as ``128 + s``."""
+    code = first_failure if first_failure is not None else next((c for c in codes if c not in (0, None)), None)
+    if code is None:
+        return 0 if codes and all(c == 0 for c in codes) else 1
+    return 128 - code if code < 0 else code
+
+
+def add_cli(sub) -> None:  # noqa: ANN001
+    """Register ``labkit run``."""
+    p = sub.add_parser(
+        "run", help="run a command on N workers",
+        description="Run SCRIPT (or a whole COMMAND after --) on N workers, stream rank 0, log every rank.",
+        epilog="examples:\n  labkit run labs/fashion_mnist.py --np 2 -- --epochs 1\n"
+               "  labkit run --np 2 -- python labs/fashion_mnist.py --epochs 1",
+    )
+    p.add_argument("--np", type=positive_int, default=None,
+        help="number of workers (default: 2, or nodes x tasks with slurm)")
+    p.add_argument("--launcher", choices=names(), default="mpirun", help="default: %(default)s")
+    p.add_argument("--timeout", type=positive_float, default=None, help="seconds before every rank is killed")
+    p.add_argument("--threads", type=positive_int, default=None, help="threads per worker (default: cores // np)")
+    p.add_argument("-H", "--hosts", default=None, help="host list, e.g. node1:2,node2:2 (mpirun, horovodrun, ssh)")
+    p.add_argument("--hostfile", default=None, help="OpenMPI hostfile: one 'HOST slots=N' per line")
+    p.add_argument("--log-dir", default=None, help="folder for rank.N.log (default: runs/logs/<time>)")
+    s = p.add_argument_group("Slurm (--launcher slurm)")
+    s.add_argument("--nodes", type=positive_int, default=None, help="nodes to allocate (default: 1)")
+    s.add_argument("--tasks-per-node", type=positive_int, default=None, help="ranks per node (default: --np or 2)")
+    s.add_argument("--gpus-per-task", type=nonnegative_int, default=None, help="GPUs per rank")
+    s.add_argument("--cpus-per-task", type=positive_int, default=None, help="CPU cores per rank")
+    s.add_argument("--partition", default=None, help="Slurm partition")
+    s.add_argument("--account", default=None, help="Slurm account to charge")
+    s.add_argument("--time", default=None, help="time limit, HH:MM:SS")
+    s.add_argument("--start", choices=("mpirun", "srun", "tf_config"), default="mpirun",
+                   help="how ranks start inside the allocation: mpirun, srun --mpi=pmix, or srun with a "
+                   "TF_CONFIG per task for tf.distribute (default: %(default)s)")
+    s.add_argument("--script-only", default=None, metavar="FILE", help="only write the sbatch script to FILE")
+    s.add_argument("--plain", action="store_true", help="with --script-only: a script that needs no labkit on the "
+                   "nodes (only Slurm, MPI and Python), to submit yourself")
+    add_script(p, required=False)  # the grammar of every command that runs a script: labkit.cli.main
+    p.set_defaults(func=_cli_run)
+
+
+def _slurm_options(a) -> SlurmOptions | None:  # noqa: ANN001
+    given = [a.nodes, a.tasks_per_node, a.gpus_per_task, a.cpus_per_task, a.partition, a.account, a.time]
+    if a.launcher != "slurm" and all(v is None for v in given) and a.start == "mpirun" and not a.plain:
+        return None
+    per_node = a.tasks_per_node or (a.np // (a.nodes or 1) if a.np else 2)
+    return SlurmOptions(nodes=a.nodes or 1, tasks_per_node=max(1, per_node), gpus_per_task=a.gpus_per_task,
+                        cpus_per_task=a.cpus_per_task, partition=a.partition, account=a.account, time=a.time,
+                        start=a.start, plain=a.plain)
+
+
+def _cli_run(a) -> int:  # noqa: ANN001
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    try:
+        slurm = _slurm_options(a)
+        np = a.np or (slurm.nodes * slurm.tasks_per_node if slurm else 2)
+        if slurm and a.np and a.np != slurm.nodes * slurm.tasks_per_node:
+            raise LaunchError(f"--np {a.np} does not match --nodes {slurm.nodes} x --tasks-per-node "
+                              f"{slurm.tasks_per_node}")
+        result = run(command, np=np, launcher=a.launcher, timeout=a.timeout, threads=a.threads, hosts=a.hosts,
+                     hostfile=a.hostfile, log_dir=a.log_dir, slurm=slurm, script_only=a.script_only)
+    except LaunchError as e:
+        print(f"labkit run: {e}", file=sys.stderr)
+        return 2
+    if a.script_only:
+        print(f"wrote {a.script_only}; submit it with: sbatch {a.script_only}", file=sys.stderr)
+        return 0
+    if result.ok:
+        print(result.summary(), file=sys.stderr)
+    return result.returncode if not result.timed_out else 124

@@ -1,0 +1,123 @@
+"""Slurm on virtual nodes (``labkit nodes up --slurm``): a controller on this machine, one slurmd per node.
+
+munged runs with its own key and socket in the state folder; slurmctld runs here in a
+UTS namespace of its own whose hostname is ``head`` (slurmctld only starts on the host
+its config names); each node's slurmd joins the node's namespaces with ``nsenter`` (so
+it keeps this machine's /sys and cgroup file systems). Commands reach the cluster with
+``SLURM_CONF=STATE/slurm/slurm.conf``. Needs Debian's ``slurm-wlm`` and ``munge``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+from labkit.core import proc
+from labkit.core.tfconfig import free_ports
+from labkit.nodes import net
+from labkit.nodes.slurm_conf import SETTINGS
+
+if TYPE_CHECKING:
+    from labkit.nodes.virtual import VirtualNodes
+
+
+class SlurmError(RuntimeError):
+    """Slurm could not start on the virtual nodes; the message holds the daemons' logs."""
+
+
+def _find(name: str) -> str | None:
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
+def missing() -> str | None:
+    absent = [d for d in ("munged", "slurmctld", "slurmd", "sinfo", "sbatch", "srun") if not _find(d)]
+    if absent:
+        return f"{', '.join(absent)} not found: install Slurm and munge (`apt-get install slurm-wlm munge`)"
+    return None
+
+
+def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path) -> str:
+    """``slurm.conf`` for the cluster: controller ``head`` on the bridge, every node's CPUs = its slots."""
+    memory = max(256, psutil.virtual_memory().total // 2**20 // (2 * cluster.count))
+    names = ",".join(n.name for n in cluster.nodes)
+    return "\n".join([
+        "# Written by labkit nodes up --slurm: Slurm on labkit's virtual nodes",
+        "ClusterName=labkit-nodes",
+        f"SlurmctldHost=head({net.gateway()})",
+        f"SlurmctldPort={port}",
+        "SlurmdPort=6818",  # each slurmd listens in its own node
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={munge_socket}",
+        f"StateSaveLocation={folder / 'state'}",
+        f"SlurmdSpoolDir={folder / '%n' / 'spool'}",
+        f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
+        f"SlurmdPidFile={folder / '%n' / 'slurmd.pid'}",
+        f"SlurmctldLogFile={folder / 'slurmctld.log'}",
+        f"SlurmdLogFile={folder / '%n' / 'slurmd.log'}",
+        f"TmpFS={folder / '%n' / 'tmp'}",  # job steps of different nodes must not share /tmp (pmix files)
+        *SETTINGS,
+        "SlurmdParameters=config_overrides",  # the nodes share this machine's cores: CPUs are the slots
+        *(f"NodeName={n.name} NodeAddr={n.address} CPUs={n.slots} RealMemory={memory} State=UNKNOWN"
+          for n in cluster.nodes),
+        f"PartitionName=nodes Nodes={names} Default=YES MaxTime=INFINITE State=UP",
+        "",
+    ])
+
+
+def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
+    """Start munged, slurmctld and a slurmd per node; the pids of the daemons outside the nodes."""
+    problem = missing()
+    if problem:
+        raise SlurmError(problem)
+    folder = cluster.folder / "slurm"
+    munge = folder / "munge"
+    for sub in (munge, folder / "state", *(folder / n.name / d for n in cluster.nodes for d in ("spool", "tmp"))):
+        sub.mkdir(parents=True, exist_ok=True)
+    munge.chmod(0o755)  # clients in every node reach the socket
+    key = munge / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    sock = munge / "munge.socket.2"
+    conf = folder / "slurm.conf"
+    conf.write_text(conf_text(cluster, folder, free_ports(1, net.gateway())[0], sock))
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    pids: dict[str, int] = {}
+    p = net.daemon([_find("munged") or "munged", "-F", "--force", f"--socket={sock}", f"--key-file={key}",
+                    f"--log-file={munge / 'munged.log'}", f"--pid-file={munge / 'munged.pid'}",
+                    f"--seed-file={munge / 'seed'}"], munge / "out.log", env)
+    cluster.children.append(p)
+    pids["munged"] = p.pid
+    _wait(sock.exists, "munged", timeout, [munge / "out.log"])
+    p = net.daemon(["unshare", "--uts", "--", "sh", "-c",
+                    f"hostname head && exec {_find('slurmctld')} -D -i -f {conf}"], folder / "slurmctld.out", env)
+    cluster.children.append(p)
+    pids["slurmctld"] = p.pid
+    for n in cluster.nodes:
+        argv = [*net.enter(n.holder or 0), _find("slurmd") or "slurmd", "-D", "-N", n.name, "-f", str(conf)]
+        cluster.children.append(net.daemon(argv, folder / n.name / "slurmd.out", env))
+    logs = [folder / "slurmctld.out", folder / "slurmctld.log", *(folder / n.name / "slurmd.out"
+                                                                for n in cluster.nodes)]
+    _wait(lambda: _idle(env, cluster.count), "slurmd on every node", timeout, logs)
+    return pids
+
+
+def _idle(env: dict[str, str], count: int) -> bool:
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=10, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    states = [s.rstrip("*") for s in out.stdout.split()]
+    return out.returncode == 0 and len(states) == count and all(s == "idle" for s in states)
+
+
+def _wait(ready: Callable[[], bool], what: str, timeout: float, logs: list[Path]) -> None:
+    if not proc.wait_until(ready, timeout, every=0.3):
+        tails = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-800:]}" for p in logs if p.exists())
+        raise SlurmError(f"Slurm did not start on the virtual nodes ({what} not ready in {timeout:g} s):\n{tails}")

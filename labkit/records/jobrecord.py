@@ -1,0 +1,248 @@
+"""Turn what the processes of a job were seen doing into its run record.
+
+The launcher calls :func:`finish` when a job ends: it reads the observations the
+processes left (:mod:`labkit.instrument.observe`), takes the chief's (Horovod rank 0, the
+tf.distribute chief or worker 0), adds what only the launcher knows (command,
+launcher, threads, exit status, wall time) and appends one record to the records
+file. A job whose processes were never seen training (a custom loop, a crash
+before ``fit``, a shell script) still gets a record with its wall time and status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from labkit.core import files, identity
+from labkit.records import runs
+
+ACCURACY_KEYS = ("val_accuracy", "val_acc", "val_categorical_accuracy", "val_sparse_categorical_accuracy")
+TRAIN_ACCURACY_KEYS = tuple(k[4:] for k in ACCURACY_KEYS)
+
+
+def _first(entry: dict[str, Any], keys: Sequence[str]) -> float | None:
+    for key in keys:
+        if entry.get(key) is not None:
+            return float(entry[key])
+    return None
+
+
+def images_per_step(world: dict[str, Any], batch_per_step: int | None) -> int | None:
+    """Images all workers together train on in one step.
+
+    tf.distribute ``fit``: the batch given to fit is already the global batch
+    (all-reduce strategies) or one worker's step (parameter servers). Otherwise
+    (Horovod, or processes started side by side) every process trains its own batch.
+    """
+    if not batch_per_step:
+        return None
+    if is_tf_distribute(world):
+        return batch_per_step
+    return batch_per_step * int(world.get("workers") or 1)
+
+
+def is_tf_distribute(world: dict[str, Any]) -> bool:
+    return world.get("strategy") not in (None, "horovod", "tf_config")
+
+
+def epochs_of(observation: dict[str, Any], t0: float | None = None) -> list[dict[str, Any]]:
+    """Per-epoch measurements of one process; ``elapsed_s`` counts from ``t0`` (default: its training start)."""
+    world = observation.get("world") or {}
+    t0 = t0 or observation.get("train_begin") or observation.get("started") or 0.0
+    out = []
+    for e in observation.get("epochs") or []:
+        per_step = images_per_step(world, e.get("batch_per_step"))
+        images = e.get("steps", 0) * per_step if per_step else None
+        train = e.get("train_s") or 0.0
+        entry = {
+            "epoch": e.get("epoch"), "wall_s": e.get("wall_s"), "train_s": train, "steps": e.get("steps"),
+            "images": images, "images_per_sec": round(images / train, 2) if images and train > 0 else None,
+            # CPU seconds per second of training: about the cores this process got.
+            "cpu_cores": round(e["cpu_s"] / train, 3) if e.get("cpu_s") is not None and train > 0 else None,
+            "elapsed_s": round(e["end"] - t0, 3) if e.get("end") else None,
+            "loss": e.get("loss"), "accuracy": _first(e, TRAIN_ACCURACY_KEYS),
+            "val_loss": e.get("val_loss"), "val_accuracy": _first(e, ACCURACY_KEYS),
+        }
+        out.append(entry)
+    return out
+
+
+def chief_of(observations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chief's observations (several after a restart), else the first process's.
+
+    Processes that trained come first: a launcher written in Python (horovodrun) is
+    observed too, and looks like rank 0.
+    """
+    trained = [o for o in observations if o.get("fits")] or observations
+    chiefs = [o for o in trained if (o.get("world") or {}).get("is_chief")]
+    return chiefs or trained[:1]
+
+
+def measured(observations: list[dict[str, Any]], target: float | None = None,
+             t0: float | None = None) -> dict[str, Any]:
+    """The measured part of a record from a job's observations (the chief's)."""
+    chief = chief_of(observations)
+    by_epoch: dict[Any, dict[str, Any]] = {}
+    for o in chief:  # a restarted chief repeats nothing it finished: later epochs win
+        for e in epochs_of(o, t0):
+            by_epoch[e["epoch"]] = e
+    epochs = [by_epoch[k] for k in sorted(by_epoch, key=lambda k: (k is None, k))]
+    last = chief[-1] if chief else {}
+    config = dict(last.get("config") or {})
+    if target is None and isinstance(config.get("target_accuracy"), (int, float)):
+        target = float(config["target_accuracy"])
+    ttt = epochs_to = None
+    if target is not None:
+        for e in epochs:
+            if e.get("val_accuracy") is not None and e["val_accuracy"] >= target and e.get("elapsed_s") is not None:
+                ttt, epochs_to = e["elapsed_s"], e["epoch"]
+                break
+    world = last.get("world") or {}
+    fits = last.get("fits") or []
+    per_step = next((f.get("batch_per_step") for f in reversed(fits) if f.get("batch_per_step")), None)
+    workers = int(world.get("workers") or 1)
+    global_batch = images_per_step(world, per_step)
+    if not is_tf_distribute(world) or world.get("strategy") == "ParameterServerStrategy" or not global_batch:
+        per_worker = per_step
+    else:
+        per_worker = max(1, global_batch // workers)
+    accs = [e.get("val_accuracy") for e in epochs]
+    steps = last.get("worker_steps") or {}  # ParameterServerStrategy: when each worker finished each step
+    t_steps = t0 or last.get("train_begin") or 0.0
+    return {
+        "strategy": world.get("strategy"),
+        "workers_seen": workers if world else None,
+        "batch_per_worker": per_worker,
+        "global_batch": global_batch,
+        "batch_from": next((f.get("batch_from") for f in reversed(fits)), None),
+        "widen_factor": config.get("widen_factor"),
+        "train_size": config.get("train_size"),
+        "test_size": config.get("test_size"),
+        "mode": config.get("mode"),
+        "epochs_requested": config.get("epochs") or next((f.get("epochs") for f in fits), None),
+        "target_accuracy": target,
+        "config": config,
+        "shrink": last.get("shrink"),
+        "device": last.get("device"),
+        "versions": last.get("versions") or identity.versions(),
+        "epochs": epochs,
+        "epochs_run": len(epochs),
+        "val_accuracy": accs,
+        "final_val_accuracy": next((a for a in reversed(accs) if a is not None), None),
+        "images_per_sec": runs.summarize(epochs),
+        "cpu_cores": runs.summarize(epochs, "cpu_cores"),
+        "time_to_target_s": ttt,
+        "epochs_to_target": epochs_to,
+        "train_time_s": round(sum(e.get("train_s") or 0.0 for e in epochs), 4),
+        "called_fit": bool(fits),
+        "worker_steps": {k: len(v) for k, v in sorted(steps.items())} or None,
+        "worker_step_times": {k: [round(t - t_steps, 2) for t in v] for k, v in sorted(steps.items())} or None,
+        "observer_errors": [err for o in observations for err in o.get("observer_errors") or []] or None,
+    }
+
+
+def ranks_of(observations: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Where each observed process ran: ``rank``, ``host``, ``local_rank``, ``pid``, by rank."""
+    ranks = [o for o in observations  # a launcher written in Python (horovodrun) is observed too: not a rank
+             if o.get("fits") or o.get("task") or (o.get("world") or {}).get("local_rank") is not None]
+    out = [{"rank": w.get("rank"), "task": o.get("task"), "host": w.get("host"), "local_rank": w.get("local_rank"),
+            "pid": o.get("pid")} for o in ranks or observations if (w := o.get("world") or {})]
+    return sorted(out, key=lambda r: (r["rank"] is None, r["rank"] or 0)) or None
+
+
+def observed_record(observation: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A record-shaped view of one running process (the live progress file)."""
+    return {"run_id": run_id, **measured([observation]), "workers": (observation.get("world") or {}).get("workers")}
+
+
+def finish(
+    run_id: str,
+    folder: str | Path,
+    *,
+    command: Sequence[str],
+    launcher: str,
+    workers: int,
+    threads: int | None,
+    start: float,
+    duration: float,
+    exit_status: int,
+    status: str,
+    error: str | None = None,
+    log_dir: str | Path | None = None,
+    target: float | None = None,
+    path: str | Path | None = None,
+    copies: bool = False,
+    **fields: Any,
+) -> dict[str, Any]:
+    """Compose the run record of a finished job and append it; return it.
+
+    ``start`` is the job's start (seconds since the epoch): the time to the target
+    accuracy counts from there, so it includes start-up, as a learner's wall clock does.
+    ``copies``: the processes were independent copies (a ceiling measurement); their
+    throughputs are added up.
+    """
+    observations = read_observations(folder)
+    m = measured(observations, target, t0=start)
+    if copies:  # independent copies: throughput adds up; each trained alone
+        each = [measured([o], target, t0=start) for o in observations if o.get("epochs")]
+        rates = [c["images_per_sec"] for c in each]
+        m["copies"] = [{"images_per_sec": c["images_per_sec"], "cpu_cores": c["cpu_cores"],
+                        "final_val_accuracy": c["final_val_accuracy"]} for c in each]
+        m["images_per_sec"] = round(sum(rates), 2) if rates and None not in rates and len(rates) == workers else None
+        m["time_to_target_s"] = m["epochs_to_target"] = None
+        m["workers_seen"] = workers
+    script = next((c for c in command if str(c).endswith(".py")), None)
+    lab, step = runs.lab_and_step(script or "")
+    seen = m.pop("workers_seen")
+    record = {
+        "schema": runs.SCHEMA,
+        "run_id": run_id,
+        "script": script,
+        "command": list(command),
+        "lab": lab,
+        "step": step,
+        "launcher": launcher,
+        "workers": seen or workers,
+        "processes": workers,
+        "threads_per_worker": threads,
+        **m,
+        "exit_status": exit_status,
+        "status": status,
+        "error": (error or "")[-2000:] or None,
+        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(start)),
+        "duration_s": round(duration, 3),
+        "host": socket.gethostname(),
+        "ranks": ranks_of(observations),
+        "log_dir": str(log_dir) if log_dir else None,
+        **fields,
+    }
+    if record["device"] is None:
+        record["device"] = identity.device_info()
+    runs.append(record, path)
+    live = runs.live_file(run_id, path)
+    try:
+        files.write_json_atomic(live, {**record, "updated": time.time()})
+    except OSError:
+        pass
+    return record
+
+
+def observation_path(folder: str | os.PathLike, pid: int) -> Path:
+    """Where the observer of process ``pid`` keeps what it saw (:mod:`labkit.instrument.observe`)."""
+    return Path(folder) / f"observed.{pid}.json"
+
+
+def read_observations(folder: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every observation left in ``folder``, oldest process first."""
+    out = []
+    for path in sorted(Path(folder).glob("observed.*.json")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(out, key=lambda o: o.get("started") or 0)

@@ -1,0 +1,1 @@
+"""tf.distribute clusters of processes (chief, workers, parameter servers): started, followed, faulted and torn down."""

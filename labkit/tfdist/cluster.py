@@ -1,0 +1,378 @@
+"""Run a tf.distribute cluster of local processes from a cell or a shell, and tear it down.
+
+Every task (chief, workers, parameter servers) runs the same command with its
+own ``TF_CONFIG``, started by the process layer (:mod:`labkit.core.proc`), which
+stops everything the cluster started when it ends. Tasks placed on another host
+(``host_list=``) start there over ssh. The leading task's output (the chief,
+else worker 0) is streamed live; every task is logged to ``LOG_DIR/<type>.<index>.log``.
+
+    >>> result = run(["python", "train.py", "--epochs", "2"], workers=2)   # doctest: +SKIP
+
+For the fault-tolerance demo (:mod:`labkit.tfdist.faults`), :class:`Cluster` kills and restarts single tasks::
+
+    with Cluster(cmd, workers=2) as c:
+        c.start()
+        c.wait_for_output(r"Epoch 2/", timeout=120)
+        c.kill_task("worker", 1)
+        c.restart_dead()
+        result = c.wait(timeout=300)
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.core import contract, output, proc, progress, tfconfig
+from labkit.launching import hosts, launchers
+from labkit.nodes import virtual as nodes
+from labkit.records import jobrecord, runs
+from labkit.tfdist.cluster_result import ClusterResult
+
+TaskId = tuple[str, int]
+
+
+@dataclass
+class Task:
+    """One process of the cluster (its current incarnation)."""
+
+    type: str
+    index: int
+    log: Path
+    cwd: Path | None = None
+    proc: proc.Proc | None = None
+    starts: int = 0
+    killed: bool = False  # by kill_task, on purpose
+    returncode: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}.{self.index}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+
+class Cluster:
+    """The processes of one tf.distribute cluster on this machine.
+
+    ``command`` runs once per task with ``TF_CONFIG`` set. ``cluster`` is a spec
+    from :func:`labkit.core.tfconfig.cluster_spec` (default: ``workers`` workers,
+    ``ps`` parameter servers, an optional chief, on free local ports). The run
+    ends when every *leading* task has exited: all workers (and the chief) for
+    all-reduce strategies; only the chief when there are parameter servers
+    (workers and servers then serve forever and are stopped).
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str] | str,
+        workers: int = 2,
+        ps: int = 0,
+        chief: bool = False,
+        cluster: dict[str, list[str]] | None = None,
+        threads: int | None = None,
+        env: dict[str, str] | None = None,
+        log_dir: str | Path | None = None,
+        cwd: str | Path | None = None,
+        task_cwd: Callable[[str, int], str | Path | None] | None = None,
+        sink: output.ConsoleSink | output.NotebookSink | None = None,
+        quiet: bool = False,
+        show: TaskId | None = None,
+        record: bool = True,
+        target: float | None = None,
+        independent: bool = False,
+        host_list: Sequence[hosts.Host] | None = None,
+        ssh_args: Sequence[str] = (),
+    ) -> None:
+        if isinstance(command, str):
+            command = shlex.split(command)
+        if not command:
+            raise launchers.LaunchError("nothing to run: give a command, e.g. ['python', 'train.py']")
+        self.command = launchers.python_command(command)
+        if host_list:
+            try:
+                self.spec = hosts.tf_cluster(list(host_list), workers, ps=ps, chief=chief)
+            except hosts.HostError as e:
+                raise launchers.LaunchError(str(e)) from None
+        else:
+            self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
+        self.host_list = list(host_list or [])
+        # Virtual nodes: their ssh config.
+        self.ssh_args = list(ssh_args) or nodes.ssh_args([h.name for h in self.host_list])
+        self.job = proc.Job()
+        self.job_id = self.job.id
+        self.log_dir = Path(log_dir) if log_dir else proc.new_log_dir(Path(cwd or ".") / "runs" / "logs")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = self.log_dir.resolve()
+        n = len(tfconfig.tasks(self.spec))
+        # Parameter servers mostly wait: give the cores to the chief and workers.
+        busy = n - len(self.spec.get("ps", []))
+        self.env = launchers.worker_env(max(1, busy), threads)
+        if "ps" in self.spec:
+            # With one inter-op thread, remote steps sent by the coordinator can deadlock on a worker.
+            self.env["TF_NUM_INTEROP_THREADS"] = str(max(2, int(self.env["TF_NUM_INTEROP_THREADS"])))
+        self.env.update(env or {})
+        self.env["PYTHONUNBUFFERED"] = "1"
+        # independent: the same command N times without TF_CONFIG, i.e. N single-worker copies
+        # (the ceiling a machine gives N workers when they do not communicate).
+        self.independent = independent
+        self.record, self.target = record, target
+        self.record_fields: dict = {}  # more fields for the run record (e.g. what a fault did)
+        given = contract.JobEnv.from_env(self.env)
+        self.records = (Path(cwd or ".") / (given.runs_file or runs.runs_file())).resolve()
+        self.contract = contract.JobEnv(
+            job_id=self.job_id, run_id=given.run_id or runs.new_run_id(), log_dir=str(self.log_dir),
+            launcher=given.launcher or ("independent" if independent else "cluster"), threads=given.threads,
+            observe=str(self.log_dir / "observed") if record else None,
+            runs_file=str(self.records) if record else given.runs_file, bench=given.bench,
+        )
+        self.env.update(self.contract.to_env())
+        self.cwd = cwd
+        self.show = show or tfconfig.chief_task(self.spec)
+        self.sink = None if quiet else (sink or progress.default_sink())
+        self.renderers: dict[tuple[str, int], output.Renderer] = {}  # of the task whose output is shown
+        self.tasks: dict[TaskId, Task] = {}
+        if independent and task_cwd is None:
+            # Copies must not share what a script writes relative to its folder (backups, logs, models).
+            def task_cwd(t: str, i: int) -> Path:
+                return self.log_dir / f"copy.{i}"
+        for t, i in tfconfig.tasks(self.spec):
+            where = task_cwd(t, i) if task_cwd else None
+            self.tasks[(t, i)] = Task(t, i, self.log_dir / f"{t}.{i}.log", Path(where) if where else None)
+        ps_run = "ps" in self.spec
+        self.leading = [k for k in self.tasks if k[0] == "chief"] if ps_run and "chief" in self.spec else [
+            k for k in self.tasks if k[0] in ("chief", "worker")
+        ]
+        self.serving = ps_run and "chief" in self.spec  # workers and servers only serve
+        self.start_time: float | None = None
+        self.start_wall: float | None = None
+        (self.log_dir / "command.txt").write_text(
+            "".join(f"{name}: {shlex.join(argv)}\n" for name, argv in self.commands().items()))
+        (self.log_dir / "cluster.json").write_text(tfconfig.tf_config(self.spec, *self.show) + "\n")
+
+    # -- processes -----------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        """Start every task (servers first, so that the others find them)."""
+        self.start_time = time.perf_counter()
+        self.start_wall = time.time()
+        order = sorted(self.tasks, key=lambda k: {"ps": 0, "worker": 1, "chief": 2}.get(k[0], 3))
+        if self.sink and self.show in self.tasks:  # what really runs for the task shown, before its output
+            argv = self.argv(*self.show)
+            # A remote task's ssh command carries its TF_CONFIG itself; independent copies have none.
+            with_config = argv == list(self.command) and not self.independent
+            config = {"TF_CONFIG": tfconfig.tf_config(self.spec, *self.show)} if with_config else {}
+            self.sink.line(output.command_line(argv, config))
+            if len(self.tasks) > 1:
+                what = "independent copies" if self.independent else "tasks, each with its own TF_CONFIG"
+                self.sink.line(f"  ({len(self.tasks)} {what}: every command in {self.log_dir / 'command.txt'})")
+        for key in order:
+            self.start_task(*key)
+        return self
+
+    def task_env(self, task_type: str, index: int) -> dict[str, str]:
+        """What one task gets on top of the environment: the job's settings and its TF_CONFIG."""
+        env = {**self.env, contract.TASK: f"{task_type}.{index}"}
+        if not self.independent:
+            env["TF_CONFIG"] = tfconfig.tf_config(self.spec, task_type, index)
+        return env
+
+    def host_of(self, task_type: str, index: int) -> str:
+        return self.spec[task_type][index].rsplit(":", 1)[0].strip("[]")
+
+    def argv(self, task_type: str, index: int) -> list[str]:
+        """The argument list that starts one task (over ssh when its host is another machine)."""
+        host = self.host_of(task_type, index)
+        if self.host_list and not hosts.is_local(host):
+            where = self.tasks[(task_type, index)].cwd or self.cwd or Path.cwd()
+            return launchers.remote_command(host, self.command, self.task_env(task_type, index), where, self.ssh_args)
+        return list(self.command)
+
+    def commands(self) -> dict[str, list[str]]:
+        """Every task's argument list (pure: nothing is started)."""
+        return {f"{t}.{i}": self.argv(t, i) for t, i in self.tasks}
+
+    def start_task(self, task_type: str, index: int) -> Task:
+        """Start (or start again) one task; its log is appended to."""
+        task = self.tasks[(task_type, index)]
+        if task.alive():
+            raise launchers.LaunchError(f"{task.name} is already running")
+        env: dict[str, str | None] = {**self.task_env(task_type, index)}
+        if self.independent:
+            env["TF_CONFIG"] = None  # copies of a single-worker run: no cluster at all
+        task.starts += 1
+        show = (task_type, index) == self.show and self.sink is not None
+        renderer = output.Renderer(self.sink.line, self.sink.progress) if show and self.sink else None
+        if renderer:
+            self.renderers[(task_type, index)] = renderer
+        header = f"\n--- {task.name} restarted (start {task.starts}) ---\n".encode() if task.starts > 1 else b""
+        if renderer and header:
+            renderer.on_line(f"--- {task.name} restarted ---")
+        task.proc = self.job.spawn(
+            self.argv(task_type, index), env=env, cwd=task.cwd or self.cwd, log=task.log,
+            on_output=renderer.feed if renderer else None, on_end=renderer.close if renderer else None,
+            name=task.name, append=True, header=header)
+        task.killed = False
+        task.returncode = None
+        return task
+
+    def expect_failures(self) -> None:
+        """From now on the shown task's tracebacks are expected (a peer is killed): one line each, full in the log."""
+        for renderer in self.renderers.values():
+            renderer.fold = True
+
+    def kill_task(self, task_type: str, index: int, sig: int = signal.SIGKILL) -> None:
+        """Kill one task (SIGKILL by default, like a machine that disappears)."""
+        task = self.tasks[(task_type, index)]
+        if task.proc is None:
+            return
+        task.killed = True
+        task.proc.signal(sig)
+        task.returncode = task.proc.wait()
+
+    def restart_task(self, task_type: str, index: int) -> Task:
+        """Kill the task if it still runs, then start it again with the same TF_CONFIG."""
+        if self.tasks[(task_type, index)].alive():
+            self.kill_task(task_type, index)
+        return self.start_task(task_type, index)
+
+    def restart_dead(self, settle: float = 0.0) -> list[str]:
+        """Start again every task that is not running (after a kill, the peers often exit too)."""
+        time.sleep(settle)
+        dead = [k for k, t in self.tasks.items() if not t.alive()]
+        for key in dead:
+            self.start_task(*key)
+        return [self.tasks[k].name for k in dead]
+
+    def alive(self) -> list[str]:
+        return [t.name for t in self.tasks.values() if t.alive()]
+
+    def output(self, task_type: str | None = None, index: int | None = None) -> str:
+        """Everything a task printed so far (default: the shown task)."""
+        key = (task_type, index) if task_type is not None else self.show
+        path = self.tasks[(key[0], key[1] if key[1] is not None else 0)].log
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_for_output(
+        self, pattern: str, task_type: str | None = None, index: int | None = None,
+        timeout: float = 300, count: int = 1,
+    ) -> re.Match:
+        """Block until ``pattern`` appears ``count`` times in a task's output; raise on exit or timeout."""
+        rx = re.compile(pattern)
+        key = (task_type, index or 0) if task_type is not None else self.show
+        deadline = time.monotonic() + timeout
+        while True:
+            found = list(rx.finditer(self.output(*key)))
+            if len(found) >= count:
+                return found[count - 1]
+            if not self.tasks[key].alive():
+                raise launchers.LaunchError(f"{key[0]}.{key[1]} exited before printing {pattern!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{key[0]}.{key[1]} did not print {pattern!r} within {timeout:.0f} s")
+            time.sleep(0.2)
+
+    def wait(self, timeout: float | None = None) -> ClusterResult:
+        """Wait until the leading tasks exit (or one task fails), then stop everything."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timed_out = interrupted = False
+        try:
+            while True:
+                failed = [
+                    t for key, t in self.tasks.items()
+                    if t.proc is not None and not t.killed and (
+                        t.proc.returncode not in (None, 0)
+                        # with parameter servers, workers and servers serve until stopped: one that
+                        # returns on its own ends the run at once instead of leaving the chief waiting
+                        or (self.serving and key not in self.leading and t.proc.returncode is not None))
+                ]
+                if failed or all(not self.tasks[k].alive() for k in self.leading):
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            self.stop()
+        result = self._result(timed_out, interrupted)
+        if self.record:
+            result.record = self._write_record(result)
+        if self.sink and not result.ok:
+            for line in result.summary().splitlines():
+                self.sink.line(line)
+        if interrupted:
+            raise KeyboardInterrupt(result.summary())
+        return result
+
+    def _write_record(self, result: ClusterResult) -> dict:
+        status = "ok" if result.ok else "timeout" if result.timed_out else (
+            "interrupted" if result.interrupted else "failed")
+        code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
+        workers = len(self.spec.get("worker", [])) + len(self.spec.get("chief", []))
+        return jobrecord.finish(
+            self.contract.run_id or "", self.log_dir / "observed", command=self.command,
+            launcher=self.contract.launcher or "cluster", workers=workers, threads=self.contract.threads,
+            start=self.start_wall or time.time(), duration=result.duration, exit_status=code or 0,
+            status=status, error=next(iter(result.errors.values()), None), log_dir=self.log_dir,
+            target=self.target, path=self.records, copies=self.independent, bench=self.contract.bench,
+            tasks={t: len(v) for t, v in self.spec.items()}, **self.record_fields,
+        )
+
+    def _result(self, timed_out: bool, interrupted: bool) -> ClusterResult:
+        codes: dict[str, int | None] = {}
+        errors: dict[str, str] = {}
+        for key, t in self.tasks.items():
+            code = t.returncode if t.returncode is not None else (t.proc.returncode if t.proc else None)
+            codes[t.name] = code
+            leading_ok = key not in self.leading or code == 0
+            if not leading_ok or (key not in self.leading and code not in (0, None, -signal.SIGTERM,
+                                                                             -signal.SIGKILL) and not t.killed):
+                errors[t.name] = output.error_tail(t.log.read_text(errors="replace") if t.log.exists() else "")
+        duration = time.perf_counter() - (self.start_time or time.perf_counter())
+        return ClusterResult(codes, self.log_dir, duration, timed_out, interrupted, errors)
+
+    def stop(self, grace: float = 3.0) -> None:
+        """Stop every task of the cluster and anything they started."""
+        for key, t in self.tasks.items():
+            if t.alive():
+                t.killed = t.killed or key not in self.leading  # servers are stopped on purpose
+        self.job.stop(grace)
+        for t in self.tasks.values():
+            if t.proc is not None and t.returncode is None:
+                t.returncode = t.proc.returncode
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run(
+    command: Sequence[str] | str,
+    workers: int = 2,
+    ps: int = 0,
+    chief: bool = False,
+    hosts: Sequence[str] | None = None,
+    timeout: float | None = None,
+    **kw: object,
+) -> ClusterResult:
+    """Start a cluster running ``command`` on every task, wait, and clean up.
+
+    ``hosts`` lists ``host:port`` per task; ``host_list=`` (hosts with slots) places
+    the tasks on machines instead, starting the remote ones over ssh.
+    """
+    spec = tfconfig.cluster_spec(workers, ps, chief, hosts=hosts) if hosts else None
+    c = Cluster(command, workers=workers, ps=ps, chief=chief, cluster=spec, **kw)  # type: ignore[arg-type]
+    try:
+        c.start()
+        return c.wait(timeout)
+    finally:
+        c.stop()

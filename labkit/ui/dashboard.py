@@ -1,0 +1,159 @@
+"""A live dashboard for a job started from a notebook: epochs done, images/sec, accuracy.
+
+    from labkit.ui import dashboard
+    result = dashboard.watch(["python", "fashion_mnist.py", "--epochs", "5"], np=2)
+
+:func:`watch` starts the job with :func:`labkit.launching.launch.run` and shows an
+ipywidgets panel that follows the run's progress file (``runs/live/RUN_ID.json``,
+which the observed chief process replaces atomically after every epoch). Where
+widgets cannot render (a terminal, a notebook executed headless) the same
+information is printed as text, one line per epoch.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from labkit.core import progress
+from labkit.launching import launch
+from labkit.records import runs
+
+
+def read_state(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The progress file's content, or None if it does not exist (yet) or cannot be read."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _f(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary(state: dict[str, Any] | None) -> str:
+    """One line: status, epochs done, last images/sec and validation accuracy."""
+    if not state:
+        return "waiting for the first epoch..."
+    epochs = state.get("epochs") or []
+    total = state.get("epochs_requested") or "?"
+    last = epochs[-1] if epochs else {}
+    return (f"{state.get('status', '?')}: epoch {len(epochs)}/{total} on {state.get('workers', '?')} worker(s), "
+            f"{_f(last.get('images_per_sec'), '.1f')} images/sec, "
+            f"val accuracy {_f(last.get('val_accuracy'), '.3f')}")
+
+
+def epoch_line(e: dict[str, Any]) -> str:
+    return (f"epoch {e.get('epoch')}: {_f(e.get('train_s'), '.1f')} s training, "
+            f"{_f(e.get('images_per_sec'), '.1f')} images/sec, val accuracy {_f(e.get('val_accuracy'), '.3f')}")
+
+
+def table_html(state: dict[str, Any] | None) -> str:
+    rows = "".join(
+        f"<tr><td>{e.get('epoch')}</td><td>{_f(e.get('train_s'), '.1f')}</td><td>{_f(e.get('wall_s'), '.1f')}</td>"
+        f"<td>{_f(e.get('images_per_sec'), '.1f')}</td><td>{_f(e.get('val_accuracy'), '.3f')}</td></tr>"
+        for e in (state or {}).get("epochs") or []
+    )
+    head = ("<tr><th>epoch</th><th>training s</th><th>epoch s</th><th>images/sec</th>"
+            "<th>val accuracy</th></tr>")
+    return f"<table>{head}{rows}</table>"
+
+
+class Dashboard:
+    """Widgets that show one run's progress file; :meth:`refresh` re-reads it."""
+
+    def __init__(self, run_id: str, runs_file: str | os.PathLike | None = None, title: str | None = None,
+                 text: bool | None = None) -> None:
+        self.run_id = run_id
+        self.path = runs.live_file(run_id, runs_file)
+        self.title = title or f"run {run_id}"
+        self.state: dict[str, Any] | None = None
+        self.printed = 0  # epochs already printed in text mode
+        self.text = (not progress.widgets_work()) if text is None else text
+        self.widget = None if self.text else self._build()
+
+    def _build(self) -> Any:
+        import ipywidgets as w
+
+        self.header = w.HTML(f"<b>{html.escape(self.title)}</b>")
+        self.bar = w.IntProgress(value=0, min=0, max=1, description="epochs", bar_style="info")
+        self.status = w.Label(summary(None))
+        self.table = w.HTML(table_html(None))
+        return w.VBox([self.header, self.bar, self.status, self.table])
+
+    def display(self) -> Dashboard:
+        if self.widget is not None:
+            from IPython.display import display
+
+            display(self.widget)
+        else:
+            print(f"{self.title}: progress in {self.path}", flush=True)
+        return self
+
+    def refresh(self) -> dict[str, Any] | None:
+        """Re-read the progress file and update the display; return the state."""
+        state = read_state(self.path)
+        if state is None:
+            return self.state
+        self.state = state
+        epochs = state.get("epochs") or []
+        if self.widget is not None:
+            total = int(state.get("epochs_requested") or max(1, len(epochs)))
+            self.bar.max = max(total, len(epochs), 1)
+            self.bar.value = len(epochs)
+            status = state.get("status")
+            self.bar.bar_style = "success" if status == "ok" else "danger" if status in (
+                "failed", "interrupted", "timeout") else "info"
+            self.status.value = summary(state)
+            self.table.value = table_html(state)
+        else:
+            for e in epochs[self.printed:]:
+                print(epoch_line(e), flush=True)
+            self.printed = len(epochs)
+        return state
+
+    def follow(self, stop: threading.Event, every: float = 1.0) -> None:
+        """Refresh until ``stop`` is set (run this in a thread), then once more."""
+        while not stop.wait(every):
+            self.refresh()
+        self.refresh()
+
+
+
+def watch(command: list[str] | str, np: int = 2, every: float = 1.0, title: str | None = None,
+          quiet: bool = True, text: bool | None = None, records: str | Path | None = None, **run_kw: Any) -> Any:
+    """Run ``command`` on ``np`` workers (:func:`labkit.launching.launch.run`) with a live dashboard.
+
+    The rank-0 output is not streamed (``quiet=True``) so that the dashboard is what
+    you watch; every rank's log is still written. The run record goes to ``records``
+    (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``). Returns the :class:`JobResult`
+    with the run record as ``result.record`` (None if the script wrote none).
+    """
+    env = dict(run_kw.pop("env", None) or {})
+    run_id = env.setdefault(runs.RUN_ID_VAR, runs.new_run_id())
+    records = Path(records or env.get(runs.FILE_VAR) or runs.runs_file())
+    if not records.is_absolute():
+        records = (Path(run_kw.get("cwd") or ".") / records).resolve()
+    env[runs.FILE_VAR] = str(records)
+    shown = " ".join(command) if isinstance(command, list) else command
+    board = Dashboard(run_id, records, title or f"{shown} on {np} worker(s)", text=text).display()
+    stop = threading.Event()
+    follower = threading.Thread(target=board.follow, args=(stop, every), daemon=True)
+    follower.start()
+    started = time.perf_counter()
+    try:
+        result = launch.run(command, np=np, env=env, quiet=quiet, **run_kw)
+    finally:
+        stop.set()
+        follower.join(10)
+    found = runs.select(runs.read(records, warn=False), run_id=run_id)
+    result.record = found[-1] if found else None
+    if board.text:
+        print(f"{summary(board.state)} ({time.perf_counter() - started:.0f} s)", flush=True)
+    return result

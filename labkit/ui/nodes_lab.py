@@ -1,0 +1,77 @@
+"""Two machines on this one, for a notebook: run a script on virtual nodes and show where each rank ran.
+
+    result = nodes_lab.ranks_per_host(["python", "fashion_mnist.py", "--epochs", "1"], count=2, slots=2)
+
+Brings the nodes up (or uses the ones ``labkit nodes up`` started), runs the command on
+``count x slots`` ranks with the nodes' hostfile, prints rank, host and local rank from the
+run record, and takes the nodes it started down again. Where virtual nodes cannot start (no
+root, e.g. Binder), it prints why and what the table would show, and returns None.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Sequence
+
+from labkit.launching import launch
+from labkit.nodes import net
+from labkit.nodes import virtual as nodes
+from labkit.ui import notebook
+
+
+def why_not() -> str | None:
+    """Why virtual nodes cannot start here, or None when they can (or are up)."""
+    if nodes.VirtualNodes.load() is not None:
+        return None
+    if os.geteuid() != 0:
+        return (f"Virtual nodes need root (network namespaces, a bridge, an sshd per node) and this notebook runs as "
+                f"{getpass.getuser()!r}: on Binder or a shared JupyterHub there is no root. On a machine of your own: "
+                "`sudo .venv/bin/labkit nodes up --count 2 --slots 2`, then run this cell again.")
+    missing = net.missing_tools()
+    if missing:
+        return f"{', '.join(missing)} not found: `apt-get install iproute2 util-linux openssh-server openssh-client`"
+    if net.netns_names() or net.link_exists(net.BRIDGE):
+        return "virtual nodes of another state folder are up on this machine: `labkit nodes down` first"
+    return None
+
+
+def table(record: dict | None) -> str:
+    """``rank  host  local rank`` lines from a run record's ``ranks``."""
+    ranks = (record or {}).get("ranks") or []
+    if not ranks:
+        return "(the record lists no ranks: did the job start?)"
+    lines = [f"{'rank':>4}  {'host':<8} local rank"]
+    lines += [f"{r['rank']:>4}  {r['host'] or '?':<8} {'' if r['local_rank'] is None else r['local_rank']}"
+              for r in ranks]
+    return "\n".join(lines)
+
+
+RECORDS = "runs/virtual_nodes.jsonl"  # not runs.jsonl: many ranks on one machine's cores are no scaling data
+
+
+def ranks_per_host(command: Sequence[str], count: int = 2, slots: int = 2, timeout: float = 900,
+                   records: str = RECORDS, **run_kw: object) -> launch.JobResult | None:
+    """Run ``command`` on ``count`` virtual nodes of ``slots`` slots; print where each rank ran.
+
+    The run is recorded in ``records``, apart from the runs that lab 6 compares."""
+    problem = why_not()
+    if problem:
+        print(f"Not run: {problem}")
+        print("What it shows: with 2 nodes x 2 slots ranks 0 and 1 run on node1 (local ranks 0, 1), ranks 2 and 3 "
+              "on node2 (local ranks 0, 1 again): the rank is global, the local rank counts within a host.")
+        return None
+    running = nodes.VirtualNodes.load()
+    cluster = running or nodes.VirtualNodes(count=count, slots=slots).up()
+    try:
+        if running is None:
+            print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}")
+        np = sum(n.slots for n in cluster.nodes)
+        result = notebook.run(list(command), np=np, hostfile=cluster.hostfile, timeout=timeout, records=records,
+                              **run_kw)
+    finally:
+        if running is None:
+            cluster.down()
+    print(result.summary())
+    print(table(result.record))
+    return result
