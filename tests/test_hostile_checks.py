@@ -165,7 +165,7 @@ def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) 
     result = launch.run([sys.executable, str(script)], np=2, timeout=10, quiet=True, record=False,
                         log_dir=tmp_path / "logs", cwd=tmp_path)
     took = time.monotonic() - start
-    assert result.timed_out and took < 60, took  # 24 s measured on a busy machine
+    assert result.timed_out and took < 120, took  # 24 s measured on a busy machine, 71 s on a very busy one
     for r in range(2):
         size = (tmp_path / "logs" / f"rank.{r}.log").stat().st_size
         assert size <= rank.LOG_HEAD + rank.LOG_TAIL + 200, size

@@ -12,6 +12,7 @@ import pytest
 
 from labkit.core import tfconfig
 from labkit.launching import hosts as hl
+from labkit.launching import reach
 from labkit.launching.hosts import Host, HostError
 
 CORES = len(os.sched_getaffinity(0))
@@ -255,7 +256,7 @@ def _fake_ssh(tmp_path: Path, code: int, stderr: str = "", sleep: float = 0) -> 
 
 
 def test_ssh_command_is_an_argument_list() -> None:
-    assert hl.ssh_command("node1", timeout=5, ssh_args=["-p", "2200"]) == [
+    assert reach.ssh_command("node1", timeout=5, ssh_args=["-p", "2200"]) == [
         "ssh",
         "-o",
         "BatchMode=yes",
@@ -269,12 +270,12 @@ def test_ssh_command_is_an_argument_list() -> None:
 
 
 def test_preflight_skips_local_hosts() -> None:
-    hl.ssh_preflight([Host("localhost", 2), Host(socket.gethostname())], ssh="/nonexistent/ssh")
+    reach.ssh_preflight([Host("localhost", 2), Host(socket.gethostname())], ssh="/nonexistent/ssh")
 
 
 def test_preflight_runs_ssh_per_remote_host(tmp_path: Path) -> None:
     ssh = _fake_ssh(tmp_path, 0)
-    hl.ssh_preflight(
+    reach.ssh_preflight(
         [Host("localhost"), Host("n1", 2), Host("n2"), Host("n1", 1)], timeout=3, ssh=str(ssh), ssh_args=["-F", "cfg"]
     )
     logged = sorted((tmp_path / "argv.log").read_text().splitlines())
@@ -286,7 +287,7 @@ def test_preflight_runs_ssh_per_remote_host(tmp_path: Path) -> None:
 def test_preflight_failure_explains_setup(tmp_path: Path) -> None:
     ssh = _fake_ssh(tmp_path, 255, "root@n1: Permission denied (publickey).\n")
     with pytest.raises(HostError) as e:
-        hl.ssh_preflight([Host("n1", 2)], ssh=str(ssh))
+        reach.ssh_preflight([Host("n1", 2)], ssh=str(ssh))
     msg = str(e.value)
     assert "n1: root@n1: Permission denied (publickey)." in msg
     for advice in ("ssh-keygen -t ed25519", "ssh-copy-id HOST", "ssh HOST true", "same user", ".venv"):
@@ -296,11 +297,11 @@ def test_preflight_failure_explains_setup(tmp_path: Path) -> None:
 def test_preflight_timeout(tmp_path: Path) -> None:
     ssh = _fake_ssh(tmp_path, 0, sleep=30)
     with pytest.raises(HostError, match="n1: no answer within 0.6 s"):
-        hl.ssh_preflight([Host("n1")], timeout=0.2, ssh=str(ssh))
+        reach.ssh_preflight([Host("n1")], timeout=0.2, ssh=str(ssh))
 
 
 def test_preflight_without_ssh() -> None:
     with pytest.raises(
         HostError, match="'/nonexistent/ssh' is not installed: apt-get install openssh-client to launch on n1"
     ):
-        hl.ssh_preflight([Host("n1")], ssh="/nonexistent/ssh")
+        reach.ssh_preflight([Host("n1")], ssh="/nonexistent/ssh")

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from labkit.core import contract
-from labkit.launching import hosts, launch
+from labkit.launching import hosts, launch, reach
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import virtual as nodes
@@ -277,12 +277,12 @@ def test_unknown_host_key_and_wrong_user_are_named_with_their_fix(cluster: nodes
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     with pytest.raises(hosts.HostError) as e:
-        hosts.ssh_preflight(hosts_, ssh_args=["-F", str(cluster.ssh_config), "-o", f"UserKnownHostsFile={empty}"])
+        reach.ssh_preflight(hosts_, ssh_args=["-F", str(cluster.ssh_config), "-o", f"UserKnownHostsFile={empty}"])
     assert "Host key verification failed" in str(e.value) and "ssh-keygen -R 198.18.0.12" in str(e.value)
     with pytest.raises(hosts.HostError) as e:
-        hosts.ssh_preflight(hosts_, ssh_args=["-F", str(cluster.ssh_config), "-l", "nobody"])
+        reach.ssh_preflight(hosts_, ssh_args=["-F", str(cluster.ssh_config), "-l", "nobody"])
     assert "Permission denied" in str(e.value) and "ssh-copy-id USER@198.18.0.11" in str(e.value)
-    hosts.ssh_preflight(hosts_)  # with the nodes' own config both answer
+    reach.ssh_preflight(hosts_)  # with the nodes' own config both answer
 
 
 def _running_on(cluster: nodes.VirtualNodes, node: int, needle: str) -> list[psutil.Process]:

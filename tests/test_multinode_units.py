@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit.core import identity
-from labkit.launching import hosts, launch
+from labkit.launching import hosts, launch, reach
 from labkit.records import jobrecord
 from labkit.ui import nodes_lab
 
@@ -24,14 +24,14 @@ from labkit.ui import nodes_lab
     ("something else entirely", "see the steps below"),
 ])
 def test_each_ssh_failure_gets_its_fix(error: str, fix: str) -> None:
-    assert fix in hosts.ssh_fix("n2", error)
+    assert fix in reach.ssh_fix("n2", error)
 
 
 def test_host_watch_names_a_host_that_stops_answering() -> None:
     server = socket.create_server(("127.0.0.2", 0))
     port = server.getsockname()[1]
     # 127.0.0.2 is this machine, which the watch skips: watch it under another name
-    watch = hosts.HostWatch([], port=port, every=0.1, misses=2)
+    watch = reach.HostWatch([], port=port, every=0.1, misses=2)
     watch.names = ["127.0.0.2"]
     watch.start()
     time.sleep(0.5)
@@ -46,7 +46,7 @@ def test_host_watch_names_a_host_that_stops_answering() -> None:
 
 
 def test_a_watch_of_local_hosts_does_nothing() -> None:
-    watch = hosts.HostWatch([hosts.Host("localhost", 2)]).start()
+    watch = reach.HostWatch([hosts.Host("localhost", 2)]).start()
     watch.stop()
     assert watch.names == [] and watch.lost == []
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from labkit.core import contract
-from labkit.launching import hosts, launch, launchers
+from labkit.launching import hosts, launch, launchers, reach
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import ssh as nodes_ssh
@@ -207,8 +207,8 @@ def test_ssh_reaches_each_node_by_name_and_address(cluster: nodes.VirtualNodes) 
             out = subprocess.run(cluster.ssh(target, "hostname"), capture_output=True, text=True, timeout=30)
             assert (out.returncode, out.stdout.strip()) == (0, n.name), out.stderr
     by_address = hosts.parse_hostfile(cluster.hostfile)
-    hosts.ssh_preflight(by_address, timeout=5)  # the cluster's ssh config, found from the hosts alone
-    hosts.ssh_preflight(launch.host_list("node1:2,node2:2"), timeout=5)
+    reach.ssh_preflight(by_address, timeout=5)  # the cluster's ssh config, found from the hosts alone
+    reach.ssh_preflight(launch.host_list("node1:2,node2:2"), timeout=5)
 
 
 @needs_root

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labkit.instrument import probe
+from labkit.instrument import probe_patches as probe
 
 
 def test_shrink_is_consistent_and_narrow() -> None:
@@ -20,7 +20,7 @@ def test_every_input_fit_accepts_is_sampled() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from labkit.instrument import dprobe
+    from labkit.instrument import dprobe_record as dprobe
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
@@ -37,10 +37,10 @@ def test_every_input_fit_accepts_is_sampled() -> None:
               "creator": (creator, {"steps_per_epoch": 4}),
               "generator": ((b for b in [(x[i:i + 8], y[i:i + 8]) for i in range(0, 64, 8)]), {})}
     for name, (given, kw) in inputs.items():
-        out, back = dprobe._sample_batches(model, given, kw)
+        out, back = dprobe.sample_batches(model, given, kw)
         assert out["per_replica_batch"] and {n for row in out["per_replica_batch"] for n in row} == {8}, name
         if name == "generator":
             assert [float(b[0][0, 0, 0, 0]) for b in back] == [float(i) for i in range(0, 64, 8)]
         else:
             assert back is given, name
-    assert dprobe._sample_batches(model, ds, {})[0]["ids"][0] == [[float(i) for i in range(8)]]  # which examples
+    assert dprobe.sample_batches(model, ds, {})[0]["ids"][0] == [[float(i) for i in range(8)]]  # which examples

@@ -7,7 +7,7 @@ import sys
 
 from labkit.core import tfconfig
 from labkit.core.cliargs import add_script, nonnegative_int, positive_float, positive_int
-from labkit.launching import hosts, launchers
+from labkit.launching import hosts, launchers, reach
 from labkit.launching.launch import host_list
 from labkit.tfdist import cluster
 
@@ -45,7 +45,7 @@ def _cli(a) -> int:  # noqa: ANN001
         addresses = a.addresses.split(",") if a.addresses else None
         machines = host_list(a.hosts, a.hostfile)
         if machines:
-            hosts.ssh_preflight(machines)
+            reach.ssh_preflight(machines)
         result = cluster.run(a.command, workers=a.workers, ps=a.ps, chief=a.chief, hosts=addresses,
                              timeout=a.timeout, threads=a.threads, log_dir=a.log_dir, host_list=machines or None)
     except (launchers.LaunchError, tfconfig.ClusterError, hosts.HostError) as e:

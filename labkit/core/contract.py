@@ -39,6 +39,9 @@ NB_QUICK = "LABKIT_NB_FAST"  # notebooks in quick mode (the test suite)
 DASHBOARD = "LABKIT_DASHBOARD"  # "text": no widget dashboard
 NODES_STATE = "LABKIT_NODES_STATE"  # the state folder of virtual nodes (labkit nodes up)
 CACHE = "LABKIT_CACHE"  # labkit's cache folder (default ~/.cache/labkit): Horovod wheels, calibration
+WORKSHOP_STATE = "LABKIT_WORKSHOP_STATE"  # the state folder of a workshop (labkit workshop up)
+CLASS_DIR = "LABKIT_CLASS_DIR"  # a workshop's class folder: checks and assessments append records there
+WORKSHOP_LEARNERS = "LABKIT_WORKSHOP_LEARNERS"  # the class view service's learners, comma-separated
 
 _NAMES = {
     "job_id": JOB_ID, "run_id": RUN_ID, "launcher": LAUNCHER, "log_dir": LOG_DIR, "runs_file": RUNS_FILE,

@@ -51,7 +51,8 @@ def _horovod() -> Any | None:
     return None
 
 
-def _tf_config() -> dict[str, Any] | None:
+def tf_config() -> dict[str, Any] | None:
+    """This process's ``TF_CONFIG`` when it names a task, else None."""
     try:
         conf = json.loads(os.environ.get("TF_CONFIG", "") or "null")
     except ValueError:
@@ -95,7 +96,7 @@ def _world(strategy: Any = None) -> dict[str, Any]:
         name = None
     name = STRATEGY_NAMES.get(name, name) if name else None
     replicas = int(getattr(strategy, "num_replicas_in_sync", 1) or 1) if name else 1
-    conf = _tf_config()
+    conf = tf_config()
     if conf is not None:
         task = conf.get("task", {})
         cluster = conf.get("cluster", {})

@@ -22,149 +22,17 @@ model at the end and compares its weights with the trained ones.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import runpy
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from labkit.core import contract, patch, stacks
 from labkit.instrument import data
+from labkit.instrument.dprobe_record import Recorder, digest, model_variables, sample_batches
 from labkit.instrument.observe import learning_rate
-
-PROBE_BATCHES = 6  # batches per replica sampled before training
-
-
-def task_name() -> str:
-    if os.environ.get(contract.TASK):
-        return os.environ[contract.TASK]
-    try:
-        task = json.loads(os.environ.get("TF_CONFIG", ""))["task"]
-        return f"{task['type']}.{task['index']}"
-    except (ValueError, KeyError, TypeError):
-        return "local.0"
-
-
-class Recorder:
-    def __init__(self, outdir: Path) -> None:
-        self.outdir = outdir
-        self.task = task_name()
-        self.record: dict[str, Any] = {"task": self.task, "pid": os.getpid(), "start": time.time(), "fits": [],
-                                       "saves": [], "strategies": [], "coordinator": {}}
-        self.strategies: list[Any] = []
-        self.model: Any = None
-        self.done = False  # the script has returned: stop recording the probe's own objects
-        outdir.mkdir(parents=True, exist_ok=True)
-
-    def event(self, **kw: Any) -> None:
-        kw.update(pid=os.getpid(), t=time.time())
-        with open(self.outdir / f"{self.task}.events.jsonl", "a") as f:
-            f.write(json.dumps(kw) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def dump(self) -> None:
-        rec = dict(self.record)
-        rec["strategies"] = [_strategy_info(s) for s in self.strategies]
-        tmp = self.outdir / f"{self.task}.json.part"
-        tmp.write_text(json.dumps(rec, default=str))
-        os.replace(tmp, self.outdir / f"{self.task}.json")
-
-
-def _strategy_info(s: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {"class": type(s).__name__}
-    try:
-        info["replicas"] = int(s.num_replicas_in_sync)
-    except Exception as e:  # noqa: BLE001 - parameter-server strategies may refuse
-        info["replicas"] = None
-        info["replicas_error"] = str(e)[:200]
-    try:
-        info["devices"] = list(s.extended.worker_devices)
-    except Exception:  # noqa: BLE001
-        info["devices"] = []
-    return info
-
-
-def _digest(arrays: list[Any]) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(a.tobytes())
-    return h.hexdigest()[:16]
-
-
-def _ids(x: Any) -> list[float]:
-    """The grey level of each image of a batch: its example id (in standardised units)."""
-    return [round(float(v), 3) for v in x.numpy()[:, 0, 0, 0]]
-
-
-def _sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-    """What each local replica receives, distributed as fit distributes it; and the input to give fit.
-
-    Every input fit accepts is sampled: a dataset or a distributed dataset as it is, a
-    ``DatasetCreator`` through ``distribute_datasets_from_function`` (as fit does), arrays,
-    a ``keras.utils.Sequence`` and the like through tf-keras' own data handler. A generator
-    can be read only once: its first batches are sampled, and fit gets them back, then the rest.
-    """
-    import inspect
-    import itertools
-
-    import tensorflow as tf
-    from tf_keras.src.engine import data_adapter
-
-    strategy = model.distribute_strategy
-    out: dict[str, Any] = {"per_replica_batch": [], "ids": []}
-    steps = max(1, min(int(kw.get("steps_per_epoch") or PROBE_BATCHES), PROBE_BATCHES))
-    if isinstance(x, tf.data.Dataset):
-        dist = strategy.experimental_distribute_dataset(x)
-    elif type(x).__name__.startswith("Distributed"):
-        dist = x
-    elif isinstance(x, tf.keras.utils.experimental.DatasetCreator):
-        dist = strategy.distribute_datasets_from_function(x, options=x.input_options)
-    else:
-        handler_x = x
-        if inspect.isgenerator(x) or (hasattr(x, "__next__") and not hasattr(x, "__len__")):
-            first = list(itertools.islice(x, steps))
-            handler_x, x = iter(first), itertools.chain(first, x)
-            steps = len(first)
-        with strategy.scope():
-            handler = data_adapter.get_data_handler(
-                x=handler_x, y=kw.get("y"), batch_size=kw.get("batch_size"), steps_per_epoch=kw.get("steps_per_epoch")
-                if handler_x is x else steps, epochs=1, shuffle=kw.get("shuffle", True), model=model,
-                steps_per_execution=getattr(model, "_steps_per_execution", None))
-        dist = handler._dataset
-    it = iter(dist)
-    for _ in range(steps):
-        batch = next(it)
-        xb = batch[0] if isinstance(batch, tuple | list) else batch
-        locals_ = strategy.experimental_local_results(xb)
-        out["per_replica_batch"].append([int(t.shape[0]) for t in locals_])
-        out["ids"].append([_ids(t) for t in locals_])
-    return out, x
-
-
-def _variables(model: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {"types": sorted({type(v).__name__ for v in model.weights}), "devices": [],
-                            "replicas_equal": None, "copies": 1}
-    devices = set()
-    equal = True
-    for v in model.weights:
-        values = getattr(v, "values", None)
-        if values is not None and len(values) > 1:
-            info["copies"] = len(values)
-            devices.update(str(c.device) for c in values)
-            if type(v).__name__ != "MirroredVariable":
-                continue  # sync-on-read variables (batch-norm statistics) differ per replica by design
-            first = values[0].numpy()
-            equal = equal and all((first == other.numpy()).all() for other in values[1:])
-        else:
-            devices.add(str(getattr(v, "device", "")))
-    info["devices"] = sorted(devices)[:20]
-    info["replicas_equal"] = equal if info["copies"] > 1 else None
-    return info
 
 
 def install(rec: Recorder) -> None:
@@ -254,7 +122,7 @@ def install(rec: Recorder) -> None:
             "steps_per_epoch": kw.get("steps_per_epoch"),
             "epochs": kw.get("epochs", 1),
             "callbacks": [type(c).__name__ for c in kw.get("callbacks") or []],
-            "variables": _variables(self),
+            "variables": model_variables(self),
             "input": type(x).__name__,
         }
         rec.record["fits"].append(info)
@@ -272,7 +140,7 @@ def install(rec: Recorder) -> None:
         if "Parameter" not in info["strategy"]:
             try:
                 positional = dict(zip(("y", "batch_size"), a, strict=False))  # fit(x, y, batch_size, ...)
-                info["batches"], x = _sample_batches(self, x, {**positional, **kw})
+                info["batches"], x = sample_batches(self, x, {**positional, **kw})
             except Exception as e:  # noqa: BLE001 - report, never break the learner's run
                 info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
         rec.dump()
@@ -281,8 +149,8 @@ def install(rec: Recorder) -> None:
         rec.event(kind="fit_begin")
         history = original_fit(self, x, *a, **kw)
         rec.event(kind="fit_end")
-        info["after"] = _variables(self)
-        info["weights"] = _digest(self.get_weights())
+        info["after"] = model_variables(self)
+        info["weights"] = digest(self.get_weights())
         try:
             info["iterations"] = int(self.optimizer.iterations.numpy())
         except Exception:  # noqa: BLE001
@@ -313,7 +181,7 @@ def _record_ps_variables(tf: Any, rec: Recorder) -> None:
     def create(self: Any, *a: Any, **kw: Any) -> Any:
         var = original(self, *a, **kw)
         try:
-            parts = getattr(var, "_variables", None) or [var]  # a sharded variable has parts
+            parts = getattr(var, "model_variables", None) or [var]  # a sharded variable has parts
             for part in parts:
                 devices[part.device] = devices.get(part.device, 0) + 1
         except Exception:  # noqa: BLE001 - observing must never break the run
@@ -364,7 +232,7 @@ def _reload(path: str, trained: str) -> dict[str, Any]:
         # A fresh one-device scope: loading must not join the (finished) cluster's collectives.
         with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
             loaded = tf.keras.models.load_model(path)
-        same = _digest(loaded.get_weights()) == trained
+        same = digest(loaded.get_weights()) == trained
         return {"ok": True, "same_weights": same}
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}

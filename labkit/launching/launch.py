@@ -28,7 +28,6 @@ from labkit.core.output import TAG, ConsoleSink, NotebookSink, Renderer, command
 from labkit.core.proc import new_log_dir
 from labkit.core.progress import default_sink
 from labkit.launching import hosts
-from labkit.launching.hosts import HostWatch
 from labkit.launching.launchers import (
     Launcher,
     LaunchError,
@@ -36,6 +35,7 @@ from labkit.launching.launchers import (
     python_command,
     worker_env,
 )
+from labkit.launching.reach import HostWatch
 from labkit.launching.slurm import SlurmOptions
 from labkit.launching.table import get, names
 from labkit.records import jobrecord, runs

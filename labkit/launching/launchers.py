@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from labkit.core import contract, identity, proc
 from labkit.core import env as lkenv
-from labkit.launching import hosts
+from labkit.launching import hosts, reach
 from labkit.nodes import virtual as nodes
 
 
@@ -138,7 +138,7 @@ class Launcher:
         if self.hosts:
             try:
                 hosts.validate(self.hosts, self.np)
-                hosts.ssh_preflight(self.hosts)
+                reach.ssh_preflight(self.hosts)
             except hosts.HostError as e:
                 raise LaunchError(str(e)) from None
 

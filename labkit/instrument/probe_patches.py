@@ -1,0 +1,267 @@
+"""The patches a probed rank runs under (:mod:`labkit.instrument.probe`): library entry points replaced in this
+process only, so that the learner's script runs unchanged on a tiny slice of data with a narrow model, two
+simulated GPUs, and every fit, evaluate, save and learning rate recorded."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from labkit.core import patch
+from labkit.instrument import data, probe_record
+from labkit.instrument.callback_reads import plain, wrap_callback
+from labkit.instrument.observe import learning_rate
+from labkit.instrument.probe_record import (
+    FAKE_GPUS,
+    REAL,
+    STATE,
+    TEST_PER_RANK,
+    TRAIN_PER_RANK,
+    WEIGHTS,
+    milestone,
+    progress,
+)
+
+
+def patch_data(tf: Any) -> None:
+    import numpy as np
+
+
+    rank = STATE["rank_env"]
+
+    def load_data(*_a: Any, **_k: Any) -> Any:
+        train, test = data.load(TRAIN_PER_RANK, TEST_PER_RANK, offset=rank * (TRAIN_PER_RANK + TEST_PER_RANK))
+        return (train.x.copy(), train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
+
+    patch.set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
+
+
+def shrink(filters: int) -> int:
+    """Narrower conv layers: same shape logic, a fraction of the compute."""
+    return filters if filters <= 16 else max(8, filters // 8)
+
+
+def patch_model(tf: Any) -> None:
+    real = tf.keras.layers.Conv2D
+
+    class Conv2D(real):  # type: ignore[misc, valid-type]
+        def __init__(self, filters: int, *args: Any, **kwargs: Any) -> None:
+            super().__init__(shrink(int(filters)), *args, **kwargs)
+
+        @classmethod
+        def from_config(cls, config: dict) -> Any:  # a saved model's layers are already narrow
+            return real.from_config(config)
+
+    Conv2D.__name__ = "Conv2D"
+    patch.set_everywhere(tf, "layers", "Conv2D", Conv2D)
+
+
+def patch_devices(tf: Any) -> None:
+    from tensorflow.python.eager import context
+
+    fakes = [context.PhysicalDevice(name=f"/physical_device:GPU:{i}", device_type="GPU") for i in range(FAKE_GPUS)]
+    real_list = tf.config.list_physical_devices
+    real_set_visible = tf.config.set_visible_devices
+    real_get_visible = tf.config.get_visible_devices
+    real_growth = tf.config.experimental.set_memory_growth
+
+    def is_fake(d: Any) -> bool:
+        return any(d == f for f in fakes)
+
+    def list_physical_devices(device_type: str | None = None) -> list[Any]:
+        real = [d for d in real_list(device_type) if d.device_type != "GPU"]
+        if device_type in (None, "GPU"):
+            return real + list(fakes)
+        return real
+
+    def set_visible_devices(devices: Any, device_type: str | None = None) -> None:
+        devs = [devices] if hasattr(devices, "device_type") else list(devices)
+        if device_type == "GPU" or (devs and all(is_fake(d) for d in devs)):
+            STATE["pins"]["visible"] = [d.name for d in devs]
+            milestone("pinned")
+            return
+        real_set_visible([d for d in devs if not is_fake(d)], device_type)
+
+    def get_visible_devices(device_type: str | None = None) -> list[Any]:
+        real = [d for d in real_get_visible(device_type) if d.device_type != "GPU"]
+        if device_type in (None, "GPU"):
+            visible = STATE["pins"]["visible"]
+            return real + [f for f in fakes if visible is None or f.name in visible]
+        return real
+
+    def set_memory_growth(device: Any, enable: bool) -> None:
+        if is_fake(device):
+            STATE["pins"]["memory_growth"].append([device.name, bool(enable)])
+            return
+        real_growth(device, enable)
+
+    for ns in (tf.config, tf.config.experimental):
+        ns.list_physical_devices = list_physical_devices
+        ns.set_visible_devices = set_visible_devices
+        ns.get_visible_devices = get_visible_devices
+    tf.config.experimental.set_memory_growth = set_memory_growth
+
+
+def patch_horovod() -> None:
+    try:
+        import horovod.tensorflow as hvd_tf
+        import horovod.tensorflow.keras as hvd_keras
+    except Exception as e:  # noqa: BLE001 - reported by the check if the script needs it
+        STATE["hvd_import_error"] = f"{type(e).__name__}: {e}"
+        return
+    REAL["local_rank"] = hvd_tf.local_rank
+    real_init = hvd_tf.init
+
+    def local_rank() -> int:
+        return probe_record.sim_local_rank(hvd_tf)
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        out = real_init(*args, **kwargs)
+        milestone("hvd_init")
+        return out
+
+    for mod in (hvd_tf, hvd_keras):
+        mod.local_rank = local_rank
+        mod.init = init
+
+
+def _flat_weights(model: Any) -> Any:
+    import numpy as np
+
+    return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).ravel() for v in model.trainable_variables])
+
+
+def make_probe_callback(tf: Any, record: dict) -> Any:
+    class Probe(tf.keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch = 0
+            self.train_batches = 0
+            self.test_batches = 0
+            self.in_fit_test = False
+            self.rates: list[float | None] = []
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            WEIGHTS["init"] = _flat_weights(self.model)
+            milestone("train_begin")
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch, self.train_batches, self.test_batches, self.rates = epoch, 0, 0, []
+            self.first = getattr(self, "first", epoch)  # the first epoch this fit runs (initial_epoch)
+            STATE["epoch"] = epoch
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
+            if self.epoch == self.first and batch == 1:
+                WEIGHTS["b1_begin"] = _flat_weights(self.model)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.train_batches += 1
+            progress("training", self.epoch, self.train_batches)
+            if self.epoch == self.first and batch == 0:
+                WEIGHTS["after_b0"] = _flat_weights(self.model)
+                milestone("batch0_end")
+            if self.epoch == self.first and batch == 1:
+                WEIGHTS["b1_end"] = _flat_weights(self.model)
+                _save_weights()  # evidence for steps 3-4 even if the run is cut short later
+                milestone("batch1_end")
+
+        def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.test_batches += 1
+            progress("validation", self.epoch, self.test_batches)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            STATE["epochs"].append({
+                "epoch": epoch, "train_batches": self.train_batches, "val_batches": self.test_batches,
+                "final_logs": plain(logs or {}), "reads": record["epoch_reads"], "lr": self.rates,
+            })
+            record["epoch_reads"] = []
+            milestone(f"epoch{epoch}_end")
+
+        def on_train_end(self, logs: Any = None) -> None:
+            WEIGHTS["final"] = _flat_weights(self.model)
+            _save_weights()
+            milestone("train_end")
+
+    return Probe()
+
+
+def _save_weights() -> None:
+    import numpy as np
+
+    path = os.path.join(probe_record.OUT, f"weights.{STATE['rank_env']}.npz")
+    os.makedirs(probe_record.OUT, exist_ok=True)
+    np.savez(path + ".tmp.npz", **WEIGHTS)
+    os.replace(path + ".tmp.npz", path)
+
+
+def patch_saving(tf: Any) -> None:
+    """Record every model or checkpoint save: which path, in which epoch."""
+
+    def recorder(owner: Any, name: str, kind: str, path_arg: int) -> None:
+        real = getattr(owner, name)
+
+        def save(*args: Any, **kwargs: Any) -> Any:
+            path = args[path_arg] if len(args) > path_arg else kwargs.get("filepath", kwargs.get("file_prefix"))
+            STATE["saves"].append({"kind": kind, "path": str(path), "epoch": STATE.get("epoch"),
+                                   "in_fit": bool(STATE.get("in_fit"))})
+            probe_record.save()
+            return real(*args, **kwargs)
+
+        setattr(owner, name, save)
+
+    recorder(tf.keras.Model, "save", "model", 1)
+    recorder(tf.keras.Model, "save_weights", "weights", 1)
+    recorder(tf.keras.models, "save_model", "model", 1)
+    recorder(tf.train.Checkpoint, "write", "checkpoint", 1)
+
+
+def patch_keras(tf: Any, max_epochs: int = 1) -> None:
+    import inspect
+
+    model_cls = tf.keras.Model
+    real_fit = model_cls.fit
+    real_evaluate = model_cls.evaluate
+    fit_sig = inspect.signature(real_fit)
+
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = fit_sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        callbacks = list(a.get("callbacks") or [])
+        record: dict[str, Any] = {"epoch_reads": []}
+        for i, cb in enumerate(callbacks):
+            wrap_callback(cb, i, record["epoch_reads"])
+        opt = getattr(self, "optimizer", None)
+        STATE["fit"].append({
+            "verbose": a.get("verbose"),
+            "epochs": a.get("epochs"),
+            "initial_epoch": a.get("initial_epoch"),
+            "steps_per_epoch": a.get("steps_per_epoch"),
+            "validation_steps": a.get("validation_steps"),
+            "has_validation": a.get("validation_data") is not None,
+            "callbacks": [f"{type(c).__module__}.{type(c).__qualname__}" for c in callbacks],
+            "optimizer": f"{type(opt).__module__}.{type(opt).__qualname__}" if opt is not None else None,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        })
+        milestone("fit_start")
+        a["callbacks"] = callbacks + [make_probe_callback(tf, record)]
+        a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + max_epochs)
+        args2 = {k: v for k, v in a.items() if k != "self"}
+        STATE["in_fit"] = True
+        try:
+            return real_fit(self, **args2)
+        finally:
+            STATE["in_fit"] = False
+
+    def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if STATE.get("in_fit"):  # fit's own validation pass
+            return real_evaluate(self, *args, **kwargs)
+        sig = inspect.signature(real_evaluate)
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        STATE["evaluate"].append({"verbose": bound.arguments.get("verbose")})
+        return real_evaluate(self, *args, **kwargs)
+
+    model_cls.fit = fit
+    model_cls.evaluate = evaluate
