@@ -51,7 +51,7 @@ def _running(needle: str) -> bool:
     return False
 
 
-def _runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, state: str):  # noqa: ANN202
+def _runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, state: str):
     import browser
 
     problem = browser.missing()
@@ -63,7 +63,7 @@ def _runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="session")
-def notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """The released course with its untouched starters (a learner who just began), its notebooks run in
     JupyterLab in a real browser (``notebooks.run(name)``), each once per session.
 
@@ -78,7 +78,7 @@ def notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 
 @pytest.fixture(scope="session")
-def finished_notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def finished_notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """The released course with every lab finished (the final solutions over the starters), run like
     :func:`notebooks`; screenshots in ``test-artifacts/browser/finished/``."""
     runner = _runner(request, tmp_path_factory, "finished")
@@ -97,7 +97,7 @@ def running() -> Callable[[str], bool]:
     return _running
 
 
-def judge_case(case) -> Report:  # noqa: ANN001 - a probe_cases.Case
+def judge_case(case) -> Report:  # a probe_cases.Case
     """Judge a recorded probe run (``tests/fixtures/probes``) as the check would, without running anything."""
     spec = labs.get(case.lab)
     evidence = judging.load(case.fixture)
@@ -108,7 +108,7 @@ def judge_case(case) -> Report:  # noqa: ANN001 - a probe_cases.Case
     return Report(case.lab, case.name, judging.judge(module.STEPS, evidence, upto, spec.steps))
 
 
-def expect_case(report: Report, case) -> None:  # noqa: ANN001
+def expect_case(report: Report, case) -> None:
     """Steps 1..case.passes pass; the next one fails, with case.hint in its message."""
     judged = len(report.steps)
     assert [s.passed for s in report.steps] == [s.step <= case.passes for s in report.steps], report.format()
@@ -117,7 +117,7 @@ def expect_case(report: Report, case) -> None:  # noqa: ANN001
         assert case.hint in report.steps[case.passes].message, report.format()
 
 
-def real_check_matches_recording(case, tmp_path: Path, running: Callable[[str], bool], probe: str,  # noqa: ANN001
+def real_check_matches_recording(case, tmp_path: Path, running: Callable[[str], bool], probe: str,
                                  step: int | None = None) -> Report:
     """Check ``case`` for real: it is judged as recorded, its evidence has the recorded shape, nothing is left."""
     from labkit import check

@@ -61,7 +61,7 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
     speed = {1: 100.0, 2: 190.0}
     calls = []
 
-    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd, target, **kw):  # noqa: ANN001, ANN202
+    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd, target, **kw):
         calls.append((np, threads, env[runs.RUN_ID_VAR]))
         runs.append({"run_id": "someone-else", "workers": np, "images_per_sec": 1.0, "status": "ok"}, path)
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": speed[np], "status": "ok",
@@ -110,13 +110,13 @@ def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pyte
     path = tmp_path / "runs.jsonl"
     calls = []
 
-    def fake_run(command, np, env, **kw):  # noqa: ANN001, ANN202
+    def fake_run(command, np, env, **kw):
         calls.append(("mpi", np, env.get("LABKIT_SHRINK")))
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": 90.0 * np, "status": "ok"},
                     env[runs.FILE_VAR])
         return launch.JobResult(0, command, tmp_path, np, 1.0)
 
-    def fake_cluster(command, workers, timeout, threads, env, quiet, cwd, target, independent):  # noqa: ANN001, ANN202
+    def fake_cluster(command, workers, timeout, threads, env, quiet, cwd, target, independent):
         calls.append(("copies" if independent else "cluster", workers, env.get("LABKIT_SHRINK")))
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": workers, "images_per_sec": 100.0 * workers,
                      "status": "ok", "launcher": "independent"}, env[runs.FILE_VAR])
@@ -137,7 +137,7 @@ def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pyte
 
 
 @pytest.mark.slow
-def test_scaling_notebook_runs(finished_notebooks) -> None:  # noqa: ANN001
+def test_scaling_notebook_runs(finished_notebooks) -> None:
     """labs/06_scaling.ipynb, every lab finished, executes top to bottom in quick mode (tiny data); its sweeps
     are recorded."""
     done = finished_notebooks.run("06_scaling.ipynb")

@@ -70,7 +70,7 @@ def test_watch_runs_the_job_and_shows_progress(tmp_path: Path, monkeypatch: pyte
 
     seen = {}
 
-    def fake_run(command, np, env, quiet, **kw):  # noqa: ANN001, ANN202
+    def fake_run(command, np, env, quiet, **kw):
         seen.update(env=env, quiet=quiet, np=np)
         live = runs.live_file(env[runs.RUN_ID_VAR], env[runs.FILE_VAR])
         for k in (1, 2, 3):  # a job that trains three epochs

@@ -143,7 +143,7 @@ LINGER = textwrap.dedent("""
 """)
 
 
-def test_a_rank_ends_when_its_own_process_ends(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_rank_ends_when_its_own_process_ends(tmp_path: Path, running) -> None:
     """A child left running (holding the output pipe) is stopped and named, not waited for."""
     script = tmp_path / "linger.py"
     script.write_text(LINGER)
@@ -157,7 +157,7 @@ def test_a_rank_ends_when_its_own_process_ends(tmp_path: Path, running) -> None:
     assert not running("sleep 1237")
 
 
-def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) -> None:
     script = tmp_path / "flood.py"
     script.write_text("import sys\nline = 'x' * 1023 + '\\n'\nwhile True:\n    sys.stdout.write(line * 1024)\n")
     rss = psutil.Process().memory_info().rss
@@ -177,7 +177,7 @@ def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) 
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_a_checker_killed_outright_leaves_no_rank(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_checker_killed_outright_leaves_no_rank(tmp_path: Path, running) -> None:
     """SIGKILL of the checking Python (no cleanup runs): mpirun dies with it, the ranks notice and stop."""
     script = derive(HVD6, tmp_path, "orphan.py", AFTER_ARGS, AFTER_ARGS + "    while True:\n        pass\n")
     checker = subprocess.Popen([sys.executable, "-c", f"from labkit import check; "
@@ -194,7 +194,7 @@ def test_a_checker_killed_outright_leaves_no_rank(tmp_path: Path, running) -> No
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_an_endless_loop_is_reported_at_its_line_not_as_a_deadlock(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_an_endless_loop_is_reported_at_its_line_not_as_a_deadlock(tmp_path: Path, running) -> None:
     script = derive(HVD6, tmp_path, "loop.py", AFTER_ARGS,
                     AFTER_ARGS + "    if hvd.rank() == 0:\n        spins = 0\n        while True:\n"
                     "            spins += 1\n")
@@ -210,7 +210,7 @@ def test_an_endless_loop_is_reported_at_its_line_not_as_a_deadlock(tmp_path: Pat
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_a_rank_deaf_to_signals_is_stopped_and_reported(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_rank_deaf_to_signals_is_stopped_and_reported(tmp_path: Path, running) -> None:
     script = derive(HVD6, tmp_path, "deaf.py", AFTER_ARGS,
                     AFTER_ARGS + "    import signal\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                     "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    time.sleep(1000)\n")
@@ -224,7 +224,7 @@ def test_a_rank_deaf_to_signals_is_stopped_and_reported(tmp_path: Path, running)
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_a_child_left_running_is_named_and_stopped_not_waited_for(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_child_left_running_is_named_and_stopped_not_waited_for(tmp_path: Path, running) -> None:
     """The step-7 solution plus a background child passes step 7 in about the solution's own time.
 
     Both are checked here, one after the other, with room for a busy machine (900 s): what is
@@ -245,7 +245,7 @@ def test_a_child_left_running_is_named_and_stopped_not_waited_for(tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_a_script_that_deletes_its_own_folder_is_still_judged(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_script_that_deletes_its_own_folder_is_still_judged(tmp_path: Path, running) -> None:
     end = "    loss, accuracy = model.evaluate(test_ds, steps=test_steps, verbose=verbose)\n"
     script = derive(HVD6, tmp_path, "delete.py", end,
                     end + "    import shutil\n    shutil.rmtree(os.getcwd(), ignore_errors=True)\n")
@@ -265,7 +265,7 @@ DATASET_CREATOR = (
 
 
 @pytest.mark.slow
-def test_a_dataset_creator_given_to_fit_is_sampled_and_passes(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_dataset_creator_given_to_fit_is_sampled_and_passes(tmp_path: Path, running) -> None:
     script = derive(MW4, tmp_path, "creator.py", "    steps_per_epoch = math.ceil(", DATASET_CREATOR)
     report = check.run_check("multiworker", script, 3, fresh=True)
     assert report.passed, report.format()

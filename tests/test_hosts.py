@@ -59,7 +59,7 @@ def test_host_rejects_bad_slots() -> None:
     with pytest.raises(HostError, match="h1: slots must be a whole number >= 1, got 0"):
         Host("h1", 0)
     with pytest.raises(HostError, match="got True"):
-        Host("h1", True)  # type: ignore[arg-type]
+        Host("h1", True)
     with pytest.raises(HostError, match="not a host name"):
         Host("")
 

@@ -63,7 +63,7 @@ class _Lab:
         self.STEPS = [self._step(ok) for ok in results]
 
     @staticmethod
-    def _step(ok: bool):  # noqa: ANN205
+    def _step(ok: bool):
         def judge(ev: dict[str, Any]) -> str:
             if not ok:
                 raise judging.Failed("no")

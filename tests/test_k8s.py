@@ -165,7 +165,7 @@ def test_tf_config_must_list_the_trainjob_pods() -> None:
 def test_unknown_resources_and_non_mappings_are_rejected() -> None:
     assert "apiVersion/kind: kubeflow.org/v1/TFJob is none of" in problems(
         {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "x"}})
-    assert "a mapping is needed" in problems(["MPIJob"])  # type: ignore[arg-type]
+    assert "a mapping is needed" in problems(["MPIJob"])
 
 
 # ----------------------------------------------------------------------------- generators

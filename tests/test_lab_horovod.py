@@ -16,7 +16,7 @@ HERE = [c for c in CASES if c.lab == "horovod"]
 
 
 @pytest.mark.parametrize("case", HERE, ids=lambda c: c.name)
-def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:  # noqa: ANN001
+def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
     expect_case(judge_case(case), case)
 
 
@@ -40,7 +40,7 @@ def test_a_hang_is_called_a_deadlock() -> None:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:
     report = real_check_matches_recording(find("horovod", "after_step_08"), tmp_path, running,
                                           "labkit.instrument.probe")
     assert report.seconds is not None and report.seconds < labs.get("horovod").timeout
@@ -48,7 +48,7 @@ def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_a_deadlock_is_reported_within_the_timeout(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_deadlock_is_reported_within_the_timeout(tmp_path: Path, running) -> None:
     text = (find("horovod", "after_step_06").script(tmp_path)).read_text().replace(
         "    args = parse_args(argv)\n",
         "    args = parse_args(argv)\n    if hvd.rank() == 0:\n"

@@ -14,7 +14,7 @@ HERE = [c for c in CASES if c.lab == "mirrored"]
 
 
 @pytest.mark.parametrize("case", HERE, ids=lambda c: c.name)
-def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:  # noqa: ANN001
+def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
     expect_case(judge_case(case), case)
 
 
@@ -26,6 +26,6 @@ def test_a_model_never_saved_fails_step_4() -> None:
 
 
 @pytest.mark.slow
-def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:  # noqa: ANN001
+def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:
     real_check_matches_recording(find("mirrored", "after_step_04"), tmp_path, running,
                                           "labkit.instrument.dprobe")

@@ -15,7 +15,7 @@ HERE = [c for c in CASES if c.lab == "multiworker"]
 
 
 @pytest.mark.parametrize("case", HERE, ids=lambda c: c.name)
-def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:  # noqa: ANN001
+def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
     expect_case(judge_case(case), case)
 
 
@@ -35,7 +35,7 @@ def test_worker_1_printing_progress_fails_step_3() -> None:
 
 @pytest.mark.slow
 def test_a_real_check_with_a_killed_worker_passes_and_matches_its_recording(tmp_path: Path,
-                                                                            running) -> None:  # noqa: ANN001
+                                                                            running) -> None:
     real_check_matches_recording(find("multiworker", "after_step_05"), tmp_path, running,
                                  "labkit.instrument.dprobe", step=5)
 

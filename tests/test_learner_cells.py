@@ -21,7 +21,7 @@ HELPER_LINES = 8  # code lines a function defined in a cell may have (docstring 
 PATTERNS = {
     "an environment override": re.compile(r"\benv\s*=\s*(\{|dict\()|os\.environ|putenv"),
     "records picked by internal ids": re.compile(r"sweep_id|run_id|\.get\(\s*[\"'](bench|run_id)[\"']\s*\)"),
-    "quick mode": re.compile(r"LABKIT_NB_FAST|\b[Qq]uick\b|\bFAST\b|NB_QUICK"),
+    "quick mode": re.compile(r"LABKIT_NB_QUICK|\b[Qq]uick\b|\bFAST\b|NB_QUICK"),
     "solutions": re.compile(r"solutions/|\.\./solutions|_solution\.py\b(?!\")"),
     "an accuracy no run can reach": re.compile(r"[\"']--target-accuracy[\"']\s*,\s*[\"']([2-9]|1\.\d*[1-9])"),
 }
@@ -29,7 +29,7 @@ PATTERNS = {
 
 def _code_lines(node: ast.AST, source: str) -> int:
     """Lines of code in a function, its docstring, blank lines and comments left out."""
-    body = node.body  # type: ignore[attr-defined]
+    body = node.body
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         body = body[1:]
     if not body:

@@ -195,7 +195,7 @@ def test_parameter_server_cluster_has_tasks_on_both_nodes(cluster: nodes.Virtual
     assert len(record["worker_steps"] or {}) == 2, record["worker_steps"]  # both workers stepped
     assert [r["host"] for r in record["ranks"] if r["task"] == "chief.0"] == ["node1"]
     # placed by slots: chief and worker 0 on node1, worker 1 and the ps on node2, each started over ssh
-    started = {re.search(r"LABKIT_TASK=(\S+)", line).group(1): line  # type: ignore[union-attr]
+    started = {re.search(r"LABKIT_TASK=(\S+)", line).group(1): line
                for line in (Path(record["log_dir"]) / "command.txt").read_text().splitlines() if "LABKIT_TASK=" in line}
     node1, node2 = (n.address for n in cluster.nodes)
     assert {t: node1 in line.split("'")[0] for t, line in started.items()} == {
@@ -233,7 +233,7 @@ def test_plain_batch_script_runs_across_both_nodes(cluster: nodes.VirtualNodes, 
     log = output.read_text(errors="replace")
     assert waited.returncode == 0, waited.stdout + waited.stderr + log
     assert "Test accuracy:" in log
-    job_id = re.search(r"slurm-(\d+)\.out", output.name).group(1)  # type: ignore[union-attr]
+    job_id = re.search(r"slurm-(\d+)\.out", output.name).group(1)
     shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30).stdout
     assert re.search(r"\bNodeList=node\[1-2\]", shown), shown
 
@@ -296,7 +296,7 @@ def _running_on(cluster: nodes.VirtualNodes, node: int, needle: str) -> list[psu
     return found
 
 
-def _forever(cluster: nodes.VirtualNodes, work: Path, break_node2) -> tuple[launch.JobResult, float]:  # noqa: ANN001
+def _forever(cluster: nodes.VirtualNodes, work: Path, break_node2) -> tuple[launch.JobResult, float]:
     """Run an endless MPI allreduce on node1 and node2, break node2 once it runs; the result and seconds after."""
     script = work / "forever.py"
     script.write_text(FOREVER)

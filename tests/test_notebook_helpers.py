@@ -104,7 +104,7 @@ def test_no_learner_cell_carries_test_plumbing() -> None:
     import json
     import re
 
-    plumbing = re.compile(r"LABKIT_NB_FAST|\bFAST\b|quick|\bDONE\b|test suite|by the tests|in_fast_mode")
+    plumbing = re.compile(r"LABKIT_NB_QUICK|\bFAST\b|quick|\bDONE\b|test suite|by the tests|in_fast_mode")
     folder = Path(__file__).resolve().parent.parent / "labs"
     found = [f"{nb.name} cell {i}: {m.group(0)}"
              for nb in sorted(folder.glob("*.ipynb"))

@@ -20,7 +20,7 @@ def test_committed_clean_with_short_cells() -> None:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_notebook_runs_and_leaves_the_learners_script_untouched(notebooks) -> None:  # noqa: ANN001
+def test_notebook_runs_and_leaves_the_learners_script_untouched(notebooks) -> None:
     labs = notebooks.labs  # the released course, its starters untouched
     before = (labs / "fashion_mnist.py").read_bytes()
     text = outputs_text(notebooks.run("02_horovod.ipynb").nb)

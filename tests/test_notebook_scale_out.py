@@ -17,7 +17,7 @@ def test_committed_clean_with_short_cells() -> None:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_notebook_runs_and_submits_to_slurm(finished_notebooks, slurm: object) -> None:  # noqa: ANN001
+def test_notebook_runs_and_submits_to_slurm(finished_notebooks, slurm: object) -> None:
     done = finished_notebooks.run("07_scale_out.ipynb")  # once per session: the browser test may have run it
     nb = done.nb
     text = outputs_text(nb)

@@ -20,7 +20,7 @@ def test_committed_without_outputs(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_and_leaves_nothing_running(name: str, finished_notebooks) -> None:  # noqa: ANN001
+def test_notebook_runs_and_leaves_nothing_running(name: str, finished_notebooks) -> None:
     done = finished_notebooks.run(name)  # every lab finished: the cells run the learner's own scripts
     nb = done.nb
     text = "\n".join(

@@ -61,7 +61,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return out, tmp / "obs", start
 
 
-def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:  # noqa: ANN001
+def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
     out, folder, start = observed
     (obs,) = jobrecord.read_observations(folder)
     assert obs["config"] == {"batch_size": 8, "target_accuracy": 0.0}  # its own argparse, seen from outside
@@ -79,7 +79,7 @@ def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
     assert rec["versions"]["tensorflow"] and rec["device"]["kind"] in ("cpu", "gpu")
 
 
-def test_shrink_narrows_convolutions_and_data_from_outside(observed) -> None:  # noqa: ANN001
+def test_shrink_narrows_convolutions_and_data_from_outside(observed) -> None:
     out, _, _ = observed
     assert "sizes 1000 100" in out.stdout and "filters 16" in out.stdout
     assert observe.shrink_filters(160, 10) == 16 and observe.shrink_filters(640, 10) == 64

@@ -22,7 +22,7 @@ def records() -> list[dict]:
     return out
 
 
-def _lines(ax) -> dict[str, list]:  # noqa: ANN001
+def _lines(ax) -> dict[str, list]:
     return {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
 
 

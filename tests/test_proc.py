@@ -54,7 +54,7 @@ def test_stop_kills_the_session_and_detached_descendants(tmp_path: Path) -> None
 
 def test_a_shell_string_is_refused() -> None:
     with pytest.raises(TypeError, match="list"):
-        proc.Job().spawn("echo hi")  # type: ignore[arg-type]
+        proc.Job().spawn("echo hi")
     with pytest.raises(ValueError, match="nothing to run"):
         proc.Job().spawn([])
 

@@ -53,7 +53,7 @@ def test_ranks_start_with_srun_or_with_a_tf_config_per_task(tmp_path: Path) -> N
 ])
 def test_bad_options_are_named(options: dict[str, object], message: str) -> None:
     with pytest.raises(LaunchError, match=message):
-        sbatch.SlurmOptions(**options).check()  # type: ignore[arg-type]
+        sbatch.SlurmOptions(**options).check()
 
 
 def test_np_must_match_the_allocation() -> None:

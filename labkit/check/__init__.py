@@ -72,7 +72,7 @@ def parameter_server(
     return run_check("parameter-server", script, step, timeout)
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit check LAB SCRIPT [--step N] [--json] [--timeout S]``."""
     p = sub.add_parser("check", help="check a lab script step by step, by running it")
     p.add_argument("lab", choices=sorted(LABS), help="which lab")
@@ -85,7 +85,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.set_defaults(func=_cli)
 
 
-def _cli(a) -> int:  # noqa: ANN001
+def _cli(a) -> int:
     try:
         report = run_check(a.lab, a.script, a.step, a.timeout)
     except (ValueError, FileNotFoundError) as e:

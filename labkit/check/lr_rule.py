@@ -47,7 +47,7 @@ def _checked(rates: dict[str, list[list[float | None]]]) -> dict[str, list[list[
         if any(r is None for ep in epochs for r in ep):
             raise Failed(f"the learning rate of {name}'s optimizer could not be read: give the optimizer a number, "
                          "a variable or a tf.keras.optimizers.schedules.LearningRateSchedule as learning_rate.")
-        out[name] = [[float(r) for r in ep] for ep in epochs]  # type: ignore[arg-type]
+        out[name] = [[float(r) for r in ep] for ep in epochs]
     return out
 
 

@@ -25,7 +25,7 @@ once as workers, one thread each; no solution), measured once and cached in
 laptop and a fast CI runner judge alike."""
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit assess SCRIPT [options] [-- ARGS]`` and ``labkit assess --calibrate``."""
     p = sub.add_parser(
         "assess", help="the final assessment: your script reaches the target accuracy within this machine's budget",
@@ -52,7 +52,7 @@ def _say(text: str) -> None:
     print(f"labkit assess: {text}", file=sys.stderr, flush=True)
 
 
-def _cli(a) -> int:  # noqa: ANN001
+def _cli(a) -> int:
     if a.calibrate:
         if a.script or a.records:
             raise UsageError("--calibrate measures this machine: give no SCRIPT and no --records")

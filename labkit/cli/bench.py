@@ -72,7 +72,7 @@ def _options(p: argparse.ArgumentParser) -> None:
                    help="a variable for every worker, e.g. HOROVOD_CYCLE_TIME=5 to try a setting (repeatable)")
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit bench SCRIPT [options] -- ARGS``."""
     p = sub.add_parser(
         "bench", help="measure throughput, speedup and efficiency at several worker counts",
@@ -86,7 +86,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     allreduce_cli.add_to_bench(p)  # `labkit bench allreduce`: the link instead of a script
 
 
-def _cli(a) -> int:  # noqa: ANN001
+def _cli(a) -> int:
 
     try:
         sweep = bench(a.script, a.np, a.repeat, a.args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,

@@ -16,7 +16,7 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     """Defaults shown, examples kept one per line."""
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit cluster``."""
     p = sub.add_parser(
         "cluster", help="run a command as every task of a local tf.distribute cluster",
@@ -39,7 +39,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.set_defaults(func=_cli)
 
 
-def _cli(a) -> int:  # noqa: ANN001
+def _cli(a) -> int:
     """``a.command`` and the hosts were checked by :func:`labkit.cli.main.parse`."""
     try:
         addresses = a.addresses.split(",") if a.addresses else None

@@ -13,7 +13,7 @@ from labkit.course import labs
 from labkit.grading import grade, reports
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit grade``."""
     p = sub.add_parser("grade", help="grade a learner's checkout: every lab, one test case per step",
                        description="Check every lab of a learner's checkout and write the results for CI. "
@@ -29,7 +29,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.set_defaults(func=_cli)
 
 
-def _cli(a) -> int:  # noqa: ANN001
+def _cli(a) -> int:
     try:
         folder = Path(a.path or "labs")
         config = grade.load_config(folder)

@@ -19,7 +19,7 @@ Then launch across them with the hostfile that `labkit nodes status` shows:
 links are fast and near: a rate shows bandwidth costs, not the delays of a far network. Needs root."""
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit nodes``."""
     p = sub.add_parser("nodes", help="virtual nodes on this machine for multi-host launches (root)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -67,11 +67,11 @@ class Parser(argparse.ArgumentParser):
     epilogs keep their line breaks (each example on a line of its own).
     """
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # noqa: ANN201 - NoReturn
+    def error(self, message: str):  # NoReturn
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
     def format_usage(self) -> str:
@@ -93,7 +93,7 @@ def add_script(p: argparse.ArgumentParser, required: bool = True, what: str = "t
     arguments after ``--`` (:func:`split_dashdash`)."""
     p.add_argument("script", nargs=None if required else "?", metavar="SCRIPT",
                    help=f"{what}; options go before or after it, the script's own arguments after --")
-    p.script_args = True  # type: ignore[attr-defined] - its usage line shows [-- ARGS]
+    p.script_args = True  # its usage line shows [-- ARGS]
 
 
 def split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -35,13 +35,24 @@ K8S_WORKER_INDEX = "LABKIT_WORKER_INDEX"  # a Kubernetes worker pod's index (lab
 
 # -- user settings (read where they apply) -----------------------------------------------------
 DATA = "LABKIT_DATA"  # a folder holding Fashion-MNIST
-NB_QUICK = "LABKIT_NB_FAST"  # notebooks in quick mode (the test suite)
+NB_QUICK = "LABKIT_NB_QUICK"  # "1": notebooks in quick mode (the test suite)
 DASHBOARD = "LABKIT_DASHBOARD"  # "text": no widget dashboard
 NODES_STATE = "LABKIT_NODES_STATE"  # the state folder of virtual nodes (labkit nodes up)
 CACHE = "LABKIT_CACHE"  # labkit's cache folder (default ~/.cache/labkit): Horovod wheels, calibration
 WORKSHOP_STATE = "LABKIT_WORKSHOP_STATE"  # the state folder of a workshop (labkit workshop up)
 CLASS_DIR = "LABKIT_CLASS_DIR"  # a workshop's class folder: checks and assessments append records there
 WORKSHOP_LEARNERS = "LABKIT_WORKSHOP_LEARNERS"  # the class view service's learners, comma-separated
+
+# -- setup settings (read by scripts/setup.sh and make; listed here so that every name is in one place) ----
+SETUP_NAMES = {
+    "LABKIT_TEST_TOOLS": "1: also the test-only system tools (make test sets it)",
+    "LABKIT_SKIP_APT": "1: install no Debian packages (they are there already)",
+    "LABKIT_SYSTEM_PYTHON": "1: install into the running Python, not .venv (Binder)",
+    "LABKIT_INSTALLER": "the command that installs Debian packages (default apt-get)",
+    "LABKIT_HOROVOD_GPU": "1: build Horovod with NCCL for GPUs",
+    CACHE: "where the built Horovod wheel is kept",
+    DATA: "where the data set is put",
+}
 
 _NAMES = {
     "job_id": JOB_ID, "run_id": RUN_ID, "launcher": LAUNCHER, "log_dir": LOG_DIR, "runs_file": RUNS_FILE,
@@ -90,7 +101,7 @@ class JobEnv:
                     values[name] = None
             else:
                 values[name] = raw
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 def current() -> JobEnv:
@@ -102,3 +113,29 @@ def strip(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without the job contract (a process that must not look like part of a job)."""
     names = {*_NAMES.values(), JOB_IDS}
     return {k: v for k, v in environ.items() if k not in names}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The user's settings from the environment (``None``: not set), read in one place."""
+
+    data: str | None = None
+    nb_quick: bool = False
+    dashboard: str | None = None
+    nodes_state: str | None = None
+    cache: str | None = None
+    task: str | None = None
+    probe_load: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        environ = os.environ if environ is None else environ
+        return cls(data=environ.get(DATA) or None, nb_quick=environ.get(NB_QUICK) == "1",
+                   dashboard=environ.get(DASHBOARD) or None, nodes_state=environ.get(NODES_STATE) or None,
+                   cache=environ.get(CACHE) or None, task=environ.get(TASK) or None,
+                   probe_load=environ.get(PROBE_LOAD) or None)
+
+
+def settings() -> Settings:
+    """This process's settings, from its environment now."""
+    return Settings.from_env()

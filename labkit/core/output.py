@@ -103,7 +103,7 @@ class Renderer:
 class ConsoleSink:
     """Lines to a stream; progress as one redrawn line on a terminal, dropped elsewhere."""
 
-    def __init__(self, stream=None) -> None:  # noqa: ANN001
+    def __init__(self, stream=None) -> None:
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.width = 0

@@ -34,7 +34,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             real_exec(module)
             hook(module)
 
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        spec.loader.exec_module = exec_module
         return spec
 
 

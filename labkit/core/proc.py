@@ -176,7 +176,7 @@ class Job:
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
         _prctl()  # looked up here, not in the forked child
-        out = open(log, "ab" if append else "wb", buffering=0) if log else None  # noqa: SIM115 - the pump closes it
+        out = open(log, "ab" if append else "wb", buffering=0) if log else None  # the pump closes it
         try:
             popen = subprocess.Popen(
                 list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -9,7 +9,6 @@ cannot render (a terminal, a notebook executed headless, ``LABKIT_DASHBOARD=text
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -22,7 +21,7 @@ STEP = re.compile(r"^\s*(\d+)/(\d+) \[[=>.]*\](.*)$")
 
 def widgets_work() -> bool:
     """True in a Jupyter kernel with ipywidgets installed, unless text is asked for."""
-    if not in_notebook() or os.environ.get(contract.DASHBOARD) == "text":
+    if not in_notebook() or contract.settings().dashboard == "text":
         return False
     try:
         import ipywidgets  # noqa: F401

@@ -42,7 +42,7 @@ def install(stem: str | Path, budget: float | None = None) -> None:
     for kind in KINDS:
         if kind == "timer" and not budget:
             continue
-        f = open(f"{stem}.{kind}.txt", "w")  # noqa: SIM115 - must stay open for faulthandler
+        f = open(f"{stem}.{kind}.txt", "w")  # must stay open for faulthandler
         _FILES.append(f)
         if kind == "term":
             faulthandler.register(signal.SIGTERM, file=f, all_threads=True, chain=True)

@@ -159,7 +159,7 @@ def reset(script: str | Path) -> Path | None:
     return saved
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit release`` and ``labkit reset``."""
     r = sub.add_parser("release", help="write the learner's version of the course (no solutions)")
     r.add_argument("out", help="folder to write (a course repository)")
@@ -170,7 +170,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     s.set_defaults(func=_cli_reset)
 
 
-def _cli_release(a) -> int:  # noqa: ANN001
+def _cli_release(a) -> int:
     try:
         differ = release(a.out, check=a.check, root=sources.course_source())  # a wheel finds no source in itself
     except (ValueError, FileNotFoundError) as e:
@@ -186,7 +186,7 @@ def _cli_release(a) -> int:  # noqa: ANN001
     return 0
 
 
-def _cli_reset(a) -> int:  # noqa: ANN001
+def _cli_reset(a) -> int:
     try:
         saved = reset(a.script)
     except (ValueError, FileNotFoundError) as e:

@@ -197,7 +197,7 @@ def render(a: argparse.Namespace) -> str:
     return header + to_yaml(obj)
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit k8s {mpijob,trainjob,runtime}``."""
     p = sub.add_parser("k8s", help="write Kubernetes (Kubeflow) manifests for the lab's scripts",
                        description="Print or write a validated Kubeflow manifest. "

@@ -244,7 +244,7 @@ def save_all(records: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     ]
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit plot``."""
     p = sub.add_parser("plot", help="plot throughput, speedup and time to accuracy from run records",
                        description="Write PNG plots of run records. Example: labkit plot runs/runs.jsonl --out plots")
@@ -255,7 +255,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.set_defaults(func=_cli)
 
 
-def _cli(a) -> int:  # noqa: ANN001
+def _cli(a) -> int:
 
     records = runs.read(a.runs)
     if a.script:

@@ -87,7 +87,7 @@ class Calibration:
 
 def cache_file() -> Path:
     """``$LABKIT_CACHE/calibration.json``, default ``~/.cache/labkit/calibration.json``."""
-    root = os.environ.get(contract.CACHE) or Path.home() / ".cache" / "labkit"
+    root = contract.settings().cache or Path.home() / ".cache" / "labkit"
     return Path(root) / "calibration.json"
 
 

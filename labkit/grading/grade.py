@@ -83,7 +83,7 @@ def load_config(start: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     for folder in [start.resolve(), *start.resolve().parents]:
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():

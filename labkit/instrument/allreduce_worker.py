@@ -52,9 +52,9 @@ def mwms(sizes: list[int], warmup: int, repeat: int) -> list[dict]:
     workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
     rank = strategy.cluster_resolver.task_id
 
-    def reducer(n: int):  # noqa: ANN202 - a graph that all-reduces n float32s made on each worker
+    def reducer(n: int):  # a graph that all-reduces n float32s made on each worker
         @tf.function
-        def step():  # noqa: ANN202
+        def step():
             ctx = tf.distribute.get_replica_context
             return strategy.run(lambda: ctx().all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([n])))
         return step

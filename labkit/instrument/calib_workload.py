@@ -24,18 +24,18 @@ LEARNING_RATE = 0.05  # small mode's base learning rate
 VERSION = 1  # bump when the workload changes: calibrations of another version are not reused
 
 
-def wide_resnet_16_1():  # noqa: ANN201 - a tf.keras Model
+def wide_resnet_16_1():  # a tf.keras Model
     """The course's WRN-16-1 for 28x28 grey images (16/32/64 channels, 0.18 M parameters)."""
     import tensorflow as tf
 
     layers = tf.keras.layers
     l2 = tf.keras.regularizers.l2(5e-6)
 
-    def cbr(x, filters):  # noqa: ANN001, ANN202 - convolution, batch norm, ReLU
+    def cbr(x, filters):  # convolution, batch norm, ReLU
         x = layers.Conv2D(filters, 3, padding="same", kernel_regularizer=l2)(x)
         return layers.Activation("relu")(layers.BatchNormalization(momentum=0.9)(x))
 
-    def block(x, filters, project=False):  # noqa: ANN001, ANN202
+    def block(x, filters, project=False):
         shortcut = layers.Conv2D(filters, 1, padding="same", kernel_regularizer=l2)(x) if project else x
         y = cbr(layers.Dropout(0.01)(cbr(x, filters)), filters)
         return layers.Add()([shortcut, y])

@@ -77,8 +77,8 @@ def keras_cache_dir(create: bool = False) -> Path:
 def candidate_dirs() -> list[Path]:
     """Folders searched for the data set, in order."""
     dirs = []
-    if os.environ.get(contract.DATA):
-        dirs.append(Path(os.environ[contract.DATA]).expanduser())
+    if contract.settings().data:
+        dirs.append(Path(contract.settings().data).expanduser())
     dirs += [keras_cache_dir(), SYSTEM_DIR]
     return dirs
 

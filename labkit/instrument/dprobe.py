@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     model = rec.model
     rec.done = True
-    load = os.environ.get(contract.PROBE_LOAD)
+    load = contract.settings().probe_load
     if code == 0 and load and model is not None:
         rec.record["load"] = _reload(load, rec.record["fits"][-1].get("weights", ""))
     rec.record["exit"] = code

@@ -17,8 +17,8 @@ PROBE_BATCHES = 6  # batches per replica sampled before training
 
 def task_name() -> str:
     """``TYPE.INDEX`` of this task: as the launcher named it, else from ``TF_CONFIG``, else ``local.0``."""
-    if os.environ.get(contract.TASK):
-        return os.environ[contract.TASK]
+    if contract.settings().task:
+        return contract.settings().task
     task = (identity.tf_config() or {}).get("task", {})
     return f"{task['type']}.{task.get('index', 0)}" if task.get("type") else "local.0"
 

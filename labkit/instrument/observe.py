@@ -149,7 +149,7 @@ def _patch_argparse() -> None:
             _config()
         return out
 
-    argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+    argparse.ArgumentParser.parse_known_args = parse_known_args
 
 
 def batch_of(x: Any, batch_size: Any = None) -> tuple[int | None, str]:
@@ -324,7 +324,7 @@ def install(folder: str | None = None) -> bool:
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None,
-                     task=os.environ.get(contract.TASK))
+                     task=contract.settings().task)
         _patch_argparse()
         if os.environ.get(SHRINK_VAR):
             _shrink(os.environ[SHRINK_VAR])
@@ -342,7 +342,7 @@ def begin(folder: str) -> bool:
     """Observe the next run of a long-lived process (an ipyparallel engine) into ``folder``, afresh."""
     ok = install(folder)
     STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None, world={},
-                 strategy=None, train_begin=None, train_end=None, ended=None, task=os.environ.get(contract.TASK))
+                 strategy=None, train_begin=None, train_end=None, ended=None, task=contract.settings().task)
     return ok
 
 

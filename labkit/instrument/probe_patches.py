@@ -44,7 +44,7 @@ def shrink(filters: int) -> int:
 def patch_model(tf: Any) -> None:
     real = tf.keras.layers.Conv2D
 
-    class Conv2D(real):  # type: ignore[misc, valid-type]
+    class Conv2D(real):
         def __init__(self, filters: int, *args: Any, **kwargs: Any) -> None:
             super().__init__(shrink(int(filters)), *args, **kwargs)
 

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     grads = [tf.ones([a.kib * 256 + i]) for i in range(a.tensors)]
 
     @tf.function
-    def reduce(gs):  # noqa: ANN001, ANN202
+    def reduce(gs):
         return [hvd.allreduce(g, op=hvd.Average, name=f"grad_{i}") for i, g in enumerate(gs)]
 
     m = np.random.default_rng(hvd.rank()).random((96, 96))

@@ -36,16 +36,16 @@ from labkit.records import jobrecord, runs
 _CURRENT: dict[str, Any] = {}
 
 
-def config(n: int, threads: int | None = None, job_id: str | None = None, launcher: str = "mpi",
+def config(np: int, threads: int | None = None, job_id: str | None = None, launcher: str = "mpi",
            slurm: Any = None) -> Any:
-    """The traitlets config for ``n`` engines started by mpirun (``mpi``) or as a Slurm job (``slurm``)."""
+    """The traitlets config for ``np`` engines started by mpirun (``mpi``) or as a Slurm job (``slurm``)."""
     from traitlets.config import Config
 
-    env = launchers.worker_env(n, threads)
+    env = launchers.worker_env(np, threads)
     env[contract.JOB_ID] = job_id or uuid.uuid4().hex
     cfg = Config()
     if launcher == "slurm":
-        o = slurm or SlurmOptions(tasks_per_node=n)
+        o = slurm or SlurmOptions(tasks_per_node=np)
         o.check()
         logs = proc.new_log_dir().resolve()  # the batch script and the job's output, not in the learner's folder
         cfg.SlurmEngineSetLauncher.environment = env
@@ -63,17 +63,17 @@ def config(n: int, threads: int | None = None, job_id: str | None = None, launch
         lines.append("srun --mpi=pmix {program_and_args}")  # the environment comes with --export=ALL
         cfg.SlurmEngineSetLauncher.batch_template = "\n".join(lines) + "\n"
         return cfg
-    cfg.MPILauncher.mpi_args = launchers.mpirun_flags(n) + [a for k in sorted(env) for a in ("-x", k)]
+    cfg.MPILauncher.mpi_args = launchers.mpirun_flags(np) + [a for k in sorted(env) for a in ("-x", k)]
     cfg.MPIEngineSetLauncher.environment = env
     return cfg
 
 
-def start(n: int = 2, threads: int | None = None, timeout: float = 120, activate: bool = True,
+def start(np: int = 2, threads: int | None = None, timeout: float = 120, activate: bool = True,
           launcher: str = "mpi", slurm: Any = None) -> Any:
-    """Start ``n`` engines (stopping any started before) and return a connected client.
+    """Start ``np`` engines (stopping any started before) and return a connected client.
 
     ``launcher="mpi"``: mpirun on this machine. ``launcher="slurm"``: one Slurm job
-    of ``n`` tasks (``slurm`` is a :class:`labkit.launching.slurm.SlurmOptions` for partition,
+    of ``np`` tasks (``slurm`` is a :class:`labkit.launching.sbatch.SlurmOptions` for partition,
     account, time ...); the controller listens on every interface so that engines on
     other nodes reach it.
     """
@@ -91,12 +91,12 @@ def start(n: int = 2, threads: int | None = None, timeout: float = 120, activate
     stop()
     job_id = uuid.uuid4().hex
     kw: dict[str, Any] = {"controller_ip": "*"} if launcher == "slurm" else {}
-    cluster = ipp.Cluster(engines=launcher, n=n, config=config(n, threads, job_id, launcher, slurm),
+    cluster = ipp.Cluster(engines=launcher, n=np, config=config(np, threads, job_id, launcher, slurm),
                           log_level=logging.WARNING, **kw)
     _CURRENT.update(cluster=cluster, job_id=job_id)
     try:
         rc = cluster.start_and_connect_sync(activate=activate)
-        rc.wait_for_engines(n, timeout=timeout)
+        rc.wait_for_engines(np, timeout=timeout)
         rc[:].apply_sync(_import_tensorflow_quietly)
     except BaseException:
         stop()

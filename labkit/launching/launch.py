@@ -214,7 +214,7 @@ def run(
                              on_end=renderer.close if renderer else None, cwd=cwd)
         if not procs:  # only a script was written
             if sink:
-                sink.line(f"batch script written: {chosen.script_path}")  # type: ignore[attr-defined]
+                sink.line(f"batch script written: {chosen.script_path}")
             return JobResult(0, shown[0] if shown else [], logs, np, 0.0)
         if sink and chosen.name == "slurm":
             sink.line(f"submitted {logs / 'job.sbatch'}:")
@@ -264,7 +264,7 @@ def exit_code(codes: list[int | None], first_failure: int | None = None) -> int:
     return 128 - code if code < 0 else code
 
 
-def add_cli(sub) -> None:  # noqa: ANN001
+def add_cli(sub) -> None:
     """Register ``labkit run``."""
     p = sub.add_parser(
         "run", help="run a command on N workers",
@@ -298,7 +298,7 @@ def add_cli(sub) -> None:  # noqa: ANN001
     p.set_defaults(func=_cli_run)
 
 
-def _slurm_options(a) -> SlurmOptions | None:  # noqa: ANN001
+def _slurm_options(a) -> SlurmOptions | None:
     given = [a.nodes, a.tasks_per_node, a.gpus_per_task, a.cpus_per_task, a.partition, a.account, a.time]
     if a.launcher != "slurm" and all(v is None for v in given) and a.start == "mpirun" and not a.plain:
         return None
@@ -308,7 +308,7 @@ def _slurm_options(a) -> SlurmOptions | None:  # noqa: ANN001
                         start=a.start, plain=a.plain)
 
 
-def _cli_run(a) -> int:  # noqa: ANN001
+def _cli_run(a) -> int:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     try:
         slurm = _slurm_options(a)

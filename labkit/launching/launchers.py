@@ -238,7 +238,7 @@ class SSH(Launcher):
 
     def __init__(self, np: int = 2, host_list: Sequence[hosts.Host] | None = None, ssh_args: Sequence[str] = (),
                  cwd: str | Path | None = None, **kw: object) -> None:
-        super().__init__(np, host_list, **kw)  # type: ignore[arg-type]
+        super().__init__(np, host_list, **kw)
         if not self.hosts:
             raise LaunchError("the ssh launcher needs hosts: give --hosts h1:2,h2:2 or --hostfile FILE")
         self.ssh_args = list(ssh_args) or nodes.ssh_args([h.name for h in self.hosts])

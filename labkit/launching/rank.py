@@ -49,7 +49,7 @@ class CappedLog:
 
     def __init__(self, path: str, head: int = LOG_HEAD, tail: int = LOG_TAIL) -> None:
         self.path, self.head, self.tail = path, head, tail
-        self.f = open(path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+        self.f = open(path, "wb", buffering=0)  # closed by close()
         self.written = self.dropped = 0
         self.end = bytearray()
 

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     conf = tf_config_from_slurm(os.environ)
     env = dict(os.environ, TF_CONFIG=json.dumps(conf))
-    env[contract.TASK] = f"worker.{conf['task']['index']}"  # type: ignore[index]
+    env[contract.TASK] = f"worker.{conf['task']['index']}"
     os.execvpe(argv[0], argv, env)
     return 0  # pragma: no cover
 
@@ -182,7 +182,7 @@ class Slurm(Launcher):
         if np is not None and np != total:
             raise LaunchError(f"--np {np} does not match --nodes {self.options.nodes} x --tasks-per-node "
                               f"{self.options.tasks_per_node} = {total}")
-        super().__init__(total, **kw)  # type: ignore[arg-type]
+        super().__init__(total, **kw)
         self.script_only = Path(script_only) if script_only else None
         self.script_path = Path("job.sbatch")
         self.job_id: str | None = None

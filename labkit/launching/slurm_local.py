@@ -128,7 +128,7 @@ class LocalSlurm:
         return out.returncode == 0 and out.stdout.strip().rstrip("*") in ("idle", "mixed", "allocated")
 
     def _wait_for(self, ready: object, what: str, timeout: float) -> None:
-        if not proc.wait_until(ready, timeout, every=0.3):  # type: ignore[arg-type]
+        if not proc.wait_until(ready, timeout, every=0.3):
             logs = "\n".join(p.output()[-2000:] for p in self.job.procs)
             raise LaunchError(f"the local Slurm cluster did not start ({what} not ready in {timeout:.0f} s):\n{logs}")
 

@@ -21,4 +21,4 @@ def get(name: str, np: int | None = 2, **kw: object) -> Launcher:
     """The launcher called ``name`` for ``np`` workers."""
     if name not in LAUNCHERS:
         raise LaunchError(f"unknown launcher {name!r}: choose one of {', '.join(LAUNCHERS)}")
-    return LAUNCHERS[name](np, **kw)  # type: ignore[arg-type]
+    return LAUNCHERS[name](np, **kw)

@@ -60,7 +60,7 @@ class Node:
 
 
 def state_folder(folder: str | os.PathLike[str] | None = None) -> Path:
-    return Path(folder or os.environ.get(contract.NODES_STATE) or DEFAULT_STATE)
+    return Path(folder or contract.settings().nodes_state or DEFAULT_STATE)
 
 
 class VirtualNodes:
@@ -219,7 +219,7 @@ class VirtualNodes:
             self._wait(lambda: ssh.answers(n.address), "sshd", "sshd.log", [p])
         self._save("up")
 
-    def _wait(self, check, what: str, log: str, procs: list, timeout: float = 15) -> None:  # noqa: ANN001
+    def _wait(self, check, what: str, log: str, procs: list, timeout: float = 15) -> None:
         """Until ``check()``; a :class:`NodesError` with the nodes' ``log`` tails on timeout or when one of
         ``procs`` (what should be running by now) has exited."""
         deadline = time.monotonic() + timeout

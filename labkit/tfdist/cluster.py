@@ -370,7 +370,7 @@ def run(
     the tasks on machines instead, starting the remote ones over ssh.
     """
     spec = tfconfig.cluster_spec(workers, ps, chief, hosts=hosts) if hosts else None
-    c = Cluster(command, workers=workers, ps=ps, chief=chief, cluster=spec, **kw)  # type: ignore[arg-type]
+    c = Cluster(command, workers=workers, ps=ps, chief=chief, cluster=spec, **kw)
     try:
         c.start()
         return c.wait(timeout)

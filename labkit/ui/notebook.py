@@ -1,7 +1,7 @@
 """What the lab notebooks need besides the lab: a quick mode, no retraining of an unchanged
 script, and whether the learner has started a script.
 
-The test suite runs every notebook top to bottom in *quick mode* (``LABKIT_NB_FAST=1``):
+The test suite runs every notebook top to bottom in *quick mode* (``LABKIT_NB_QUICK=1``):
 each run gets one epoch on tiny data, a cluster launch of an untouched starter is skipped
 (the check cell after it runs the script anyway), and an unchanged script is trained once. Learner cells call these
 helpers and never mention the mode.
@@ -13,7 +13,6 @@ the course's reference results (:mod:`labkit.measure.reference`) while it is sti
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ _DONE: dict[tuple, Any] = {}
 
 def quick() -> bool:
     """True when the notebook runs in quick mode (the test suite's)."""
-    return os.environ.get(QUICK_VAR) == "1"
+    return contract.settings().nb_quick
 
 
 def args(*given: str, fewest: int = 1, tiny: Sequence[str] = TINY) -> list[str]:
