@@ -25,37 +25,15 @@ import shlex
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.core import contract, output, proc, progress, tfconfig
 from labkit.launching import hosts, launchers
 from labkit.nodes import virtual as nodes
-from labkit.records import jobrecord, runs
-from labkit.tfdist.cluster_result import ClusterResult
+from labkit.records import runs
+from labkit.tfdist.cluster_result import ClusterResult, Task, record
 
 TaskId = tuple[str, int]
-
-
-@dataclass
-class Task:
-    """One process of the cluster (its current incarnation)."""
-
-    type: str
-    index: int
-    log: Path
-    cwd: Path | None = None
-    proc: proc.Proc | None = None
-    starts: int = 0
-    killed: bool = False  # by kill_task, on purpose
-    returncode: int | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.type}.{self.index}"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.alive()
 
 
 class Cluster:
@@ -266,77 +244,48 @@ class Cluster:
         """Block until ``pattern`` appears ``count`` times in a task's output; raise on exit or timeout."""
         rx = re.compile(pattern)
         key = (task_type, index or 0) if task_type is not None else self.show
-        deadline = time.monotonic() + timeout
-        while True:
-            found = list(rx.finditer(self.output(*key)))
-            if len(found) >= count:
-                return found[count - 1]
-            if not self.tasks[key].alive():
+        found: list[re.Match] = []
+
+        def seen() -> bool:
+            found[:] = list(rx.finditer(self.output(*key)))
+            if len(found) < count and not self.tasks[key].alive():
                 raise launchers.LaunchError(f"{key[0]}.{key[1]} exited before printing {pattern!r}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{key[0]}.{key[1]} did not print {pattern!r} within {timeout:.0f} s")
-            time.sleep(0.2)
+            return len(found) >= count
+
+        if not proc.wait_until(seen, timeout):
+            raise TimeoutError(f"{key[0]}.{key[1]} did not print {pattern!r} within {timeout:.0f} s")
+        return found[count - 1]
+
+    def _over(self) -> bool:
+        """The leading tasks have exited, or a task failed (with parameter servers, workers and servers serve
+        until stopped: one that returns on its own ends the run at once instead of leaving the chief waiting)."""
+        for key, t in self.tasks.items():
+            if t.proc is None or t.killed:
+                continue
+            if t.proc.returncode not in (None, 0) or (
+                    self.serving and key not in self.leading and t.proc.returncode is not None):
+                return True
+        return all(not self.tasks[k].alive() for k in self.leading)
 
     def wait(self, timeout: float | None = None) -> ClusterResult:
         """Wait until the leading tasks exit (or one task fails), then stop everything."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         timed_out = interrupted = False
         try:
-            while True:
-                failed = [
-                    t for key, t in self.tasks.items()
-                    if t.proc is not None and not t.killed and (
-                        t.proc.returncode not in (None, 0)
-                        # with parameter servers, workers and servers serve until stopped: one that
-                        # returns on its own ends the run at once instead of leaving the chief waiting
-                        or (self.serving and key not in self.leading and t.proc.returncode is not None))
-                ]
-                if failed or all(not self.tasks[k].alive() for k in self.leading):
-                    break
-                if deadline is not None and time.monotonic() > deadline:
-                    timed_out = True
-                    break
-                time.sleep(0.2)
+            timed_out = not proc.wait_until(self._over, timeout)
         except KeyboardInterrupt:
             interrupted = True
         finally:
             self.stop()
-        result = self._result(timed_out, interrupted)
+        duration = time.perf_counter() - (self.start_time or time.perf_counter())
+        result = ClusterResult.of_tasks(self.tasks, self.leading, self.log_dir, duration, timed_out, interrupted)
         if self.record:
-            result.record = self._write_record(result)
+            result.record = record(self, result)
         if self.sink and not result.ok:
             for line in result.summary().splitlines():
                 self.sink.line(line)
         if interrupted:
             raise KeyboardInterrupt(result.summary())
         return result
-
-    def _write_record(self, result: ClusterResult) -> dict:
-        status = "ok" if result.ok else "timeout" if result.timed_out else (
-            "interrupted" if result.interrupted else "failed")
-        code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
-        workers = len(self.spec.get("worker", [])) + len(self.spec.get("chief", []))
-        return jobrecord.finish(
-            self.contract.run_id or "", self.log_dir / "observed", command=self.command,
-            launcher=self.contract.launcher or "cluster", workers=workers, threads=self.contract.threads,
-            start=self.start_wall or time.time(), duration=result.duration, exit_status=code or 0,
-            status=status, error=next(iter(result.errors.values()), None), log_dir=self.log_dir,
-            target=self.target, path=self.records, copies=self.independent, bench=self.contract.bench,
-            tasks={t: len(v) for t, v in self.spec.items()}, **self.record_fields,
-        )
-
-    def _result(self, timed_out: bool, interrupted: bool) -> ClusterResult:
-        codes: dict[str, int | None] = {}
-        errors: dict[str, str] = {}
-        for key, t in self.tasks.items():
-            code = t.returncode if t.returncode is not None else (t.proc.returncode if t.proc else None)
-            codes[t.name] = code
-            leading_ok = key not in self.leading or code == 0
-            if not leading_ok or (key not in self.leading and code not in (0, None, -signal.SIGTERM,
-                                                                             -signal.SIGKILL) and not t.killed):
-                errors[t.name] = output.error_tail(t.log.read_text(errors="replace") if t.log.exists() else "")
-        duration = time.perf_counter() - (self.start_time or time.perf_counter())
-        return ClusterResult(codes, self.log_dir, duration, timed_out, interrupted, errors)
 
     def stop(self, grace: float = 3.0) -> None:
         """Stop every task of the cluster and anything they started."""

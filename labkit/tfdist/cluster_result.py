@@ -1,9 +1,37 @@
-"""What a tf.distribute cluster run did: each task's exit code, its errors, where the logs are."""
+"""A tf.distribute cluster's tasks, and what a run of them did: each task's exit code, its errors, where the
+logs are, and the run record made of it."""
 
 from __future__ import annotations
 
+import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from labkit.core import output, proc
+from labkit.records import jobrecord
+
+
+@dataclass
+class Task:
+    """One process of the cluster (its current incarnation)."""
+
+    type: str
+    index: int
+    log: Path
+    cwd: Path | None = None
+    proc: proc.Proc | None = None
+    starts: int = 0
+    killed: bool = False  # by kill_task, on purpose
+    returncode: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}.{self.index}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
 
 
 @dataclass
@@ -17,6 +45,22 @@ class ClusterResult:
     interrupted: bool = False
     errors: dict[str, str] = field(default_factory=dict)
     record: dict | None = None  # the run record, when the cluster was recorded
+
+    @classmethod
+    def of_tasks(cls, tasks: dict[tuple[str, int], Task], leading: list[tuple[str, int]], log_dir: Path,
+                 duration: float, timed_out: bool, interrupted: bool) -> ClusterResult:
+        """The result of stopped ``tasks``: a leading task that did not exit 0, or another task that failed
+        other than by being stopped, is an error, with the end of its log."""
+        codes: dict[str, int | None] = {}
+        errors: dict[str, str] = {}
+        stopped = (0, None, -signal.SIGTERM, -signal.SIGKILL)
+        for key, t in tasks.items():
+            code = t.returncode if t.returncode is not None else (t.proc.returncode if t.proc else None)
+            codes[t.name] = code
+            failed = code != 0 if key in leading else (code not in stopped and not t.killed)
+            if failed:
+                errors[t.name] = output.error_tail(t.log.read_text(errors="replace") if t.log.exists() else "")
+        return cls(codes, log_dir, duration, timed_out, interrupted, errors)
 
     @property
     def ok(self) -> bool:
@@ -38,3 +82,20 @@ class ClusterResult:
         for name, err in sorted(self.errors.items()):
             lines += [f"--- {name} (exit {self.returncodes.get(name)}) ---", err]
         return "\n".join(lines)
+
+
+def record(cluster: Any, result: ClusterResult) -> dict:
+    """The run record of a finished :class:`labkit.tfdist.cluster.Cluster` run."""
+    status = "ok" if result.ok else "timeout" if result.timed_out else (
+        "interrupted" if result.interrupted else "failed")
+    code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
+    spec = cluster.spec
+    workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
+    return jobrecord.finish(
+        cluster.contract.run_id or "", cluster.log_dir / "observed", command=cluster.command,
+        launcher=cluster.contract.launcher or "cluster", workers=workers,
+        threads=cluster.contract.threads, start=cluster.start_wall or time.time(), duration=result.duration,
+        exit_status=code or 0, status=status, error=next(iter(result.errors.values()), None),
+        log_dir=cluster.log_dir, target=cluster.target, path=cluster.records, copies=cluster.independent,
+        bench=cluster.contract.bench, tasks={t: len(v) for t, v in spec.items()}, **cluster.record_fields,
+    )
