@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from labkit.cli import k8s as k8s_cli
 from labkit.deploy import k8s, k8s_validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ EXAMPLES = [
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="labkit")
-    k8s.add_cli(parser.add_subparsers(dest="command", required=True))
+    k8s_cli.add_cli(parser.add_subparsers(dest="command", required=True))
     return parser.parse_args(["k8s", *argv])
 
 
@@ -60,7 +61,7 @@ def test_example_is_valid(argv: str, path: str) -> None:
 @pytest.mark.parametrize("argv, path", EXAMPLES)
 def test_example_is_in_sync_with_the_generator(argv: str, path: str) -> None:
     assert k8s.render(parse(argv.split())) == (ROOT / path).read_text(), (
-        f"{path} is out of date: run `labkit k8s {argv}` (or `python -m labkit.deploy.k8s {argv}`) "
+        f"{path} is out of date: run `labkit k8s {argv}` (or `python -m labkit.cli k8s {argv}`) "
         "at the repository root"
     )
 

@@ -1,4 +1,5 @@
-"""labkit.instrument.observe.learning_rate: the rate a tf-keras optimizer applies next, however the script set it."""
+"""labkit.instrument.keras_reads.learning_rate:
+the rate a tf-keras optimizer applies next, however the script set it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 tf = pytest.importorskip("tensorflow")
 
-from labkit.instrument.observe import learning_rate  # noqa: E402
+from labkit.instrument.keras_reads import learning_rate  # noqa: E402
 
 
 def test_a_plain_rate_and_one_set_by_a_callback() -> None:

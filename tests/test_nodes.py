@@ -17,7 +17,7 @@ import pytest
 
 from labkit.core import contract
 from labkit.launching import hosts, launch, launchers, reach
-from labkit.nodes import net
+from labkit.nodes import access, net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import ssh as nodes_ssh
 from labkit.nodes import virtual as nodes
@@ -48,6 +48,7 @@ else:
 WHO = '''
 import os, socket
 from mpi4py import MPI
+from labkit.nodes import access
 print("rank", MPI.COMM_WORLD.Get_rank(), socket.gethostname(), os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], flush=True)
 '''
 
@@ -235,12 +236,12 @@ def test_mpirun_places_two_ranks_on_each_node(cluster: nodes.VirtualNodes, tmp_p
 def test_launch_preflight_accepts_node_names(cluster: nodes.VirtualNodes) -> None:
     by_name = launch.host_list("node1:2,node2:2")  # names resolve only through the cluster's ssh config
     launchers.MPIRun(4, by_name).preflight()
-    assert nodes.mpirun_args([h.name for h in by_name]) == nodes.mpirun_args(
+    assert access.mpirun_args([h.name for h in by_name]) == access.mpirun_args(
         [h.name for h in hosts.parse_hostfile(cluster.hostfile)]) != []
     assert hosts.validate(by_name, 4) == by_name  # names known to the cluster need no name service here
     with pytest.raises(hosts.HostError, match="cannot resolve node3"):
         hosts.validate([*by_name, hosts.Host("node3", 2)], 4)
-    assert nodes.mpirun_args(["localhost"]) == []
+    assert access.mpirun_args(["localhost"]) == []
 
 
 @needs_root

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.instrument import observe
+from labkit.instrument import keras_reads, observe
 from labkit.records import jobrecord
 
 SCRIPT = textwrap.dedent('''
@@ -113,15 +113,15 @@ def test_batch_of_every_kind_of_input() -> None:
 
     x = np.zeros((10, 3), np.float32)
     ds = tf.data.Dataset.from_tensor_slices((x, x))
-    assert observe.batch_of(ds.batch(4, drop_remainder=True)) == (4, "dataset")
-    assert observe.batch_of(ds.batch(4)) == (4, "dataset element")  # batch dimension not static
+    assert keras_reads.batch_of(ds.batch(4, drop_remainder=True)) == (4, "dataset")
+    assert keras_reads.batch_of(ds.batch(4)) == (4, "dataset element")  # batch dimension not static
 
     class Iterator:  # keras Sequence / ImageDataGenerator.flow
         batch_size = 16
 
-    assert observe.batch_of(Iterator()) == (16, "iterator")
-    assert observe.batch_of(x, 5) == (5, "arrays") and observe.batch_of(x) == (32, "arrays")
-    assert observe.batch_of(object()) == (None, "unknown")
+    assert keras_reads.batch_of(Iterator()) == (16, "iterator")
+    assert keras_reads.batch_of(x, 5) == (5, "arrays") and keras_reads.batch_of(x) == (32, "arrays")
+    assert keras_reads.batch_of(object()) == (None, "unknown")
 
 
 # ----------------------------------------------------------------------------- records from observations

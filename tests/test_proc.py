@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.core import contract, proc
+from labkit.core import contract, pipes, proc
 
 SPAWNS_AND_DETACHES = textwrap.dedent("""
     import os, subprocess, sys, time
@@ -83,7 +83,7 @@ def test_follow_feeds_what_is_appended(tmp_path: Path) -> None:
     path = tmp_path / "grows.log"
     got: list[bytes] = []
     stop = threading.Event()
-    t = threading.Thread(target=proc.follow, args=(path, got.append, stop), kwargs={"every": 0.05})
+    t = threading.Thread(target=pipes.follow, args=(path, got.append, stop), kwargs={"every": 0.05})
     t.start()
     time.sleep(0.2)
     path.write_bytes(b"one\n")

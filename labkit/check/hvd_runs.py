@@ -180,5 +180,3 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 
 def weights(ev: dict[str, Any], rank: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in ev["weights"].get(str(rank), {}).items()}
-
-

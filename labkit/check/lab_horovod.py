@@ -219,7 +219,6 @@ def step_6(ev: dict[str, Any]) -> str:
     return "validation metrics are averaged over the workers before any callback reads them."
 
 
-
 RESTORE = ("Restore the checkpoint's weights on rank 0 into the model every rank built and compiled with "
            "DistributedOptimizer: `model.load_weights(path)`; BroadcastGlobalVariablesCallback(0) gives them to "
            "the other ranks.")

@@ -1,7 +1,7 @@
 """The learning-rate step both data-parallel labs end with: scale the rate by the workers, warm it up.
 
 The probes record the rate of every training batch, read from the optimizer after the
-script's own callbacks ran (:func:`labkit.instrument.observe.learning_rate`: a variable set by any
+script's own callbacks ran (:func:`labkit.instrument.keras_reads.learning_rate`: a variable set by any
 callback, or a ``LearningRateSchedule`` at the optimizer's step), so any way of setting it
 is judged alike. The check runs the script with ``--base-lr BASE`` (the lab's "learning
 rate for a single worker") on ``n`` workers for several epochs; it then asks that

@@ -7,19 +7,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from labkit import check
 from labkit.cli import assess as assess_cli
 from labkit.cli import bench as bench_cli
+from labkit.cli import check as check_cli
 from labkit.cli import cluster as cluster_cli
 from labkit.cli import doctor
 from labkit.cli import grade as grade_cli
+from labkit.cli import k8s as k8s_cli
 from labkit.cli import nodes as nodes_cli
+from labkit.cli import plot as plot_cli
+from labkit.cli import release as release_cli
+from labkit.cli import run as run_cli
 from labkit.core import env
 from labkit.core.cliargs import Parser, UsageError, script_of, split_dashdash
-from labkit.course import release as course
 from labkit.course import sources
-from labkit.deploy import k8s
-from labkit.figures import plot
 from labkit.instrument import data
 from labkit.launching import hosts, launch
 
@@ -74,10 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# Modules that add their own sub-commands (run, check, bench, ...).
+# The modules of this package that add their own sub-commands (run, check, bench, ...), in --help's order.
+COMMANDS = (run_cli, check_cli, grade_cli, release_cli, bench_cli, plot_cli, cluster_cli, k8s_cli, assess_cli,
+            nodes_cli)
+
+
 def _extra() -> list:
-    return [launch.add_cli, check.add_cli, grade_cli.add_cli, course.add_cli, bench_cli.add_cli, plot.add_cli,
-            cluster_cli.add_cli, k8s.add_cli, assess_cli.add_cli, nodes_cli.add_cli]
+    return [module.add_cli for module in COMMANDS]
 
 
 # The commands that run a script share one grammar: SCRIPT and options in any order, the script's own

@@ -15,7 +15,6 @@ SIGKILL when the starting process dies outright (``PR_SET_PDEATHSIG``).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -28,35 +27,8 @@ from typing import BinaryIO
 
 import psutil
 
-from labkit.core import contract
-
-_PRCTL: list = []  # libc's prctl, looked up in the parent: the child only calls it
-
-
-def _prctl() -> object | None:
-    if not _PRCTL:
-        try:
-            _PRCTL.append(ctypes.CDLL("libc.so.6", use_errno=True).prctl)
-        except OSError:
-            _PRCTL.append(None)
-    return _PRCTL[0]
-
-
-def die_with_parent() -> None:
-    """In a child, before exec: get SIGKILL when the parent dies, whatever killed it."""
-    prctl = _PRCTL[0] if _PRCTL else _prctl()
-    if prctl is not None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def adopt_orphans() -> bool:
-    """Become the *subreaper* of this process's descendants: what they leave running becomes our child.
-
-    Then ``psutil.Process().children(recursive=True)`` finds processes whose parent has ended
-    (a server or a ``sleep`` a script started and left behind), so they can be named and stopped.
-    """
-    prctl = _prctl()
-    return prctl is not None and prctl(36, 1) == 0  # PR_SET_CHILD_SUBREAPER
+from labkit.core import contract, orphans
+from labkit.core.pipes import read_chunks
 
 
 class Proc:
@@ -175,12 +147,12 @@ class Job:
             raise ValueError("nothing to run: empty argument list")
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
-        _prctl()  # looked up here, not in the forked child
+        orphans.look_up()  # here, not in the forked child
         out = open(log, "ab" if append else "wb", buffering=0) if log else None  # the pump closes it
         try:
             popen = subprocess.Popen(
                 list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env(env), cwd=cwd, start_new_session=True, preexec_fn=die_with_parent,
+                env=self.env(env), cwd=cwd, start_new_session=True, preexec_fn=orphans.die_with_parent,
             )
         except BaseException:
             if out:
@@ -281,45 +253,6 @@ def wait_until(check: Callable[[], bool], timeout: float | None, every: float = 
             return False
         time.sleep(every)
     return True
-
-
-def follow(path: Path, on_output: Callable[[bytes], None] | None, stop: threading.Event,
-           on_end: Callable[[], None] | None = None, every: float = 0.2) -> None:
-    """Feed what is appended to ``path`` (which may not exist yet) to ``on_output`` until ``stop`` is set."""
-    pos = 0
-    try:
-        while True:
-            ending = stop.is_set()
-            try:
-                with open(path, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except OSError:
-                chunk = b""
-            if chunk:
-                pos += len(chunk)
-                if on_output:
-                    on_output(chunk)
-            if ending:
-                return
-            stop.wait(every)
-    finally:
-        if on_end:
-            on_end()
-
-
-def read_chunks(fd: int, size: int = 65536) -> Iterable[bytes]:
-    """What a pipe gives until its writers have all closed it (or it breaks)."""
-    while True:
-        try:
-            chunk = os.read(fd, size)
-        except InterruptedError:
-            continue
-        except OSError:
-            return
-        if not chunk:
-            return
-        yield chunk
 
 
 def _pump(popen: subprocess.Popen, out: BinaryIO | None, on_output: Callable[[bytes], None] | None,

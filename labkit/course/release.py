@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -159,38 +158,3 @@ def reset(script: str | Path) -> Path | None:
     return saved
 
 
-def add_cli(sub) -> None:
-    """Register ``labkit release`` and ``labkit reset``."""
-    r = sub.add_parser("release", help="write the learner's version of the course (no solutions)")
-    r.add_argument("out", help="folder to write (a course repository)")
-    r.add_argument("--check", action="store_true", help="only report what is out of sync (exit 1 if anything)")
-    r.set_defaults(func=_cli_release)
-    s = sub.add_parser("reset", help="restore a lab starter, keeping your version as a timestamped backup")
-    s.add_argument("script", help="e.g. labs/fashion_mnist.py")
-    s.set_defaults(func=_cli_reset)
-
-
-def _cli_release(a) -> int:
-    try:
-        differ = release(a.out, check=a.check, root=sources.course_source())  # a wheel finds no source in itself
-    except (ValueError, FileNotFoundError) as e:
-        print(f"labkit release: {e}", file=sys.stderr)
-        return 2
-    if a.check:
-        if differ:
-            print(f"{a.out} is out of sync (run `labkit release {a.out}`):\n  " + "\n  ".join(differ), file=sys.stderr)
-            return 1
-        print(f"{a.out} is in sync with the course source")
-        return 0
-    print(f"wrote {len(differ)} file(s) to {a.out}" if differ else f"{a.out} was already up to date")
-    return 0
-
-
-def _cli_reset(a) -> int:
-    try:
-        saved = reset(a.script)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"labkit reset: {e}", file=sys.stderr)
-        return 2
-    print(f"restored {a.script}; your version is in {saved}" if saved else f"{a.script} is already the starter")
-    return 0

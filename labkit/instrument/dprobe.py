@@ -32,7 +32,7 @@ from typing import Any
 from labkit.core import contract, patch, stacks
 from labkit.instrument import data
 from labkit.instrument.dprobe_record import Recorder, digest, model_variables, sample_batches
-from labkit.instrument.observe import learning_rate
+from labkit.instrument.keras_reads import learning_rate
 
 
 def install(rec: Recorder) -> None:

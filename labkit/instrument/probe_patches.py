@@ -10,7 +10,7 @@ from typing import Any
 from labkit.core import patch
 from labkit.instrument import data, probe_record
 from labkit.instrument.callback_reads import plain, wrap_callback
-from labkit.instrument.observe import learning_rate
+from labkit.instrument.keras_reads import learning_rate
 from labkit.instrument.probe_record import (
     FAKE_GPUS,
     REAL,

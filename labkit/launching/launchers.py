@@ -24,7 +24,7 @@ from typing import ClassVar
 from labkit.core import contract, identity, proc
 from labkit.core import env as lkenv
 from labkit.launching import hosts, reach
-from labkit.nodes import virtual as nodes
+from labkit.nodes import access
 
 
 class LaunchError(RuntimeError):
@@ -90,7 +90,7 @@ def mpirun_flags(np: int, host_list: Sequence[hosts.Host] | None = None, cores: 
     if host_list:
         args += ["-H", hosts.hosts_arg(host_list)]
         # Virtual nodes: their ssh config, TCP on their subnet only.
-        args += nodes.mpirun_args([h.name for h in host_list])
+        args += access.mpirun_args([h.name for h in host_list])
     elif np > (cores or identity.cpu_count()):
         args.append("--oversubscribe")
     # Threads are limited per worker through env; binding to one core would starve
@@ -191,7 +191,8 @@ class HorovodRun(Launcher):
 
     def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:
         where = hosts.hosts_arg(self.hosts) if self.hosts else f"localhost:{self.np}"
-        head, extra = nodes.head_node([h.name for h in self.hosts], self.cwd)  # virtual nodes: run it on the first node
+        # Virtual nodes: run it on the first node.
+        head, extra = access.head_node([h.name for h in self.hosts], self.cwd)
         return [("launcher", [*head, tool("horovodrun"), "-np", str(self.np), "-H", where, self.controller, *command],
                  extra)]
 
@@ -241,7 +242,7 @@ class SSH(Launcher):
         super().__init__(np, host_list, **kw)
         if not self.hosts:
             raise LaunchError("the ssh launcher needs hosts: give --hosts h1:2,h2:2 or --hostfile FILE")
-        self.ssh_args = list(ssh_args) or nodes.ssh_args([h.name for h in self.hosts])
+        self.ssh_args = list(ssh_args) or access.ssh_args([h.name for h in self.hosts])
         self.cwd = cwd or os.getcwd()
 
     def start(self, job: proc.Job, command: Sequence[str], env: Mapping[str, str], log_dir: Path,

@@ -27,7 +27,8 @@ import time
 import psutil
 
 from labkit.core import contract, identity
-from labkit.core.proc import adopt_orphans, die_with_parent, read_chunks
+from labkit.core.orphans import adopt_orphans, die_with_parent
+from labkit.core.pipes import read_chunks
 from labkit.instrument import observe
 
 LOG_HEAD = 32 << 20  # bytes of a rank's output logged from its start

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from labkit.launching.hosts import Host, HostError, is_local
+from labkit.nodes import access
 from labkit.nodes import virtual as nodes
 
 SSH_HELP = """\
@@ -57,7 +58,7 @@ def ssh_preflight(hosts: Sequence[Host], timeout: float = 10, ssh: str = "ssh", 
     names = list(dict.fromkeys(h.name for h in hosts if not is_local(h.name)))
     if not names:
         return
-    ssh_args = list(ssh_args) or nodes.ssh_args([h.name for h in hosts])
+    ssh_args = list(ssh_args) or access.ssh_args([h.name for h in hosts])
     exe = shutil.which(ssh)
     if exe is None:
         raise HostError(f"{ssh!r} is not installed: apt-get install openssh-client to launch on {', '.join(names)}")

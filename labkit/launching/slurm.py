@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from labkit.core import contract, proc
+from labkit.core import contract, pipes, proc
 from labkit.launching import slurm_plain
 from labkit.launching.launchers import Command, Launcher, LaunchError, mpirun_flags, tool
 from labkit.launching.sbatch import SlurmOptions, directives, output_pattern
@@ -231,7 +231,7 @@ class Slurm(Launcher):
                           name=name) for name, argv, extra in self.commands(command, env)]
         show = int(env.get(contract.SHOW_RANK, "0") or 0)
         self._follow = threading.Event()
-        threading.Thread(target=proc.follow, args=(log_dir / f"rank.{show}.log", on_output, self._follow, on_end),
+        threading.Thread(target=pipes.follow, args=(log_dir / f"rank.{show}.log", on_output, self._follow, on_end),
                          daemon=True).start()
         return [p]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from labkit.core import contract, output, proc, progress, tfconfig
 from labkit.launching import hosts, launchers
-from labkit.nodes import virtual as nodes
+from labkit.nodes import access
 from labkit.records import runs
 from labkit.tfdist.cluster_result import ClusterResult, Task, record
 
@@ -82,7 +82,7 @@ class Cluster:
             self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
         self.host_list = list(host_list or [])
         # Virtual nodes: their ssh config.
-        self.ssh_args = list(ssh_args) or nodes.ssh_args([h.name for h in self.host_list])
+        self.ssh_args = list(ssh_args) or access.ssh_args([h.name for h in self.host_list])
         self.job = proc.Job()
         self.job_id = self.job.id
         self.log_dir = Path(log_dir) if log_dir else proc.new_log_dir(Path(cwd or ".") / "runs" / "logs")
