@@ -33,7 +33,7 @@ lint:
 
 # Record the checks' probe runs the judges are tested on (tests/fixtures/probes), about 16 minutes.
 probe-fixtures:
-	$(PY) tests/probe_cases.py
+	cd tests && ../$(PY) -m helpers.probe_cases
 
 gen:
 	$(PY) -m labkit.cli gen

@@ -1,15 +1,17 @@
-"""Shared test helpers: a real single-node Slurm cluster, leftover processes, judging recorded probe runs."""
+"""Fixtures every test folder shares (a real single-node Slurm cluster, the released course in a browser, leftover
+processes) and the markers the folders give: every test of tests/browser is ``browser`` and ``slow``; a ``horovod``
+test is skipped, saying why, where Horovod does not import."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import paths
 
-from labkit.check import Report, judging
-from labkit.course import labs
 from labkit.launching import slurm_local
 
 
@@ -52,7 +54,7 @@ def _running(needle: str) -> bool:
 
 
 def _runner(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, state: str):
-    import browser
+    from helpers import browser
 
     problem = browser.missing()
     if problem:
@@ -88,7 +90,7 @@ def finished_notebooks(request: pytest.FixtureRequest, tmp_path_factory: pytest.
         runner.close()
 
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARTIFACTS = paths.ARTIFACTS
 
 
 @pytest.fixture
@@ -97,35 +99,23 @@ def running() -> Callable[[str], bool]:
     return _running
 
 
-def judge_case(case) -> Report:  # a probe_cases.Case
-    """Judge a recorded probe run (``tests/fixtures/probes``) as the check would, without running anything."""
-    spec = labs.get(case.lab)
-    evidence = judging.load(case.fixture)
-    assert evidence.get("format") == judging.FORMAT, (
-        f"{case.fixture} was recorded in another evidence format: run `make probe-fixtures`")
-    module = judging.lab_module(case.lab)
-    upto = min(case.step or spec.n_steps, evidence["covers"])
-    return Report(case.lab, case.name, judging.judge(module.STEPS, evidence, upto, spec.steps))
+def _horovod_problem() -> str | None:
+    try:
+        importlib.import_module("horovod.tensorflow")
+    except Exception as e:  # noqa: BLE001 - an ImportError, or a build that fails to load its library
+        return f"Horovod does not import here ({type(e).__name__}: {e}); `make setup` builds it"
+    return None
 
 
-def expect_case(report: Report, case) -> None:
-    """Steps 1..case.passes pass; the next one fails, with case.hint in its message."""
-    judged = len(report.steps)
-    assert [s.passed for s in report.steps] == [s.step <= case.passes for s in report.steps], report.format()
-    if case.passes < judged:
-        assert report.first_failing_step == case.passes + 1, report.format()
-        assert case.hint in report.steps[case.passes].message, report.format()
-
-
-def real_check_matches_recording(case, tmp_path: Path, running: Callable[[str], bool], probe: str,
-                                 step: int | None = None) -> Report:
-    """Check ``case`` for real: it is judged as recorded, its evidence has the recorded shape, nothing is left."""
-    from labkit import check
-
-    out = tmp_path / "evidence.json"
-    report = check.run_check(case.lab, case.script(tmp_path), step, fresh=True, evidence_out=out)
-    expect_case(report, case)
-    assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
-        "the probe's evidence changed shape: run `make probe-fixtures`")
-    assert not running(probe)
-    return report
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    browser_dir = paths.TESTS / "browser"
+    horovod_problem: list[str | None] = []
+    for item in items:
+        if browser_dir in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("horovod") is not None:
+            if not horovod_problem:
+                horovod_problem.append(_horovod_problem())
+            if horovod_problem[0]:
+                item.add_marker(pytest.mark.skip(reason=horovod_problem[0]))

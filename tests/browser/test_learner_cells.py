@@ -1,0 +1,90 @@
+"""Learner cells hold what the learner reads and changes: no test plumbing, no solutions.
+
+Every code cell of every notebook is scanned for what belongs in labkit or in the tests: environment
+overrides, run records picked by internal ids, asserts, long helper functions, quick mode, solutions,
+impossible arguments that only keep a test's run going.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+from helpers import paths
+
+LABS = paths.LABS
+NOTEBOOKS = sorted(LABS.glob("*.ipynb"))
+HELPER_LINES = 8  # code lines a function defined in a cell may have (docstring and comments aside)
+
+PATTERNS = {
+    "an environment override": re.compile(r"\benv\s*=\s*(\{|dict\()|os\.environ|putenv"),
+    "records picked by internal ids": re.compile(r"sweep_id|run_id|\.get\(\s*[\"'](bench|run_id)[\"']\s*\)"),
+    "quick mode": re.compile(r"LABKIT_NB_QUICK|\b[Qq]uick\b|\bFAST\b|NB_QUICK"),
+    "solutions": re.compile(r"solutions/|\.\./solutions|_solution\.py\b(?!\")"),
+    "an accuracy no run can reach": re.compile(r"[\"']--target-accuracy[\"']\s*,\s*[\"']([2-9]|1\.\d*[1-9])"),
+}
+
+
+def _code_lines(node: ast.AST, source: str) -> int:
+    """Lines of code in a function, its docstring, blank lines and comments left out."""
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]
+    if not body:
+        return 0
+    lines = source.splitlines()[body[0].lineno - 1:body[-1].end_lineno]
+    return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
+
+
+def plumbing(source: str) -> list[str]:
+    """What in one cell's source is plumbing rather than the lab."""
+    found = [f"{what}: {m.group(0)!r}" for what, rx in PATTERNS.items() for m in [rx.search(source)] if m]
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return [*found, "a cell that does not parse"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert):
+            found.append(f"an assert on line {node.lineno}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _code_lines(node, code) > HELPER_LINES:
+            found.append(f"a helper function {node.name}() of {_code_lines(node, code)} lines: it belongs in labkit")
+    return found
+
+
+def learner_cells(path: Path) -> list[tuple[str, str]]:
+    cells = json.loads(path.read_text())["cells"]
+    return [(c.get("id", "?"), "".join(c["source"])) for c in cells if c["cell_type"] == "code"]
+
+
+def test_the_scan_finds_plumbing() -> None:
+    long_helper = "def lab_lr(epoch, workers):\n" + "".join(f"    x{i} = {i}\n" for i in range(HELPER_LINES)) + \
+        "    return x0\n"
+    bad = {
+        'job = run(cmd, env={runs.FILE_VAR: "x"})': "environment override",
+        'os.environ["A"] = "1"': "environment override",
+        'records = [r for r in rs if r.get("bench") in ids]': "internal ids",
+        'ids = {sweep.conditions["sweep_id"]}': "internal ids",
+        'assert report.ok, "did not resume"': "an assert",
+        long_helper: "helper function lab_lr",
+        'SCRIPT = "../solutions/fashion_mnist_after_step_04.py"': "solutions",
+        'if notebook.quick():\n    pass': "quick mode",
+        'args = ["--epochs", "3", "--target-accuracy", "2"]': "accuracy no run can reach",
+    }
+    for source, expected in bad.items():
+        found = "\n".join(plumbing(source))
+        assert expected in found, (source, found)
+    fine = ('def train(np=2):\n    """Launch."""\n    return notebook.run(["python", SCRIPT], np=np)\n'
+            'report = check.horovod(3, script=SCRIPT)\nargs = ["--target-accuracy", "0.82"]\n%matplotlib inline\n'
+            'job = dashboard.watch(["python", SCRIPT], np=2, records=RECORDS)\n')
+    assert plumbing(fine) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_learner_cells_carry_no_plumbing(path: Path) -> None:
+    found = [f"{path.name} cell {cell_id}: {what}" for cell_id, source in learner_cells(path)
+             for what in plumbing(source)]
+    assert found == [], "\n".join(found)

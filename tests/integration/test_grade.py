@@ -1,0 +1,236 @@
+"""labkit.grading.grade and labkit.grading.reports:
+points, outputs CI systems read, and grading that survives hostile scripts."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import paths
+
+from labkit.course import labs
+from labkit.course import release as course
+from labkit.grading import grade, reports
+
+ROOT = labs.ROOT
+XSD = paths.FIXTURES / "junit" / "JUnit.xsd"
+
+
+def _result() -> grade.Result:
+    cases = [grade.Case("horovod", 1, "init", True, "ok", 1.0, 1.0, 2.0),
+             grade.Case("horovod", 2, "verbose", False, "rank 1 prints <progress> & \x1b[0mbars\nmore", 0.0, 2.0, 2.0),
+             grade.Case("mirrored", 1, "devices", False, "not started: ...", 0.0, 1.0)]
+    return grade.Result("labs", cases, 4.0)
+
+
+def test_junit_is_valid_against_the_schema_ci_systems_read() -> None:
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    text = reports.junit_xml(_result())
+    suites = ET.fromstring(text)
+    xmlschema.XMLSchema(str(XSD)).validate(text)  # the aggregated form: testsuites, each with package and id
+    assert [s.get("name") for s in suites] == ["horovod", "mirrored"]
+    failure = suites[0].findall("testcase")[1].find("failure")
+    assert failure is not None and failure.get("message").startswith("rank 1 prints <progress>")
+    assert "more" in failure.text and "\x1b" not in failure.text
+    assert suites[0].get("failures") == "1" and suites[0].get("tests") == "2"
+
+
+def test_a_broken_document_is_rejected_by_the_schema() -> None:
+    import xmlschema
+
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        xmlschema.XMLSchema(str(XSD)).validate('<testsuite name="x" tests="1"><testcase name="a"/></testsuite>')
+
+
+def test_classroom_result_and_its_base64_form() -> None:
+    result = _result()
+    obj = reports.classroom(result)
+    assert obj["version"] == 1 and obj["status"] == "fail" and obj["max_score"] == 4.0
+    assert [t["status"] for t in obj["tests"]] == ["pass", "fail", "fail"]
+    assert obj["tests"][0] | {"score": 1.0, "max_score": 1.0} == obj["tests"][0]
+    assert json.loads(base64.b64decode(reports.classroom_b64(result))) == obj
+
+
+def test_summary_is_a_markdown_table() -> None:
+    text = reports.summary_markdown(_result())
+    assert text.startswith("## labkit grade: 1 / 4 points")
+    assert "| horovod | 2: verbose | **fail** | 0/2 | rank 1 prints <progress> & " in text
+
+
+def test_points_from_the_course_configuration(tmp_path: Path) -> None:
+    lab = labs.get("mirrored")
+    assert grade.step_points(lab, {}) == [1.0] * 4
+    assert grade.step_points(lab, {"points": {"mirrored": 10}}) == [2.5] * 4
+    assert grade.step_points(lab, {"points": {"mirrored": [1, 2, 3, 4]}}) == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="a list of 4 numbers"):
+        grade.step_points(lab, {"points": {"mirrored": [1, 2]}})
+    (tmp_path / "pyproject.toml").write_text('[tool.labkit.grading]\nlabs = ["mirrored"]\n')
+    (tmp_path / "labs").mkdir()
+    assert grade.load_config(tmp_path / "labs") == {"labs": ["mirrored"]}
+
+
+def _checkout(tmp_path: Path, scripts: dict[str, str]) -> Path:
+    """A learner's labs/ folder: starter name -> source file (``starter`` keeps the handed-out starter)."""
+    folder = tmp_path / "course" / "labs"
+    folder.mkdir(parents=True)
+    for name, source in scripts.items():
+        src = ROOT / "labs" / name if source == "starter" else ROOT / "solutions" / source
+        shutil.copy2(src, folder / name)
+    return folder
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, float]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime) for p in folder.rglob("*")
+            if p.is_file()}
+
+
+def test_untouched_starters_score_zero_in_seconds(tmp_path: Path) -> None:
+    folder = _checkout(tmp_path, {lab.starter: "starter" for lab in labs.LABS.values()})
+    (folder / "fashion_mnist_ps.py").write_text((folder / "fashion_mnist_ps.py").read_text() + "\n# my notes\n")
+    before = _snapshot(folder.parent)
+    start = time.perf_counter()
+    result = grade.grade(folder)
+    assert time.perf_counter() - start < 30
+    steps = sum(lab.n_steps for lab in labs.LABS.values())
+    assert result.score == 0 and result.max_score == steps and len(result.cases) == steps
+    assert all(c.message.startswith("not started") for c in result.cases)
+    assert _snapshot(folder.parent) == before
+
+
+def test_a_missing_script_scores_zero_and_says_so(tmp_path: Path) -> None:
+    folder = _checkout(tmp_path, {})
+    result = grade.grade(folder, ["mirrored"])
+    assert result.score == 0 and "missing" in result.cases[0].message
+
+
+HOSTILE = {
+    "syntax error": ("def main(:\n    pass\n", "SyntaxError"),
+    "exit at import": ("import sys\nprint('bye')\nsys.exit(3)\n", "code 3"),
+    "endless loop": ("while True:\n    pass\n", "timed out"),
+    "kills its parent": ("import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(300)\n",
+                         "the check was stopped"),
+    "leaves children": ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
+                        "'import time; time.sleep(303)'], start_new_session=True)\nsys.exit(1)\n", "code 1"),
+    "floods its output": ("import sys\nfor i in range(60000):\n    print('x' * 100)\nsys.exit(1)\n", "code 1"),
+}
+
+
+def _left_behind(mark: str) -> list[str]:
+    """Live processes started with ``GRADE_TEST_MARK=mark`` in their environment (this test's only: other
+    work on the machine may run checks at the same time)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get("GRADE_TEST_MARK") == mark:
+                out.append(" ".join(p.info["cmdline"] or []))
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_scripts_fail_step_one_with_nothing_left_running(tmp_path: Path, kind: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    mark = f"{kind}-{time.time()}"
+    monkeypatch.setenv("GRADE_TEST_MARK", mark)  # inherited by every process the grading starts
+    source, expect = HOSTILE[kind]
+    folder = tmp_path / "labs"
+    folder.mkdir()
+    (folder / "fashion_mnist_mirrored.py").write_text(source)
+    start = time.perf_counter()
+    result = grade.grade(folder, ["mirrored"], timeout=20)
+    assert time.perf_counter() - start < 20 + 60
+    first = result.cases[0]
+    assert not first.passed and expect in first.message, first.message[-1500:]
+    assert len(first.message) < 20000
+    assert result.score == 0
+    assert _left_behind(mark) == []
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_the_workflow_grades_a_course_repository(tmp_path: Path) -> None:
+    """The workflow's own shell steps (read from its YAML), in a course repository made by `labkit release`."""
+    import yaml
+
+    repo = tmp_path / "course"
+    course.release(repo)
+    (repo / ".venv").symlink_to(Path(sys.executable).parent.parent)  # what its setup step would create
+    steps = yaml.safe_load((repo / ".github" / "workflows" / "grade.yml").read_text())["jobs"]["grade"]["steps"]
+    grade_step = next(s for s in steps if s.get("id") == "grade")
+    assert any(s.get("id") == "setup" and s["run"] == "make setup" for s in steps)  # not run here: it reinstalls
+
+    def run_workflow() -> tuple[int, dict[str, str], dict]:
+        out, summary = tmp_path / "github_output", tmp_path / "summary.md"
+        out.write_text("")
+        env = {**_clean_env(), "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+        done = subprocess.run(["bash", "-e", "-c", grade_step["run"]], cwd=repo, env=env, capture_output=True,
+                              text=True, timeout=900)
+        outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+        return done.returncode, outputs, json.loads(base64.b64decode(outputs["result"]))
+
+    code, outputs, points = run_workflow()  # the release: untouched starters, scored in seconds
+    config = grade.load_config(repo / "labs")
+    top = sum(sum(grade.step_points(labs.get(name), config)) for name in config["labs"])
+    assert code == 1 and outputs["score"] == "0" and points["max_score"] == pytest.approx(top)
+    # A learner half-way: Horovod up to step 3, the MirroredStrategy lab done, two labs not started.
+    shutil.copy2(labs.get("horovod").solution(3), repo / "labs" / "fashion_mnist.py")
+    shutil.copy2(labs.get("mirrored").solution(), repo / "labs" / "fashion_mnist_mirrored.py")
+    code, outputs, points = run_workflow()
+    failing = [t["name"].split(":")[0] for t in points["tests"] if t["status"] == "fail"]
+    assert code == 1 and outputs["score"] == "7"
+    assert failing == [*[f"horovod step {k}" for k in range(4, labs.get("horovod").n_steps + 1)],
+                       *[f"multiworker step {k}" for k in range(1, labs.get("multiworker").n_steps + 1)],
+                       *[f"parameter-server step {k}" for k in range(1, labs.get("parameter-server").n_steps + 1)]]
+    # A course that grades that one lab only (its pyproject.toml says which): everything passes, exit 0.
+    # (Each lab's final solution passing every step is its own lab test's real check.)
+    pyproject = repo / "pyproject.toml"
+    text = pyproject.read_text()
+    labs_line = next(line for line in text.splitlines() if line.startswith("labs = ["))
+    pyproject.write_text(text.replace(labs_line, 'labs = ["mirrored"]'))
+    code, outputs, points = run_workflow()
+    assert code == 0 and outputs["score"] == "4", [t["message"] for t in points["tests"] if t["status"] != "pass"]
+    assert (repo / "grade.xml").is_file() and "labkit grade: 4 / 4" in (tmp_path / "summary.md").read_text()
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_", "GITHUB_"))}
+
+
+def test_only_a_well_formed_report_of_a_finished_check_counts() -> None:
+    lab = labs.get("mirrored")
+    good = json.dumps({"lab": "mirrored", "steps": [{"step": 1, "passed": True, "message": "ok"}]})
+    assert grade._report_of("noise\n" + good + "\n", 1, lab) is not None
+    assert grade._report_of(good, -9, lab) is None  # the check was killed: its output proves nothing
+    assert grade._report_of(good + "\nmore output\n", 0, lab) is None  # not its last line
+    assert grade._report_of(good.replace('"mirrored"', '"horovod"'), 0, lab) is None
+    assert grade._report_of(good.replace('"step": 1', '"step": 9'), 0, lab) is None
+    assert grade._report_of(good.replace('"message": "ok"', '"msg": "ok"'), 0, lab) is None
+
+
+def test_a_wrong_assessment_table_fails_before_any_lab_is_graded(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from labkit.cli import main as cli
+
+    (tmp_path / "pyproject.toml").write_text('[tool.labkit.grading]\nlabs = ["horovod"]\n\n'
+                                             '[tool.labkit.grading.assessment]\nbudget = 180\n')
+    (tmp_path / "labs").mkdir()
+    start = time.perf_counter()
+    assert cli.main(["grade", str(tmp_path / "labs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("labkit grade: [tool.labkit.grading.assessment]: budget is relative to the machine")
+    assert "multiple = M" in err and time.perf_counter() - start < 5

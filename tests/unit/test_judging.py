@@ -1,0 +1,194 @@
+"""The one judging loop: order, caching, scripts that do not parse, the evidence format, the CLI contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.probe_cases import CASES
+
+from labkit import check
+from labkit.check import judging, lab_horovod, lr_rule
+from labkit.course import labs
+
+
+def test_judge_stops_at_the_first_failure_and_adds_the_run_error() -> None:
+    def ok(ev: dict[str, Any]) -> str:
+        return "fine"
+
+    def bad(ev: dict[str, Any]) -> str:
+        raise judging.Failed("change this")
+
+    results = judging.judge([ok, bad, ok], {"run_error": "boom"}, 3, ["one", "two", "three"])
+    assert [r.passed for r in results] == [True, False, False]
+    assert results[0].message == "one: fine"
+    assert "two: change this" in results[1].message and "boom" in results[1].message
+    assert "fix step 2 first" in results[2].message
+
+
+def test_evidence_missing_a_field_fails_the_step_with_a_reason() -> None:
+    def needs(ev: dict[str, Any]) -> str:
+        return ev["records"]["worker.0"]
+
+    [r] = judging.judge([needs], {}, 1, ["step"])
+    assert not r.passed and "did not record" in r.message and "records" in r.message
+
+
+def test_a_missing_script_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        check.run_check("mirrored", tmp_path / "nope.py")
+    with pytest.raises(ValueError, match="steps 1..4"):
+        check.run_check("mirrored", tmp_path / "nope.py", 7)
+
+
+@pytest.mark.parametrize("lab", sorted(labs.LABS))
+def test_a_script_that_does_not_parse_fails_step_1_without_running(lab: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import tensorflow as tf\ndef main(:\n    pass\n")
+    report = check.run_check(lab, bad)
+    assert report.first_failing_step == 1 and "line 2" in report.steps[0].message
+    assert len(report.steps) == labs.get(lab).n_steps
+    assert report.seconds is not None and report.seconds < 5
+
+
+class _Lab:
+    """A lab module whose run is faked: it records how often it ran and how far."""
+
+    def __init__(self, results: list[bool]) -> None:
+        self.calls: list[int] = []
+        self.STEPS = [self._step(ok) for ok in results]
+
+    @staticmethod
+    def _step(ok: bool):
+        def judge(ev: dict[str, Any]) -> str:
+            if not ok:
+                raise judging.Failed("no")
+            return "ok"
+        return judge
+
+    def upto(self, step: int) -> int:
+        return 4 if step >= 4 else 3
+
+    def collect(self, script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+        self.calls.append(upto)
+        return {}
+
+
+def test_an_unchanged_script_is_judged_again_without_running(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _Lab([True, False, True, True])
+    monkeypatch.setattr(judging, "lab_module", lambda lab: fake)
+    monkeypatch.setattr(judging, "_CACHE", {})
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    assert check.run_check("multiworker", script, 1).passed
+    assert check.run_check("multiworker", script, 3).first_failing_step == 2
+    report = check.run_check("multiworker", script, 4)  # fails at step 2: the kill run is not needed
+    assert [s.step for s in report.steps] == [1, 2, 3, 4] and fake.calls == [3]
+    script.write_text("print('changed')\n")
+    check.run_check("multiworker", script, 2)
+    assert fake.calls == [3, 3]
+    check.run_check("multiworker", script, 2, fresh=True)
+    assert fake.calls == [3, 3, 3]
+
+
+def test_a_run_that_passes_step_3_is_run_again_for_step_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _Lab([True, True, True, True])
+    monkeypatch.setattr(judging, "lab_module", lambda lab: fake)
+    monkeypatch.setattr(judging, "_CACHE", {})
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    check.run_check("multiworker", script, 3)
+    assert check.run_check("multiworker", script, 4).passed
+    assert check.run_check("multiworker", script, 2).passed
+    assert fake.calls == [3, 4]
+
+
+def test_every_case_has_a_fixture_in_the_current_format() -> None:
+    stale = [str(c.fixture) for c in CASES
+             if not c.fixture.exists() or judging.load(c.fixture).get("format") != judging.FORMAT]
+    assert stale == [], f"record them again with `make probe-fixtures`: {stale}"
+
+
+def test_shape_keeps_the_keys_not_the_values() -> None:
+    assert judging.shape({"a": {"b": [1], "c": None}, "d": 1.5}) == {"a": {"b": "list", "c": "value"}, "d": "value"}
+    assert judging.shape({"a": 1}) != judging.shape({"a": 1, "b": 2})
+    assert judging.shape({"a": {"b": {"c": 1}}}, depth=2) == {"a": {"b": "dict"}}
+
+
+def test_cli_json_contract(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def main(:\n")
+    out = subprocess.run([sys.executable, "-m", "labkit.cli", "check", "horovod", str(bad), "--step", "3", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 1
+    assert data["lab"] == "horovod" and data["passed"] is False and data["first_failing_step"] == 1
+    assert [s["step"] for s in data["steps"]] == [1, 2, 3]
+    assert {"step", "passed", "message"} <= set(data["steps"][0])
+    missing = subprocess.run([sys.executable, "-m", "labkit.cli", "check", "horovod", str(tmp_path / "no.py")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "no.py not found" in missing.stderr and "Traceback" not in missing.stderr
+
+
+# The learning-rate step (Horovod step 8, multi-worker step 5) on rates made up here: every rule can fail.
+WORDS = lr_rule.Words("rank", "workers", "hvd.size()", "SCALE-HINT", "WARMUP-HINT")
+
+
+def _hvd_warmup(base: float, n: int, warmup: int, epochs: int, steps: int) -> list[list[float]]:
+    """Horovod's LearningRateWarmupCallback, batch by batch, then the scaled rate."""
+    out = []
+    for e in range(epochs):
+        out.append([base * n / n * ((e + (b + 1) / steps) * (n - 1) / warmup + 1) if e < warmup else base * n
+                    for b in range(steps)])
+    return out
+
+
+@pytest.mark.parametrize("rates", [
+    _hvd_warmup(0.02, 2, 3, 6, 6),
+    _hvd_warmup(0.02, 2, 5, 6, 6),
+    [[0.02] * 4, [0.03] * 4, [0.04] * 4, [0.04] * 4],  # a per-epoch ramp (LearningRateScheduler)
+    [[0.02, 0.025, 0.03, 0.035], [0.04, 0.04, 0.004, 0.004]],  # reached, then a schedule's own decay
+])
+def test_a_scaled_warmed_up_rate_passes(rates: list[list[float]]) -> None:
+    message = lr_rule.judge({"rank 0": rates, "rank 1": [list(ep) for ep in rates]}, 0.02, 2, WORDS)
+    assert "0.04" in message and "every rank" in message
+
+
+@pytest.mark.parametrize(("rates", "other", "says"), [
+    ([[0.02] * 4] * 3, None, "never rose above --base-lr"),  # the step-7 script
+    ([[0.04] * 4] * 3, None, "no warm-up"),
+    ([[0.02] * 4, [0.03] * 4, [0.035] * 4], None, "still rising"),
+    ([[0.02] * 4, [0.03] * 4, [0.03] * 4], None, "rose to 0.03 at most"),
+    ([[0.04, 0.06, 0.08], [0.08] * 3], None, "above"),  # scaled twice
+    ([[0.02, 0.03, 0.025, 0.04], [0.04] * 4], None, "fell"),
+    ([[0.02, 0.03, 0.04], [0.04] * 3], [[0.02, 0.03, 0.04], [0.08] * 3], "rank 1 trained with"),
+    ([[0.02, None, 0.04], [0.04] * 3], None, "could not be read"),
+    ([[], []], None, "no training batch"),
+])
+def test_each_rule_of_the_learning_rate_step_can_fail(rates: list, other: list | None, says: str) -> None:
+    with pytest.raises(judging.Failed, match=says) as e:
+        lr_rule.judge({"rank 0": rates, "rank 1": other or [list(ep) for ep in rates]}, 0.02, 2, WORDS)
+    if says in ("never rose above --base-lr", "no warm-up"):
+        assert ("SCALE-HINT" in str(e.value)) == (says != "no warm-up") and "WARMUP-HINT" in str(e.value)
+
+
+def test_step_8_explains_horovods_momentum_correction_crash() -> None:
+    tb = ('File ".../horovod/_keras/callbacks.py", line 154, in _adjust_learning_rate\n'
+          "    self.backend.set_value(self.model.optimizer.momentum,\nAttributeError: 'float' object has no attribute "
+          "'dtype'")
+    ev = {"np": 2, "batch": 16, "timed_out": False, "start_error": None, "weights": {},
+          "states": {str(r): {"milestones": ["start", "fit_start"], "error": {
+              "type": "AttributeError", "message": "'float' object has no attribute 'dtype'", "traceback": tb}}
+              for r in range(2)},
+          "ranks": {str(r): {"exit": 1, "error": "", "log_tail": ""} for r in range(2)}}
+    with pytest.raises(judging.Failed, match="momentum_correction=False"):
+        lab_horovod.STEPS[2](ev)
+    ev["states"]["0"]["error"]["traceback"] = ev["states"]["1"]["error"]["traceback"] = "elsewhere"
+    with pytest.raises(judging.Failed) as e:
+        lab_horovod.STEPS[2](ev)
+    assert "momentum_correction" not in str(e.value)
