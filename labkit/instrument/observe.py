@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import contract, files, identity, patch
+from labkit.instrument import shrink
 from labkit.instrument.keras_reads import batch_of
 from labkit.records import jobrecord, runs
 
@@ -225,42 +226,16 @@ def _patch_coordinator(module: Any) -> None:
     module.Worker._process_closure = _process_closure
 
 
-def shrink_filters(filters: int, divisor: int) -> int:
-    """Conv2D filters after ``--shrink``: divided, but not below 16 (nor above the original)."""
-    return max(min(filters, 16), filters // max(1, divisor))
-
-
 def _shrink(spec: str) -> None:
     """Smaller data and narrower convolutions, for benchmarking a full-size script on a CPU."""
     try:
-        train, test, divisor = (int(v) for v in spec.split(","))
+        train, test, divisor = shrink.parse(spec)
     except ValueError:
         STATE.setdefault("observer_errors", []).append(f"bad {SHRINK_VAR}={spec!r}: want TRAIN,TEST,DIVISOR")
         return
     STATE["shrink"] = {"train": train, "test": test, "width_divisor": divisor}
-
-    def data(module: Any) -> None:
-        real = module.load_data
-
-        def load_data(*a: Any, **k: Any) -> Any:
-            (x, y), (xt, yt) = real(*a, **k)
-            return (x[:train] if train else x, y[:train] if train else y), (
-                xt[:test] if test else xt, yt[:test] if test else yt)
-
-        module.load_data = load_data
-
-    def conv(module: Any) -> None:
-        cls = module.Conv2D
-        real_init = cls.__init__
-
-        def __init__(self: Any, filters: int, *a: Any, **k: Any) -> None:
-            real_init(self, shrink_filters(int(filters), divisor), *a, **k)
-
-        cls.__init__ = __init__
-
-    when_imported("tf_keras.src.datasets.fashion_mnist", data)
-    if divisor > 1:
-        when_imported("tf_keras.src.layers.convolutional.conv2d", conv)
+    for module, hook in shrink.hooks(train, test, divisor).items():
+        when_imported(module, hook)
 
 
 def install(folder: str | None = None) -> bool:

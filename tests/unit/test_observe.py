@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.instrument import keras_reads, observe
+from labkit.instrument import keras_reads, observe, shrink
 from labkit.records import jobrecord
 
 SCRIPT = textwrap.dedent('''
@@ -82,8 +82,8 @@ def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
 def test_shrink_narrows_convolutions_and_data_from_outside(observed) -> None:
     out, _, _ = observed
     assert "sizes 1000 100" in out.stdout and "filters 16" in out.stdout
-    assert observe.shrink_filters(160, 10) == 16 and observe.shrink_filters(640, 10) == 64
-    assert observe.shrink_filters(16, 10) == 16 and observe.shrink_filters(8, 10) == 8
+    assert shrink.shrink_filters(160, 10) == 16 and shrink.shrink_filters(640, 10) == 64
+    assert shrink.shrink_filters(16, 10) == 16 and shrink.shrink_filters(8, 10) == 8
 
 
 def test_without_a_launcher_nothing_is_patched_or_written(tmp_path: Path) -> None:
