@@ -6,7 +6,7 @@ import re
 
 import pytest
 from helpers import paths
-from test_notebooks import clean_code_cells, outputs_text
+from helpers.notebooks import clean_code_cells, outputs_text
 
 LABS = paths.LABS
 NB = LABS / "02_horovod.ipynb"

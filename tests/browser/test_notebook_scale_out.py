@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
-from test_notebooks import clean_code_cells, outputs_text
+from helpers.notebooks import clean_code_cells, outputs_text
 
 LABS = paths.LABS
 NB = LABS / "07_scale_out.ipynb"

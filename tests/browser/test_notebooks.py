@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
 import pytest
 from helpers import paths
+from helpers.notebooks import outputs_text
 
 LABS = paths.LABS
 NOTEBOOKS = {
@@ -35,27 +34,6 @@ def test_notebook_opens_with_what_it_takes_and_gives(name: str) -> None:
     time_part = first.source.partition("**Time:**")[2].partition("**At the end**")[0]
     assert "CPU" in time_part and "GPU" in time_part, "say how long the cells compute on a CPU and on a GPU"
     assert "**At the end**" in first.source and ("**You will**" in first.source or "you will" in first.source)
-
-
-def clean_code_cells(path: Path) -> list:
-    """The code cells of a notebook, after checking it is valid and committed without outputs or long cells."""
-    nb = nbformat.read(path, as_version=4)
-    nbformat.validate(nb)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.outputs == [] and c.execution_count is None for c in code), "clear the outputs before committing"
-    assert all(len(c.source.splitlines()) <= 15 for c in code), "long code belongs in labkit"
-    return code
-
-
-def outputs_text(nb) -> str:
-    parts = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.output_type == "stream":
-                parts.append(out.text)
-            elif out.output_type in ("execute_result", "display_data"):
-                parts.append(str(out.get("data", {}).get("text/plain", "")))
-    return "".join(parts)
 
 
 @pytest.mark.slow

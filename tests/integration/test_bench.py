@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
-from test_notebooks import outputs_text
+from helpers.notebooks import outputs_text
 
 from labkit.cli import bench as bench_cli
 from labkit.cli import main as cli
