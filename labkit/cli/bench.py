@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from labkit.cli import allreduce as allreduce_cli
+from labkit.cli import knobs as knobs_cli
 from labkit.core.cliargs import accuracy, add_script, positive_float, positive_int
 from labkit.figures import plot
 from labkit.launching.launch import LaunchError
@@ -84,6 +85,7 @@ def add_cli(sub) -> None:
     add_script(p, what="any Keras training script")  # the grammar of every command that runs a script: labkit.cli.main
     p.set_defaults(func=_cli)
     allreduce_cli.add_to_bench(p)  # `labkit bench allreduce`: the link instead of a script
+    knobs_cli.add_to_bench(p)  # `labkit bench knobs`: Horovod's communication knobs
 
 
 def _cli(a) -> int:

@@ -4,8 +4,9 @@
 
 Each step does the work that takes rank 0 ``--compute-ms`` of CPU time (matrix products standing in for forward and
 backward passes), then all-reduces ``--tensors`` "gradients" of ``--kib`` KiB each in one graph (so Horovod can
-fuse them). Every rank prints one line per step: ``STEP {"rank": r, "step": s, "compute_s": ..., "comm_s": ...}``;
-``comm_s`` is the time in the all-reduce, waiting for the slowest rank included.
+fuse them; ``--fp16`` sends them as float16). Every rank prints one line per step:
+``STEP {"rank": r, "step": s, "compute_s": ..., "comm_s": ...}``; ``comm_s`` is the time in the all-reduce,
+waiting for the slowest rank included.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tensors", type=int, default=6)
     p.add_argument("--kib", type=int, default=64)
     p.add_argument("--tag", default="", help="a mark in the command line (to find a rank from outside)")
+    p.add_argument("--fp16", action="store_true", help="compress the gradients to float16 for the all-reduce")
     a = p.parse_args(argv)
 
     import horovod.tensorflow as hvd
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
     @tf.function
     def reduce(gs):
-        return [hvd.allreduce(g, op=hvd.Average, name=f"grad_{i}") for i, g in enumerate(gs)]
+        compression = hvd.Compression.fp16 if a.fp16 else hvd.Compression.none
+        return [hvd.allreduce(g, op=hvd.Average, name=f"grad_{i}", compression=compression) for i, g in enumerate(gs)]
 
     m = np.random.default_rng(hvd.rank()).random((96, 96))
     start, work = time.process_time(), 0  # CPU time: the same count on a busy machine

@@ -13,7 +13,7 @@ from labkit.cli import allreduce as allreduce_cli
 from labkit.cli import main as cli
 from labkit.core import contract
 from labkit.instrument import allreduce_worker
-from labkit.measure import allreduce
+from labkit.measure import allreduce, knobs
 from labkit.nodes import net
 from labkit.nodes import virtual as nodes
 
@@ -148,3 +148,22 @@ def test_the_link_gives_the_ring_models_bandwidth(link: nodes.VirtualNodes, via:
     assert r.rate == "200mbit" and r.workers == 2 and [s.bytes for s in r.sizes] == [2**20, 2**23, 2**26]
     for s in r.sizes[1:]:  # 8 MiB and more: the link's rate, not latency, sets the time
         assert band[0] <= s.ratio <= band[1], f"{s.bytes} bytes: {s.median:.3f} s against the model's {s.model:.3f} s"
+
+
+@pytest.mark.slow
+def test_fp16_compression_halves_the_time_on_a_slow_link(link: nodes.VirtualNodes) -> None:
+    """On a 200 Mbit/s link the bytes set the all-reduce's time: float16 sends half of them."""
+    r = knobs.sweep("compression", hostfile=link.hostfile, steps=10, launcher="gloo")  # Gloo: the ring model (above)
+    print(r)
+    fp32, fp16 = r.variants
+    assert r.rate == "200mbit" and len(r.hosts) == 2 and r.np == 2
+    assert fp16.comm_s < 0.75 * fp32.comm_s, str(r)
+
+
+@pytest.mark.slow
+def test_without_fusion_many_small_tensors_cost_far_more(link: nodes.VirtualNodes) -> None:
+    """64 tensors of 16 KiB a step: fused, one all-reduce; unfused, 64 of them, each with its own round trips."""
+    r = knobs.sweep("fusion", hostfile=link.hostfile, steps=10, launcher="gloo")
+    print(r)
+    fused, unfused = r.variants
+    assert unfused.comm_s > 1.5 * fused.comm_s, str(r)
