@@ -39,7 +39,7 @@ hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 step "System packages"
 APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
 if [ "${LABKIT_TEST_TOOLS:-0}" = "1" ]; then
-  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client chromium)
+  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client chromium nodejs)
 fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -107,14 +107,16 @@ if [ "$GPU_WANTED" = "auto" ]; then
 fi
 EXTRA=""
 [ "$GPU_WANTED" = "1" ] && EXTRA="tensorflow[and-cuda]==2.21.*"
-DEPS_STAMP="$VENV/.labkit-deps-$(hash_of pyproject.toml)-gpu$GPU_WANTED"
+EXTRAS="test"
+[ "${LABKIT_TEST_TOOLS:-0}" = "1" ] && EXTRAS="test,workshop"  # the tests also bring up a workshop's JupyterHub
+DEPS_STAMP="$VENV/.labkit-deps-$(hash_of pyproject.toml)-gpu$GPU_WANTED-$EXTRAS"
 # Fast path: package metadata only (importing TensorFlow takes seconds); `labkit doctor` at the end imports for real.
 if [ -f "$DEPS_STAMP" ] && "$PY" -c 'import importlib.metadata as m; [m.version(p) for p in ("labkit", "tensorflow", "tf-keras", "mpi4py", "ipyparallel", "jupyterlab")]' 2>/dev/null; then
   echo "up to date"
 else
   echo "installing (the first time this downloads about 1 GB)..."
   # shellcheck disable=SC2086
-  pip_install -e ".[test]" $EXTRA || die "could not install the Python packages (see above)"
+  pip_install -e ".[$EXTRAS]" $EXTRA || die "could not install the Python packages (see above)"
   rm -f "$VENV"/.labkit-deps-*
   touch "$DEPS_STAMP"
 fi

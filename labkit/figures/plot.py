@@ -69,7 +69,8 @@ def _notebook_png() -> None:
             pass
 
 
-def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.6) -> Any:
+def figure_grid(ncols: int = 1, width: float = 5.0, height: float = 3.6) -> Any:
+    """A figure of ``ncols`` axes side by side (shown as a PNG in a notebook) and its axes."""
     from matplotlib.figure import Figure
 
     _notebook_png()
@@ -168,14 +169,14 @@ def draw_time_to_accuracy(ax: Any, groups: dict[str, list[Any]]) -> None:
 
 def throughput(*data: Any) -> Any:
     """Images/sec against workers with the ideal linear line."""
-    fig, (ax,) = _figure(1)
+    fig, (ax,) = figure_grid(1)
     draw_throughput(ax, merged(*data))
     return fig
 
 
 def speedup(*data: Any) -> Any:
     """Speedup and efficiency against workers, with the ideal lines."""
-    fig, (a, b) = _figure(2)
+    fig, (a, b) = figure_grid(2)
     groups = merged(*data)
     draw_speedup(a, groups)
     draw_efficiency(b, groups)
@@ -184,7 +185,7 @@ def speedup(*data: Any) -> Any:
 
 def time_to_accuracy(*data: Any) -> Any:
     """Seconds to the target validation accuracy, per worker count (of each sweep or record list given)."""
-    fig, (ax,) = _figure(1)
+    fig, (ax,) = figure_grid(1)
     draw_time_to_accuracy(ax, merged(*data))
     return fig
 
@@ -192,7 +193,7 @@ def time_to_accuracy(*data: Any) -> Any:
 def scaling(*data: Any) -> Any:
     """Throughput (with the ceiling when measured), speedup, efficiency and time to accuracy in one
     figure (what ``labkit bench --plot`` saves)."""
-    fig, (a, b, c, d) = _figure(4, width=4.4)
+    fig, (a, b, c, d) = figure_grid(4, width=4.4)
     groups = merged(*data)
     draw_throughput(a, groups)
     draw_speedup(b, groups)

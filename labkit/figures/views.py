@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.figures.plot import _figure
+from labkit.figures.plot import figure_grid
 from labkit.figures.scaling_model import learning_rate
 
 SNAPSHOTS = (("init", "initial\nweights"), ("after_b0", "after\nstep 1"), ("b1_begin", "before\nstep 2"),
@@ -48,7 +48,7 @@ def rank_weights(report: Any) -> Any:
     if not evidence.get("weights"):
         raise ValueError("this report has no weight snapshots: run a Horovod check first (check.horovod(N))")
     gaps, update = weight_gaps(evidence), update_gap(evidence)
-    fig, (ax, bx) = _figure(ncols=2, width=4.2, height=3.2)
+    fig, (ax, bx) = figure_grid(ncols=2, width=4.2, height=3.2)
     xs = [i for i, (_, g) in enumerate(gaps) if g is not None]
     ax.plot(xs, [gaps[i][1] for i in xs], "o-", color="#C44E52")
     ax.set_xticks(range(len(gaps)), [label for label, _ in gaps], fontsize=7)
@@ -68,7 +68,7 @@ def rank_weights(report: Any) -> Any:
 
 def resume_timeline(report: Any) -> Any:
     """Epochs the chief ran before a worker was killed and after the cluster restarted."""
-    fig, (ax,) = _figure(width=6.5, height=2.4)
+    fig, (ax,) = figure_grid(width=6.5, height=2.4)
     done, cut = report.completed_before, report.before[-1:] if report.before else []
     for row, epochs, color, label in ((1, done, "#55A868", "completed"), (1, cut, "#C44E52", "cut by the kill"),
                                       (0, report.after, "#4C72B0", "after the restart")):
@@ -98,7 +98,7 @@ def _record(run: Any) -> dict[str, Any]:
 def curves(*runs: Any, labels: list[str] | None = None) -> Any:
     """Training curves from run records: validation (and training) accuracy against the wall clock, and
     images/sec per epoch. Each run is a launch result, a ``notebook.python`` result or a record."""
-    fig, (ax, bx) = _figure(ncols=2, width=4.6, height=3.2)
+    fig, (ax, bx) = figure_grid(ncols=2, width=4.6, height=3.2)
     for i, run in enumerate(runs):
         rec = _record(run)
         name = labels[i] if labels else f"{rec.get('workers') or 1} worker(s), batch {rec.get('batch_per_worker')}"
@@ -122,7 +122,7 @@ def curves(*runs: Any, labels: list[str] | None = None) -> Any:
 def compare_runs(named: dict[str, Any]) -> Any:
     """Bars side by side: training images/sec and wall time of each named run (e.g. one big worker
     against N small ones)."""
-    fig, (ax, bx) = _figure(ncols=2, width=3.8, height=2.8)
+    fig, (ax, bx) = figure_grid(ncols=2, width=3.8, height=2.8)
     names = list(named)
     recs = [_record(named[n]) for n in names]
     rates = [r.get("images_per_sec") or 0.0 for r in recs]
@@ -143,7 +143,7 @@ def worker_steps(run: Any, slowed: str | None = None) -> Any:
     times = rec.get("worker_step_times") or {}
     if not times:
         raise ValueError("this record has no per-worker steps: it is not a ParameterServerStrategy run")
-    fig, (ax, bx) = _figure(ncols=2, width=4.4, height=3.0)
+    fig, (ax, bx) = figure_grid(ncols=2, width=4.4, height=3.0)
     names = [f"worker {k}" + (" (slowed)" if slowed == f"worker.{k}" else "") for k in times]
     for name, ts in zip(names, times.values(), strict=True):
         ax.step(sorted(ts), range(1, len(ts) + 1), where="post", label=name)
@@ -160,7 +160,7 @@ def worker_steps(run: Any, slowed: str | None = None) -> Any:
 def learning_rates(workers: tuple[int, ...] = (1, 2, 4, 8), base_lr: float = 0.01, warmup_epochs: int = 3,
                    epochs: int = 40) -> Any:
     """The lab's learning rate against the epoch for each worker count (scaled, warmed up, decayed)."""
-    fig, (ax,) = _figure(width=7, height=3.5)
+    fig, (ax,) = figure_grid(width=7, height=3.5)
     xs = [e / 20 for e in range(epochs * 20)]
     for n in workers:
         ax.plot(xs, [learning_rate(e, n, base_lr, warmup_epochs) for e in xs], label=f"{n} worker(s)")

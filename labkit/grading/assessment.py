@@ -32,7 +32,7 @@ from typing import Any
 
 from labkit.grading import calibration
 from labkit.measure import bench
-from labkit.records import runs
+from labkit.records import classlog, runs
 
 DEFAULT_TARGET = 0.82  # small mode's target accuracy
 SMALL_TEST_IMAGES = 1000  # small mode's test set: the accuracy is measured on all of it
@@ -246,7 +246,9 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)
-    return judge(mine[-1], goal, script)
+    verdict = judge(mine[-1], goal, script)
+    classlog.record_assessment(verdict)  # a workshop's class record; nothing outside one
+    return verdict
 
 
 CONFIG_KEYS = {"script", "workers", "target", "multiple", "points", "args", "launcher"}

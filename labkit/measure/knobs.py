@@ -34,7 +34,7 @@ KNOBS: dict[str, list[tuple[str, dict[str, str], list[str]]]] = {
     "compression": [("fp32 (default)", {}, []), ("fp16", {}, ["--fp16"])],
 }
 # The job's shape per knob: many small tensors for fusion and cycle time, a few large ones for compression.
-SHAPES = {"fusion": (64, 16), "cycle": (64, 16), "compression": (4, 2048)}  # (tensors, KiB each)
+SHAPES = {"fusion": (256, 4), "cycle": (64, 16), "compression": (4, 2048)}  # (tensors, KiB each)
 
 
 @dataclass

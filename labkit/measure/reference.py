@@ -191,7 +191,7 @@ def make(out: Path, epochs: int = 2, lr_epochs: int = 4) -> Path:
         else:
             os.environ[runs.FILE_VAR] = saved_file
     minutes = (time.time() - started) / 60
-    results["made"] = {"date": time.strftime("%Y-%m-%d"), "machine": _machine(), "minutes": round(minutes, 1),
+    results["made"] = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "minutes": round(minutes, 1),
                        "epochs": epochs, "lr_epochs": lr_epochs, "load_average": [round(x, 1) for x in os.getloadavg()]}
     out.mkdir(parents=True, exist_ok=True)
     (out / RECORDS).write_text("".join(json.dumps(_portable(r), separators=(",", ":")) + "\n" for r in kept))
@@ -211,7 +211,8 @@ def _portable(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _machine() -> str:
+def machine() -> str:
+    """This machine in a few words: cores and CPU model, GPUs if any."""
     cpu = identity.device_info().get("cpu") or platform.machine()
     if shutil.which("nvidia-smi"):
         return f"{cpu}, with GPUs"

@@ -162,8 +162,8 @@ def test_fp16_compression_halves_the_time_on_a_slow_link(link: nodes.VirtualNode
 
 @pytest.mark.slow
 def test_without_fusion_many_small_tensors_cost_far_more(link: nodes.VirtualNodes) -> None:
-    """64 tensors of 16 KiB a step: fused, one all-reduce; unfused, 64 of them, each with its own round trips."""
+    """256 tensors of 4 KiB a step: fused, one all-reduce; unfused, 256 of them, each with its own round trips."""
     r = knobs.sweep("fusion", hostfile=link.hostfile, steps=10, launcher="gloo")
     print(r)
     fused, unfused = r.variants
-    assert unfused.comm_s > 1.5 * fused.comm_s, str(r)
+    assert unfused.comm_s > 1.3 * fused.comm_s, str(r)  # measured 1.8x and 6.6x (docs/performance.md)

@@ -1,0 +1,151 @@
+"""``labkit workshop up|status|down`` and ``labkit class status``: a JupyterHub for a class, and its view.
+
+``add_parser(subparsers)`` registers both commands; each parser's ``func`` is :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from labkit.core.cliargs import positive_float, positive_int
+from labkit.records import classlog
+from labkit.workshop import accounts, classpage, classview, hub, lifecycle, results
+from labkit.workshop.state import State, state_folder
+
+HELP = """\
+A JupyterHub on this machine for a class: N learner accounts (learner01 ...) and an instructor (the hub's
+admin), each learner's JupyterLab running as that learner on their own copy of the released course (made at
+first login), the project's environment shared read-only. Passwords are printed once (root can read them again
+in the state folder). The instructor sees the class at /services/class/ or with `labkit class status`.
+Needs root. Stop with `labkit workshop down` (removes users, servers, processes and files; safe to repeat)."""
+CLASS_HELP = """\
+The class view: a grid of learners x steps from the records every check and assessment of a workshop writes,
+each step's pass rate, commonest failure messages and median minutes to pass. --from DIR reads `labkit grade`
+results instead (JSON, GitHub Classroom JSON or JUnit XML; the learner is the first folder below DIR or the
+file's name)."""
+
+
+def add_parser(sub) -> None:
+    """Register ``labkit workshop`` and ``labkit class``."""
+    p = sub.add_parser("workshop", help="a JupyterHub for a class on this machine (root)", description=HELP)
+    acts = p.add_subparsers(dest="action", required=True)
+    u = acts.add_parser("up", help="create the accounts and start the hub", description=HELP)
+    u.add_argument("--learners", type=positive_int, required=True, help="how many learner accounts")
+    u.add_argument("--port", type=positive_int, default=8000, help="the hub's port (default: %(default)s)")
+    u.add_argument("--ip", default="127.0.0.1", help="address to listen on (default: %(default)s; 0.0.0.0 for a "
+                   "class on the network, behind HTTPS)")
+    u.add_argument("--slurm", action="store_true", help="learners' jobs go to Slurm on virtual nodes")
+    u.add_argument("--shared-password", action="store_true",
+                   help="one password for all learners (JupyterHub's SharedPasswordAuthenticator) instead of one "
+                   "each; anyone holding it can log in as any learner")
+    u.add_argument("--cores", type=positive_float, default=None, help="cores per learner (default: unlimited)")
+    u.add_argument("--memory", default=None, metavar="SIZE", help="memory per learner, e.g. 4G (default: unlimited)")
+    u.add_argument("--json", action="store_true", help="print the status and passwords as JSON")
+    s = acts.add_parser("status", help="is the hub up; each learner's course and processes")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    acts.add_parser("down", help="stop everything and remove what `up` made (safe to repeat)")
+    c = sub.add_parser("class", help="the class view: learners x steps", description=CLASS_HELP)
+    cacts = c.add_subparsers(dest="action", required=True)
+    cs = cacts.add_parser("status", help="show the class view", description=CLASS_HELP)
+    cs.add_argument("--json", action="store_true", help="print one JSON object")
+    cs.add_argument("--html", metavar="OUT", default=None, help="also write the view as one HTML page")
+    cs.add_argument("--from", dest="from_dir", metavar="DIR", default=None,
+                    help="read `labkit grade` results (JSON/JUnit) below DIR instead of the workshop's records")
+    for parser in (p, c):
+        parser.set_defaults(func=run)
+
+
+def run(a: argparse.Namespace) -> int:
+    name = "class" if a.subcommand == "class" else f"workshop {a.action}"
+    try:
+        if a.subcommand == "class":
+            return _class(a)
+        return {"up": _up, "status": _status, "down": _down}[a.action](a)
+    except (lifecycle.WorkshopError, accounts.AccountsError, hub.HubError) as e:
+        print(f"labkit {name}: {e}", file=sys.stderr)
+        return 1
+
+
+def _up(a: argparse.Namespace) -> int:
+    if a.memory is not None and not (a.memory[:-1].isdigit() and a.memory[-1] in "KMGT"):
+        print(f"labkit workshop up: --memory {a.memory!r}: a number with K, M, G or T, e.g. 4G", file=sys.stderr)
+        return 2
+    st, pw = lifecycle.up(a.learners, port=a.port, ip=a.ip, slurm=a.slurm,
+                          auth="shared" if a.shared_password else "pam", cores=a.cores, memory=a.memory,
+                          say=lambda text: print(text, file=sys.stderr))
+    status = lifecycle.status()
+    if a.json:
+        print(json.dumps({**status, "passwords": pw}, indent=1))
+        return 0
+    _show(status)
+    print("\nPasswords (shown once; root can read them again in " + status["passwords"] + "):")
+    for who, secret in pw.items():
+        print(f"  {who:<12} {secret}{'   (admin: the class view)' if who == st.instructor else ''}")
+    print(f"up in {st.seconds_up:.1f} s; stop with `labkit workshop down`")
+    return 0
+
+
+def _show(status: dict) -> None:
+    if status["state"] == "down":
+        print(f"workshop: down (state folder {status['folder']})")
+        return
+    print(f"workshop: {status['state']}, JupyterHub {status['jupyterhub'] or '(not answering)'} at {status['url']}")
+    print(f"  login:      {status['auth']} passwords; instructor {status['instructor']} (admin)")
+    print(f"  class view: {status['class_page']} (instructor only), or `labkit class status`")
+    for who in status["learners"]:
+        course = "course ready" if who["course"] else "course at first login"
+        print(f"  {who['name']:<12} {course}{', running' if who['processes'] else ''}")
+    if status["slurm"]:
+        print("  Slurm:      learners' jobs go to the virtual nodes (`labkit run --launcher slurm ...`)")
+    for problem in status["problems"]:
+        print(f"  note: {problem}")
+
+
+def _status(a: argparse.Namespace) -> int:
+    st = lifecycle.status()
+    print(json.dumps(st, indent=1)) if a.json else _show(st)
+    return 0 if st["state"] in ("up", "down") else 1
+
+
+def _down(a: argparse.Namespace) -> int:
+    removed = lifecycle.down()
+    print("removed: " + ", ".join(removed) if removed else "workshop: nothing was up")
+    return 0
+
+
+def _class(a: argparse.Namespace) -> int:
+    learners: list[str] = []
+    if a.from_dir:
+        folder = Path(a.from_dir)
+        if not folder.is_dir():
+            print(f"labkit class: {folder} is not a folder", file=sys.stderr)
+            return 2
+        rows, problems = results.read_folder(folder)
+        learners = sorted({p.name[: -len(classlog.SUFFIX)] for p in folder.rglob("*" + classlog.SUFFIX)})
+        for problem in problems:
+            print(f"labkit class: skipped {problem}", file=sys.stderr)
+    else:
+        folder = State(state_folder()).class_dir
+        if not folder.is_dir():
+            print(f"labkit class: no workshop is up (no {folder}); give --from DIR for `labkit grade` results",
+                  file=sys.stderr)
+            return 2
+        try:
+            learners = sorted(n[: -len(classlog.SUFFIX)] for n in os.listdir(folder) if n.endswith(classlog.SUFFIX))
+        except PermissionError:
+            print(f"labkit class: {folder} is for the instructors' group ({accounts.INSTRUCTOR_GROUP}) and root",
+                  file=sys.stderr)
+            return 2
+        rows = classlog.read(folder)
+    view = classview.build(rows, learners)
+    if a.html:
+        Path(a.html).write_text(classpage.html_page(view))
+    print(json.dumps(view.to_dict(), indent=1) if a.json else view.text())
+    return 0
+
+
+add_cli = add_parser  # the name labkit.cli.main's COMMANDS table calls

@@ -1,0 +1,38 @@
+"""What communication costs, drawn: the all-reduce against the ring model, and one Horovod knob's variants."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from labkit.figures.plot import figure_grid
+
+
+def link(labels: Sequence[str], measured: Sequence[float], model: Sequence[float | None], title: str) -> Any:
+    """Measured all-reduce seconds per tensor size beside the ring model's (bars, log scale)."""
+    fig, (ax,) = figure_grid(width=5.5, height=3.2)
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], measured, width=0.4, label="measured (median)")
+    if any(m is not None for m in model):
+        ax.bar([x + 0.2 for x in xs], [m or 0 for m in model], width=0.4, label="ring model", alpha=0.6)
+    ax.set_xticks(list(xs), list(labels))
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds per all-reduce")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def knob(labels: Sequence[str], comm_s: Sequence[float], title: str) -> Any:
+    """Each variant's all-reduce time per step, the default first."""
+    fig, (ax,) = figure_grid(width=5.5, height=2.6)
+    ys = range(len(labels))
+    ax.barh(list(ys), [c * 1000 for c in comm_s], color=["tab:blue"] + ["tab:orange"] * (len(labels) - 1))
+    ax.set_yticks(list(ys), list(labels))
+    ax.invert_yaxis()
+    ax.set_xlabel("all-reduce per step (ms, median)")
+    ax.set_title(title, fontsize=10)
+    for y, c in zip(ys, comm_s, strict=True):
+        ax.annotate(f"{c * 1000:.0f} ms", (c * 1000, y), xytext=(3, 0), textcoords="offset points", va="center",
+                    fontsize=8)
+    return fig

@@ -1,0 +1,101 @@
+"""Lab 8's cells: the link, Horovod's knobs and a straggler, measured here and drawn.
+
+    comm_lab.link()                  # all-reduce against the ring model on 2 virtual nodes, 200 Mbit/s links
+    comm_lab.knob("fusion")          # 256 small tensors a step, fused and not
+    comm_lab.knob("compression")     # float32 against float16 on the same link
+    comm_lab.straggler()             # which rank makes the others wait (Horovod's timeline), on this machine
+
+Each measuring cell brings 2 virtual nodes up (or uses the ones ``labkit nodes up`` started) and takes the ones it
+started down again. Where virtual nodes cannot start (no root: Binder, a shared JupyterHub) it says why and shows
+the course's reference results (:mod:`labkit.measure.comm_reference`) instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from labkit.figures import comm
+from labkit.measure import allreduce, comm_reference, knobs, timeline_straggler
+from labkit.nodes import virtual as nodes
+from labkit.ui import nodes_lab, notebook
+
+RATE = "200mbit"
+
+
+@contextmanager
+def _nodes(rate: str) -> Iterator[nodes.VirtualNodes]:
+    running = nodes.VirtualNodes.load()
+    if running is not None:
+        yield running
+        return
+    with nodes.VirtualNodes(count=2, slots=1, rate=rate) as cluster:
+        print(f"2 virtual nodes up in {cluster.seconds_up} s, links of {rate} each way")
+        yield cluster
+
+
+def _reference(why: str) -> dict[str, Any] | None:
+    print(f"Not run: {why}")
+    try:
+        data = comm_reference.load()
+    except LookupError as e:
+        print(f"(and {e})")
+        return None
+    made = data.get("made", {})
+    print(f"The course's reference results instead (made on {made.get('date', '?')} on {made.get('machine', '?')}):")
+    return data
+
+
+def _show(fig: Any) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:  # a plain interpreter: the figure is returned to the caller only
+        return
+    display(fig)
+
+
+def link(sizes: tuple[int, ...] = comm_reference.SIZES, rate: str = RATE, via: str = "gloo",
+         repeat: int | None = None) -> allreduce.AllreduceResult | None:
+    """Time the all-reduce of each tensor size on 2 workers across the link, against the ring model."""
+    problem = nodes_lab.why_not()
+    if problem:
+        data = _reference(problem)
+        result = comm_reference.link_result(data) if data else None
+    else:
+        with _nodes(rate) as cluster:
+            result = allreduce.measure(sizes, hostfile=cluster.hostfile, via=via,
+                                       repeat=repeat or (2 if notebook.quick() else 5))
+    if result is None:
+        return None
+    print(result)
+    title = f"{result.via}, {result.workers} workers, link {result.rate}"
+    _show(comm.link([allreduce.human_bytes(s.bytes) for s in result.sizes], [s.median for s in result.sizes],
+                    [s.model for s in result.sizes], title))
+    return result
+
+
+def knob(name: str, rate: str = RATE, steps: int | None = None) -> knobs.KnobResult | None:
+    """Every variant of one Horovod knob (``fusion``, ``cycle``, ``compression``) on the same 2 workers."""
+    problem = nodes_lab.why_not()
+    if problem:
+        data = _reference(problem)
+        result = comm_reference.knob_result(data, name) if data and name in data.get("knobs", {}) else None
+    else:
+        with _nodes(rate) as cluster:
+            result = knobs.sweep(name, hostfile=cluster.hostfile, launcher="gloo",
+                                 steps=steps or (6 if notebook.quick() else 12))
+    if result is None:
+        return None
+    print(result)
+    _show(comm.knob([v.label for v in result.variants], [v.comm_s for v in result.variants],
+                    f"{name}: {result.tensors} tensors x {result.kib} KiB a step, link {result.rate or 'none'}"))
+    return result
+
+
+def straggler(share: float = 0.3, steps: int | None = None) -> timeline_straggler.Diagnosis:
+    """Rank 1 gets ``share`` of the CPU time while it computes; the timeline says who waits for whom."""
+    diagnosis = timeline_straggler.run(np=2, slow=1, share=share, steps=steps or (12 if notebook.quick() else 30))
+    print(diagnosis)
+    _show(diagnosis.figure())
+    return diagnosis

@@ -1,0 +1,66 @@
+"""What a running workshop is made of, kept in its state folder (``$LABKIT_WORKSHOP_STATE``, default
+``/run/labkit-workshop``) so that ``labkit workshop down`` removes exactly what ``up`` made.
+
+The folder (root's, ``rwx--x--x``) holds ``state.json`` (no secret in it) and ``hub/`` (``rwx------``: the
+hub's configuration, database, cookie secret, log and the passwords), plus two folders learners reach by
+name only: ``data/`` (the read-only data set) and ``class/`` (the class records, ``rwxr-x--x``, root's and
+the instructors' group's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from labkit.core import contract, files
+
+DEFAULT_STATE = Path("/run/labkit-workshop")
+
+
+def state_folder(folder: str | os.PathLike[str] | None = None) -> Path:
+    return Path(folder or os.environ.get(contract.WORKSHOP_STATE) or DEFAULT_STATE)
+
+
+@dataclass
+class State:
+    folder: Path
+    learners: list[str] = field(default_factory=list)
+    instructor: str = "instructor"
+    port: int = 0
+    ip: str = "127.0.0.1"
+    auth: str = "pam"
+    slurm: bool = False
+    job_id: str = ""
+    hub_pid: int | None = None
+    phase: str = "starting"  # starting, up
+    seconds_up: float | None = None
+    problems: list[str] = field(default_factory=list)  # what works less than asked (e.g. no limits)
+    made: dict = field(default_factory=dict)  # folder: bool, users: [...], groups: [...], cgroups: [...], nodes: bool
+
+    private = property(lambda self: self.folder / "hub")
+    config = property(lambda self: self.private / "jupyterhub_config.py")
+    log = property(lambda self: self.private / "jupyterhub.log")
+    class_dir = property(lambda self: self.folder / "class")
+    data_dir = property(lambda self: self.folder / "data" / "fashion-mnist")
+    passwords = property(lambda self: self.private / "passwords.txt")
+    file = property(lambda self: self.folder / "state.json")
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.ip in ("", "0.0.0.0") else self.ip
+        return f"http://{host}:{self.port}/"
+
+    def save(self) -> None:
+        files.write_json_atomic(self.file, {k: v for k, v in asdict(self).items() if k != "folder"})
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str] | None = None) -> State | None:
+        """The workshop whose state is in ``folder``, or None when there is none."""
+        path = state_folder(folder)
+        try:
+            data = json.loads((path / "state.json").read_text())
+            return cls(folder=path, **data)
+        except (OSError, ValueError, TypeError):
+            return None

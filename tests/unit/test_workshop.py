@@ -1,0 +1,254 @@
+"""The workshop's parts that run without root or a hub: the class records and view, grade results read back,
+the hub's configuration text, the account and password commands, and the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers import paths
+
+from labkit.check.report import Report, StepResult
+from labkit.cli import workshop as cli
+from labkit.core import contract
+from labkit.core.cliargs import Parser
+from labkit.grading import reports
+from labkit.grading.grade import Case, Result
+from labkit.records import classlog
+from labkit.workshop import accounts, classpage, classview, homes, hubconfig, passwords, results
+
+ROOT = paths.ROOT
+FIXTURES = paths.FIXTURES / "classview"
+
+
+def fixture_view() -> classview.View:
+    return classview.build(classlog.read(FIXTURES), ["learner03"])
+
+
+def test_class_records_are_read_skipping_bad_lines() -> None:
+    rows = classlog.read(FIXTURES)
+    assert len(rows) == 10  # two malformed lines of learner02.jsonl are skipped
+    assert [r["time"] for r in rows] == sorted(r["time"] for r in rows)
+    assert {r["learner"] for r in rows} == {"learner01", "learner02"}
+
+
+def test_class_view_grid_rates_failures_and_minutes() -> None:
+    view = fixture_view()
+    assert view.learners == ["learner01", "learner02", "learner03"]
+    assert [c.key for c in view.columns] == ["horovod/1", "horovod/2", "horovod/3"]
+    assert view.columns[0].title.startswith("initialise Horovod")
+    one, two, three = view.columns
+    cell = view.cell("learner01", one)
+    assert cell is not None and cell.passed and cell.attempts == 3
+    assert view.cell("learner02", two).passed is False and view.cell("learner03", one) is None
+    assert (one.pass_rate, two.pass_rate, three.pass_rate) == (pytest.approx(2 / 3), pytest.approx(1 / 3), 0.0)
+    assert (one.passed, one.tried, two.tried) == (2, 2, 2)
+    assert one.failures == [("hvd.init() was not called: no rank knew its Horovod rank", 2)]  # learners, not tries
+    assert two.failures[0][1] == 2 and three.failures[0][1] == 1
+    assert one.minutes == pytest.approx(6.5)  # learner01: 0 -> 5 min, learner02: 1 -> 9 min
+    assert two.minutes == pytest.approx(7.0) and three.minutes is None
+    assert [view.stuck_at(w) and view.stuck_at(w).key for w in view.learners] == ["horovod/3", "horovod/2", None]
+
+
+def test_class_view_text_json_and_html() -> None:
+    view = fixture_view()
+    text = view.text()
+    assert "learner03" in text and "FAIL x1" in text and "67%" in text and "median 6.5 min" in text
+    data = json.loads(json.dumps(view.to_dict()))
+    assert data["stuck_at"] == {"learner01": "horovod/3", "learner02": "horovod/2", "learner03": None}
+    assert data["steps"][0]["common_failures"][0]["learners"] == 2
+    page = classpage.html_page(view, refresh=10)
+    assert page.startswith("<!DOCTYPE html>") and "http-equiv='refresh' content='10'" in page
+    assert page.count("<tr>") == 1 + 3 + 2  # head, learners, pass rate and minutes
+    assert "stuck at horovod/3" in page and "<script" not in page and "http" not in page.replace("http-equiv", "")
+    evil = classview.build([classlog.make_record("<b>x</b>", "horovod", 1, False, "<script>alert(1)</script>", 1.0)])
+    assert "<script>alert" not in classpage.html_page(evil) and "&lt;b&gt;x&lt;/b&gt;" in classpage.html_page(evil)
+    assert classview.build([]).text().startswith("class view: no check")
+
+
+def test_check_report_is_recorded_in_the_class_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = Report("horovod", "fashion_mnist.py", [StepResult(1, True, "ok"), StepResult(2, False, "x" * 2000)])
+    monkeypatch.delenv(contract.CLASS_DIR, raising=False)
+    assert classlog.record_check(report) is None and list(tmp_path.iterdir()) == []  # outside a workshop: nothing
+    monkeypatch.setenv(contract.CLASS_DIR, str(tmp_path))
+    assert classlog.record_check(report) is None
+    verdict = SimpleNamespace(passed=True, message="reached 83% after 70 s")
+    assert classlog.record_assessment(verdict) is None
+    rows = classlog.read(tmp_path)
+    me = classlog.learner_name()
+    assert [(r["learner"], r["lab"], r["step"], r["passed"]) for r in rows] == [
+        (me, "horovod", 1, True), (me, "horovod", 2, False), (me, "assessment", 1, True)]
+    assert len(rows[1]["message"]) == classlog.MESSAGE_LIMIT
+    monkeypatch.setenv(contract.CLASS_DIR, str(tmp_path / "missing"))
+    assert "not written" in classlog.record_check(report)  # said, not raised
+
+
+def _graded(passed_steps: int) -> Result:
+    cases = [Case("horovod", k, f"title {k}", k <= passed_steps, "" if k <= passed_steps else f"step {k} fails\nmore",
+                  1.0 if k <= passed_steps else 0.0, 1.0, 2.0) for k in range(1, 4)]
+    return Result("labs", cases, 6.0)
+
+
+def test_grade_results_are_read_from_json_classroom_and_junit(tmp_path: Path) -> None:
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "grade.json").write_text(json.dumps(_graded(3).to_dict()))
+    (tmp_path / "alice" / "grade.xml").write_text(reports.junit_xml(_graded(3)))  # the same result twice
+    (tmp_path / "bob.xml").write_text(reports.junit_xml(_graded(1)))
+    (tmp_path / "carol.json").write_text(json.dumps(reports.classroom(_graded(2))))
+    (tmp_path / "notes.json").write_text("{}")
+    rows, problems = results.read_folder(tmp_path)
+    assert problems == [f"{tmp_path / 'notes.json'}: no labkit grade result in it"]
+    view = classview.build(rows)
+    assert view.learners == ["alice", "bob", "carol"]
+    assert [c.passed for c in view.columns] == [3, 2, 1]
+    assert view.cell("alice", view.columns[0]).attempts == 1
+    assert view.cell("bob", view.columns[1]).message.startswith("step 2 fails")
+    assert view.columns[2].failures == [("step 3 fails", 2)] and view.columns[0].minutes is None
+
+
+def _settings(tmp_path: Path, **kw: object) -> hubconfig.HubSettings:
+    base = dict(state=tmp_path, port=8123, hub_port=8124, proxy_api_port=8125, service_port=8126,
+                learners=["learner01", "learner02"], instructor="instructor", course_source=ROOT,
+                class_dir=tmp_path / "class", python=sys.executable, proxy="/usr/bin/configurable-http-proxy")
+    return hubconfig.HubSettings(**{**base, **kw})
+
+
+def _load(text: str) -> object:
+    traitlets = pytest.importorskip("traitlets.config")
+    config = traitlets.Config()
+    exec(compile(text, "jupyterhub_config.py", "exec"), {"get_config": lambda: config})  # noqa: S102
+    return config
+
+
+def test_hub_config_pam_mode(tmp_path: Path) -> None:
+    c = _load(hubconfig.config_text(_settings(tmp_path, cores=1.5, memory="2G", extra_env={"SLURM_CONF": "/x"})))
+    assert c.JupyterHub.bind_url == "http://127.0.0.1:8123" and c.JupyterHub.hub_port == 8124
+    assert c.JupyterHub.authenticator_class == "pam" and c.PAMAuthenticator.open_sessions is False
+    assert c.Authenticator.allowed_users == {"learner01", "learner02"} and c.Authenticator.admin_users == {"instructor"}
+    assert c.JupyterHub.spawner_class == "labkit.workshop.spawner.WorkshopSpawner"
+    assert c.WorkshopSpawner.course_source == str(ROOT) and c.WorkshopSpawner.class_dir == str(tmp_path / "class")
+    assert (c.Spawner.cpu_limit, c.Spawner.mem_limit) == (1.5, "2G") and c.Spawner.environment == {"SLURM_CONF": "/x"}
+    assert c.JupyterHub.db_url == f"sqlite:///{tmp_path}/jupyterhub.sqlite"
+    service = c.JupyterHub.services[0]
+    assert service["name"] == "class" and service["user"] == "instructor" and service["url"].endswith(":8126")
+    assert service["command"][-1] == "labkit.workshop.service"
+    assert service["environment"][contract.CLASS_DIR] == str(tmp_path / "class")
+    assert "password" not in hubconfig.config_text(_settings(tmp_path)).lower().replace("pamauthenticator", "")
+
+
+def test_hub_config_shared_password_mode(tmp_path: Path) -> None:
+    text = hubconfig.config_text(_settings(tmp_path, auth="shared", user_password="abcdefgh", admin_password="a" * 32))
+    c = _load(text)
+    assert c.JupyterHub.authenticator_class == "shared-password"
+    assert c.SharedPasswordAuthenticator.user_password == "abcdefgh"
+    with pytest.raises(ValueError, match="8\\+ characters"):
+        hubconfig.config_text(_settings(tmp_path, auth="shared", user_password="short", admin_password="a" * 32))
+    with pytest.raises(ValueError, match="pam or shared"):
+        hubconfig.config_text(_settings(tmp_path, auth="oauth"))
+    path = hubconfig.write(_settings(tmp_path), tmp_path / "jupyterhub_config.py")
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_account_commands_are_built_without_running() -> None:
+    assert accounts.learner_names(3) == ["learner01", "learner02", "learner03"]
+    assert accounts.learner_names(100)[0] == "learner001"
+    for bad in (0, 1000, "3"):
+        with pytest.raises(ValueError):
+            accounts.learner_names(bad)  # type: ignore[arg-type]
+    acc = accounts.Accounts(["learner01"], home_root=Path("/srv/homes"))
+    up = accounts.plan_up(acc)
+    assert [s[:2] for s in up] == [("group", accounts.LEARNER_GROUP), ("group", accounts.INSTRUCTOR_GROUP),
+                                   ("user", "learner01"), ("user", "instructor")]
+    assert up[2][2][:5] == ["useradd", "--create-home", "--home-dir", "/srv/homes/learner01", "--shell"]
+    assert up[3][2][up[3][2].index("--groups") + 1] == accounts.INSTRUCTOR_GROUP
+    down = accounts.plan_down({"users": ["learner01", "instructor"], "groups": ["g1", "g2"]})
+    assert [s[2] for s in down] == [["userdel", "--remove", "learner01"], ["userdel", "--remove", "instructor"],
+                                    ["groupdel", "g2"], ["groupdel", "g1"]]
+    assert accounts.taken(accounts.Accounts(["root"], instructor="nobody-here-x")) [:1] == ["user root"]
+    assert accounts.plan_down({}) == [] and accounts.temp_files({-5}) == []
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_passwords_are_hashed_from_a_file_never_the_command_line(tmp_path: Path) -> None:
+    pw = {"learner01": passwords.generate(), "instructor": passwords.generate(32)}
+    assert len(pw["learner01"]) == 12 and set(pw["instructor"]) <= set(passwords.ALPHABET)
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str]) -> str:
+        calls.append(argv)
+        return accounts.run(argv) if argv[0] == "openssl" else ""  # hash for real, change no account
+
+    passwords.set_unix(pw, tmp_path / "hash.in", runner=runner)
+    assert not any(secret in " ".join(argv) for argv in calls for secret in pw.values())
+    assert [c[:2] for c in calls[1:]] == [["usermod", "--password"]] * 2 and calls[1][-1] == "learner01"
+    assert all(c[2].startswith("$6$") for c in calls[1:]) and not (tmp_path / "hash.in").exists()
+    passwords.save(pw, tmp_path / "pw")
+    assert passwords.load(tmp_path / "pw") == pw and (tmp_path / "pw").stat().st_mode & 0o777 == 0o600
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = Parser(prog="labkit")
+    cli.add_parser(p.add_subparsers(dest="subcommand", required=True))
+    return p
+
+
+def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    a = _parser().parse_args(["workshop", "up", "--port", "8001", "--learners", "3", "--slurm"])
+    assert (a.action, a.learners, a.port, a.slurm, a.func) == ("up", 3, 8001, True, cli.run)
+    for bad in (["workshop", "up"], ["workshop", "up", "--learners", "0"], ["class", "status", "--bogus"]):
+        with pytest.raises(SystemExit) as e:
+            _parser().parse_args(bad)
+        assert e.value.code == 2
+    monkeypatch.setenv(contract.WORKSHOP_STATE, str(tmp_path / "none"))
+    assert cli.run(_parser().parse_args(["class", "status"])) == 2
+    assert "no workshop is up" in capsys.readouterr().err
+    assert cli.run(_parser().parse_args(["workshop", "status", "--json"])) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "down"
+    assert cli.run(_parser().parse_args(["workshop", "down"])) == 0 and "nothing was up" in capsys.readouterr().out
+    out = tmp_path / "view.html"
+    assert cli.run(_parser().parse_args(["class", "status", "--from", str(tmp_path / "nope")])) == 2
+    shutil.copytree(FIXTURES, tmp_path / "records")
+    assert cli.run(_parser().parse_args(["class", "status", "--json", "--html", str(out), "--from",
+                                         str(tmp_path / "records")])) == 0
+    assert "stuck at horovod/3" in out.read_text()  # a copy of a class folder reads as records
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == json.loads(json.dumps(fixture_view().to_dict()))  # the same view as from the class folder
+
+
+def test_up_and_down_refuse_without_root(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(contract.WORKSHOP_STATE, str(tmp_path / "state"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.run(_parser().parse_args(["workshop", "up", "--learners", "2"])) == 1
+    assert "a workshop needs root" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.json").write_text("{}")
+    assert cli.run(_parser().parse_args(["workshop", "down"])) == 1
+    assert "needs root" in capsys.readouterr().err and (tmp_path / "state" / "state.json").exists()
+
+
+def test_closed_folders_and_the_login_profile(tmp_path: Path) -> None:
+    shut = tmp_path / "private"
+    (shut / "env" / "bin").mkdir(parents=True)
+    (shut / "env" / "bin" / "python").write_text("")
+    shut.chmod(0o700)
+    try:
+        assert shut in homes.closed_folders([shut / "env" / "bin" / "python"])
+        shut.chmod(0o711)
+        assert shut not in homes.closed_folders([shut / "env" / "bin" / "python"])
+    finally:
+        shut.chmod(0o755)
+    profile = tmp_path / ".profile"
+    profile.write_text("# skel\n")
+    for _ in range(2):
+        homes.add_to_profile(profile, os.getuid(), os.getgid())
+    text = profile.read_text()
+    assert text.startswith("# skel\n") and text.count(homes.PROFILE_MARK) == 1
+    assert f'export PATH="{homes.venv() / "bin"}:$PATH"' in text
