@@ -115,7 +115,9 @@ def lab_server(scratch: Path, course_dir: Path, quick: bool = True, timeout: flo
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
     python_path = os.pathsep.join(p for p in (str(course_dir), os.environ.get("PYTHONPATH")) if p)
-    env = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "PYTHONPATH": python_path}  # on top of os.environ
+    # On top of os.environ: the test's settings, and a workspace of its own (no tabs left open by another run).
+    env = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(scratch / "workspaces"),
+           "PYTHONPATH": python_path}
     if quick:
         env[contract.NB_QUICK] = "1"
     argv = ["make", "-s", "-o", "setup", "lab", f"PORT={port}",
