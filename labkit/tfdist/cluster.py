@@ -27,6 +27,7 @@ from pathlib import Path
 
 from labkit.core import contract, output, proc, progress, tfconfig
 from labkit.launching import hosts, launchers
+from labkit.launching.reach import HostWatch
 from labkit.nodes import access
 from labkit.records import runs
 from labkit.tfdist.cluster_result import ClusterResult, Task, record
@@ -211,16 +212,19 @@ class Cluster(TaskControl):
         return all(not self.tasks[k].alive() for k in self.leading)
 
     def wait(self, timeout: float | None = None) -> ClusterResult:
-        """Wait until the leading tasks exit (or one task fails), then stop everything."""
+        """Wait until the leading tasks exit (or one task fails, or a host stops answering), then stop everything."""
         timed_out = interrupted = False
+        watch = HostWatch(self.host_list).start()  # a lost host ends the run, named, instead of a hang
         try:
-            timed_out = not proc.wait_until(self._over, timeout)
+            timed_out = not proc.wait_until(lambda: self._over() or bool(watch.lost), timeout)
         except KeyboardInterrupt:
             interrupted = True
         finally:
+            watch.stop()
             self.stop()
         duration = time.perf_counter() - (self.start_time or time.perf_counter())
         result = ClusterResult.of_tasks(self.tasks, self.leading, self.log_dir, duration, timed_out, interrupted)
+        result.lost = watch.message() if watch.lost else None
         if self.record:
             result.record = record(self, result)
         if self.sink and not result.ok:

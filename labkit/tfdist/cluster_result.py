@@ -45,6 +45,7 @@ class ClusterResult:
     interrupted: bool = False
     errors: dict[str, str] = field(default_factory=dict)
     record: dict | None = None  # the run record, when the cluster was recorded
+    lost: str | None = None  # why the run was stopped when a host stopped answering
 
     @classmethod
     def of_tasks(cls, tasks: dict[tuple[str, int], Task], leading: list[tuple[str, int]], log_dir: Path,
@@ -64,7 +65,7 @@ class ClusterResult:
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and not self.interrupted and not self.errors
+        return not self.timed_out and not self.interrupted and not self.errors and not self.lost
 
     def log(self, task: str = "worker.0") -> str:
         path = self.log_dir / f"{task}.log"
@@ -78,7 +79,7 @@ class ClusterResult:
             f"timed out after {self.duration:.0f} s" if self.timed_out
             else "interrupted" if self.interrupted else "failed"
         )
-        lines = [f"cluster {why}; logs in {self.log_dir}"]
+        lines = [f"cluster {why}; logs in {self.log_dir}"] + ([self.lost] if self.lost else [])
         for name, err in sorted(self.errors.items()):
             lines += [f"--- {name} (exit {self.returncodes.get(name)}) ---", err]
         return "\n".join(lines)

@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from labkit.launching import hosts, launch, reach
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import virtual as nodes
+from labkit.tfdist import cluster as tf_cluster
 from labkit.tfdist import faults
 
 ROOT = paths.ROOT
@@ -341,6 +343,36 @@ def test_a_node_whose_link_goes_down_ends_the_job_naming_it(cluster: nodes.Virtu
     assert not result.ok and after < 30, (after, result.summary())
     assert result.lost and "node2 (198.18.0.12)" in result.lost and "lost host" in result.summary()
     # once the link is back, node2's ranks see their ssh connection gone and end (checked by the fixture)
+
+
+def test_a_tf_distribute_cluster_whose_node_goes_away_ends_naming_it(cluster: nodes.VirtualNodes,
+                                                                      work: Path) -> None:
+    """The same for `labkit cluster`: a task on a host that stops answering ends the run, named, not a hang."""
+    script = work / "serve.py"
+    script.write_text("import time\nwhile True:\n    time.sleep(0.5)\n")
+    placed = [hosts.Host(n.address, 1) for n in cluster.nodes]
+    out: dict = {}
+
+    def go() -> None:
+        out["result"] = tf_cluster.run(["python", str(script)], workers=2, host_list=placed, quiet=True,
+                                       record=False, cwd=work, timeout=300)
+
+    t = threading.Thread(target=go)
+    t.start()
+    deadline = time.monotonic() + 120
+    while t.is_alive() and time.monotonic() < deadline and not _running_on(cluster, 2, "serve.py"):
+        time.sleep(0.5)
+    link = cluster.nodes[1].netns  # the host's end of node2's veth
+    broken = time.monotonic()
+    try:
+        net.run(["ip", "link", "set", link, "down"])
+        t.join(120)
+    finally:
+        net.run(["ip", "link", "set", link, "up"])
+    assert "result" in out, "the cluster did not end"
+    result = out["result"]
+    assert not result.ok and time.monotonic() - broken < 60, result.summary()
+    assert result.lost and "node2 (198.18.0.12)" in result.lost and "lost host" in result.summary()
 
 
 def test_multiworker_resumes_when_the_node_comes_back(cluster: nodes.VirtualNodes, work: Path) -> None:
