@@ -15,7 +15,7 @@ from typing import Any
 
 from labkit.check import lr_rule, tfdist
 from labkit.check.judging import Failed
-from labkit.core import contract
+from labkit.core import contract, proc
 from labkit.tfdist import cluster
 
 WORKERS = 2
@@ -63,20 +63,19 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
 
 def _kill_and_restart(c: cluster.Cluster, probe: Path, deadline: float) -> dict[str, Any]:
     """Kill worker 1 once the chief has begun its second epoch; restart whatever died."""
-    while time.monotonic() < deadline - 30:
-        begun = [e for e in tfdist.events(probe, "worker.0") if e["kind"] == "epoch_begin" and e["epoch"] >= 1]
-        if begun:
-            break
-        if not all(t.alive() for t in c.tasks.values()):
-            return {"killed": False, "why": "a worker exited before its second epoch"}
-        time.sleep(0.2)
-    else:
+    begun: list[dict[str, Any]] = []
+
+    def second_epoch_or_exit() -> bool:
+        begun[:] = [e for e in tfdist.events(probe, "worker.0") if e["kind"] == "epoch_begin" and e["epoch"] >= 1]
+        return bool(begun) or not all(t.alive() for t in c.tasks.values())
+
+    if not proc.wait_until(second_epoch_or_exit, max(0.0, deadline - 30 - time.monotonic())):
         return {"killed": False, "why": "the second epoch did not begin in time"}
+    if not begun:
+        return {"killed": False, "why": "a worker exited before its second epoch"}
     c.kill_task("worker", 1, signal.SIGKILL)
     # The survivors notice the lost peer and stop (a collective fails); give them a moment.
-    end = time.monotonic() + 25
-    while time.monotonic() < end and c.tasks[("worker", 0)].alive():
-        time.sleep(0.2)
+    proc.wait_until(lambda: not c.tasks[("worker", 0)].alive(), 25)
     restarted = c.restart_dead()
     return {"killed": True, "epoch": begun[0]["epoch"], "restarted": restarted}
 

@@ -254,8 +254,3 @@ def _augment(x: Any, seed: int | None) -> Any:
     x = tf.gather(x, rows, axis=1, batch_dims=1)
     x = tf.gather(x, cols, axis=2, batch_dims=1)
     return x
-
-
-def steps(n: int, batch_size: int) -> int:
-    """Batches in one pass over ``n`` examples (the last, partial one included)."""
-    return max(1, -(-n // batch_size))

@@ -86,9 +86,7 @@ def kill_and_resume(
         c.kill_task(*kill)
         if c.sink:
             c.sink.line(f"*** killed {kill[0]}.{kill[1]} (SIGKILL) ***")
-        end = time.monotonic() + settle
-        while time.monotonic() < end and any(c.tasks[k].alive() for k in c.leading if k != kill):
-            time.sleep(0.2)
+        proc.wait_until(lambda: not any(c.tasks[k].alive() for k in c.leading if k != kill), settle)
         restarted = c.restart_dead()
         if c.sink:
             c.sink.line(f"*** restarted {', '.join(restarted)} ***")

@@ -303,10 +303,3 @@ def test_shards_are_disjoint_and_cover_the_split():
     assert seen[0] | seen[1] == set(range(n))
     with pytest.raises(ValueError, match="shard index"):
         data.dataset(split, 4, training=False, mean=0.0, std=1.0, shard=(2, 2))
-
-
-@pytest.mark.parametrize(
-    ("n", "batch", "expected"), [(100, 32, 4), (96, 32, 3), (1, 32, 1), (0, 32, 1), (60000, 512, 118)]
-)
-def test_steps(n, batch, expected):
-    assert data.steps(n, batch) == expected
