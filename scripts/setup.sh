@@ -39,7 +39,7 @@ hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 step "System packages"
 APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
 if [ "${LABKIT_TEST_TOOLS:-0}" = "1" ]; then
-  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client chromium nodejs)
+  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client chromium nodejs mmdebstrap podman runc uidmap)
 fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -108,7 +108,7 @@ fi
 EXTRA=""
 [ "$GPU_WANTED" = "1" ] && EXTRA="tensorflow[and-cuda]==2.21.*"
 EXTRAS="test"
-[ "${LABKIT_TEST_TOOLS:-0}" = "1" ] && EXTRAS="test,workshop"  # the tests also bring up a workshop's JupyterHub
+[ "${LABKIT_TEST_TOOLS:-0}" = "1" ] && EXTRAS="test,workshop,cloud"  # the tests bring up a JupyterHub, use the clouds' SDKs
 DEPS_STAMP="$VENV/.labkit-deps-$(hash_of pyproject.toml)-gpu$GPU_WANTED-$EXTRAS"
 # Fast path: package metadata only (importing TensorFlow takes seconds); `labkit doctor` at the end imports for real.
 if [ -f "$DEPS_STAMP" ] && "$PY" -c 'import importlib.metadata as m; [m.version(p) for p in ("labkit", "tensorflow", "tf-keras", "mpi4py", "ipyparallel", "jupyterlab")]' 2>/dev/null; then

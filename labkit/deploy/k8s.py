@@ -28,13 +28,14 @@ from typing import Any
 
 from labkit.core import contract
 from labkit.core import env as lkenv
+from labkit.deploy.image import recipe
 from labkit.deploy.k8s_validate import ANCESTOR, LABEL, TF_PORT, TRAINER_API, Manifest
 from labkit.deploy.k8s_validate import ManifestError as ManifestError  # re-exported: k8s.ManifestError
 from labkit.deploy.k8s_validate import validate as validate  # re-exported: k8s.validate
 
 # Placeholder: an image built from this repository (its requirements, Horovod with TensorFlow and
 # OpenMPI, openssh-server and -client, Fashion-MNIST in the Keras cache), the repository at /opt/labkit.
-IMAGE = "registry.example.com/labkit:0.1.0"
+IMAGE = recipe.default_tag()  # what `labkit image build` tags; push it to your registry and give --image
 WORKDIR = "/opt/labkit/solutions"
 HOROVOD_SCRIPT = "fashion_mnist_solution.py"
 MWMS_SCRIPT = "fashion_mnist_multiworker_after_step_05.py"
@@ -50,7 +51,8 @@ def _check(name: str, image: str, script: str = "-", **counts: tuple[int, int]) 
     if not isinstance(name, str) or not LABEL.match(name) or len(name) > 63:
         raise ValueError(f"bad name {name!r}: lower-case letters, digits and '-', starting with a letter, at most 63")
     if not isinstance(image, str) or not image.strip():
-        raise ValueError(f"image is empty: give the lab's image (the default {IMAGE} is a placeholder)")
+        raise ValueError(f"image is empty: give the lab's image (the default is {IMAGE}, as `labkit image build` tags "
+                         "it; push it to a registry your cluster reads, docs/cloud.md)")
     if not script:
         raise ValueError("no script given")
     for key, (value, low) in counts.items():
@@ -97,6 +99,7 @@ def mpijob(name: str = "labkit-horovod", image: str = IMAGE, script: str = HOROV
 
     job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": _metadata(name, namespace), "spec": {
         "slotsPerWorker": slots_per_worker,
+        "sshAuthMountPath": "/home/labkit/.ssh",  # the image runs as user labkit, its sshd on port 2222
         "runPolicy": {"cleanPodPolicy": "Running"},
         "mpiImplementation": "OpenMPI",
         "launcherCreationPolicy": "WaitForWorkersReady",
@@ -104,7 +107,7 @@ def mpijob(name: str = "labkit-horovod", image: str = IMAGE, script: str = HOROV
             "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
                          "template": role("launcher", command, _resources("500m", "1Gi", 0))},
             "Worker": {"replicas": workers, "template": role(
-                "worker", ["/usr/sbin/sshd", "-De"], _resources(cpu, memory, gpus_per_worker))},
+                "worker", ["labkit-sshd"], _resources(cpu, memory, gpus_per_worker))},
         },
     }}
     validate(job)
@@ -169,9 +172,10 @@ def to_yaml(obj: Manifest) -> str:
 
 _BUILDERS: dict[str, Callable[..., Manifest]] = {"mpijob": mpijob, "trainjob": trainjob, "runtime": runtime}
 _NOTES = {
-    "mpijob": "Needs the Kubeflow mpi-operator v0.8 (MPIJob kubeflow.org/v2beta1). Replace the placeholder image.",
-    "trainjob": f"Needs Kubeflow Trainer v2 and the runtime `labkit k8s runtime` writes ({RUNTIME}). Replace the "
-    "placeholder image.",
+    "mpijob": "Needs the Kubeflow mpi-operator v0.8 (MPIJob kubeflow.org/v2beta1). The image is `labkit image "
+    "build`'s: push it to a registry the cluster reads (docs/cloud.md).",
+    "trainjob": f"Needs Kubeflow Trainer v2 and the runtime `labkit k8s runtime` writes ({RUNTIME}). The image is "
+    "`labkit image build`'s: push it to a registry the cluster reads (docs/cloud.md).",
     "runtime": "Cluster-scoped, applied once by the administrator (Kubeflow Trainer v2 with JobSet).",
 }
 _OPTIONS = ("name", "namespace", "image", "workers", "slots_per_worker", "gpus_per_worker", "cpu", "memory", "runtime")

@@ -36,3 +36,16 @@ def knob(labels: Sequence[str], comm_s: Sequence[float], title: str) -> Any:
         ax.annotate(f"{c * 1000:.0f} ms", (c * 1000, y), xytext=(3, 0), textcoords="offset points", va="center",
                     fontsize=8)
     return fig
+
+
+def workers_per_epoch(epochs: Sequence[int], sizes: Sequence[int], title: str) -> Any:
+    """How many workers finished each epoch of an elastic job (the order they ended in)."""
+    fig, (ax,) = figure_grid(width=5.5, height=2.4)
+    ax.step(range(len(sizes)), list(sizes), where="mid")
+    ax.plot(range(len(sizes)), list(sizes), "o", markersize=4)
+    ax.set_xticks(list(range(len(epochs))), [str(e) for e in epochs], fontsize=7)
+    ax.set_yticks(sorted(set(sizes)))
+    ax.set_xlabel("epoch (in the order they ended)")
+    ax.set_ylabel("workers")
+    ax.set_title(title, fontsize=10)
+    return fig

@@ -213,6 +213,39 @@ class Gloo(HorovodRun):
     controller = "--gloo"
 
 
+class Elastic(Gloo):
+    """``horovodrun`` in elastic mode (Gloo): the job runs on whichever hosts ``discover_hosts.sh`` prints now,
+    between ``min_np`` and ``np`` workers. The script prints ``LOG_DIR/hosts.now`` (``host:slots`` lines), which
+    starts as the host list: change that file and the job shrinks or grows at its next commit."""
+
+    name = "elastic"
+    min_np = 1
+
+    def start(self, job: proc.Job, command: Sequence[str], env: Mapping[str, str], log_dir: Path,
+              on_output: Callable[[bytes], None] | None = None, on_end: Callable[[], None] | None = None,
+              cwd: str | Path | None = None) -> list[proc.Proc]:
+        if not self.hosts:
+            raise LaunchError("elastic training needs a host list or a hostfile (e.g. `labkit nodes up`'s)")
+        hosts_file, script = self.files(env)
+        hosts_file.write_text("".join(f"{h.name}:{hosts.slots(h)}\n" for h in self.hosts))
+        script.write_text(f"#!/bin/sh\n# the hosts the elastic job may use now (labkit run --launcher elastic)\n"
+                          f"cat {shlex.quote(str(hosts_file))}\n")
+        script.chmod(0o755)
+        return super().start(job, command, env, log_dir, on_output, on_end, cwd)
+
+    @staticmethod
+    def files(env: Mapping[str, str]) -> tuple[Path, Path]:
+        """``hosts.now`` and ``discover_hosts.sh`` in the job's log folder."""
+        folder = Path(env.get(contract.LOG_DIR) or ".").resolve()
+        return folder / "hosts.now", folder / "discover_hosts.sh"
+
+    def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:
+        head, extra = access.head_node([h.name for h in self.hosts], self.cwd)
+        return [("launcher", [*head, tool("horovodrun"), "-np", str(self.np), "--min-np", str(self.min_np),
+                              "--max-np", str(self.np), "--host-discovery-script", str(self.files(env)[1]), "--gloo",
+                              *command], extra)]
+
+
 def remote_command(host: str, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None,
                 ssh_args: Sequence[str] = ()) -> list[str]:
     """``ssh HOST 'cd CWD && env K=V ... ARGV'``: ``argv`` run on ``host`` with ``env``.

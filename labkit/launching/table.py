@@ -6,10 +6,10 @@ entry here.
 
 from __future__ import annotations
 
-from labkit.launching.launchers import SSH, Gloo, HorovodRun, Launcher, LaunchError, MPIRun
+from labkit.launching.launchers import SSH, Elastic, Gloo, HorovodRun, Launcher, LaunchError, MPIRun
 from labkit.launching.slurm import Slurm
 
-LAUNCHERS: dict[str, type[Launcher]] = {c.name: c for c in (MPIRun, HorovodRun, Gloo, SSH, Slurm)}
+LAUNCHERS: dict[str, type[Launcher]] = {c.name: c for c in (MPIRun, HorovodRun, Gloo, Elastic, SSH, Slurm)}
 
 
 def names() -> list[str]:

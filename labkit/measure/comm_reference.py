@@ -3,7 +3,8 @@
     python -m labkit.measure.comm_reference [--out labs/reference] [--rate 200mbit]
 
 brings up 2 virtual nodes of 1 slot with links of ``--rate`` (root), measures the all-reduce against the ring
-model and sweeps tensor fusion and fp16 compression (Horovod over Gloo), and writes ``communication.json``. Lab 8
+model, sweeps tensor fusion and fp16 compression and runs the elastic job (Horovod over Gloo), and writes
+``communication.json``. Lab 8
 shows it where virtual nodes cannot start (no root: Binder, a shared JupyterHub).
 """
 
@@ -18,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import files
-from labkit.measure import allreduce, knobs, reference
+from labkit.measure import allreduce, elastic, knobs, reference
 from labkit.nodes import net
 from labkit.nodes import virtual as nodes
 
 FILE = "communication.json"
 SIZES = (2**20, 2**23)
 KNOBS = ("fusion", "compression")
+ELASTIC_EPOCHS = 14
 
 
 def make(out: Path, rate: str = "200mbit", repeat: int = 3, steps: int = 10) -> Path:
@@ -32,9 +34,11 @@ def make(out: Path, rate: str = "200mbit", repeat: int = 3, steps: int = 10) -> 
     with nodes.VirtualNodes(count=2, slots=1, rate=rate) as cluster:
         link = allreduce.measure(SIZES, hostfile=cluster.hostfile, via="gloo", repeat=repeat)
         swept = {k: asdict(knobs.sweep(k, hostfile=cluster.hostfile, steps=steps, launcher="gloo")) for k in KNOBS}
+        grown = elastic.leave_and_return(cluster.hostfile, epochs=ELASTIC_EPOCHS)
     data = {"made": {"date": time.strftime("%Y-%m-%d"), "machine": reference.machine(),
                      "command": f"python -m labkit.measure.comm_reference --rate {rate}"},
-            "link": json.loads(link.to_json()), "knobs": swept}
+            "link": json.loads(link.to_json()), "knobs": swept,
+            "elastic": {"epochs": grown.epochs, "ok": grown.ok, "summary": grown.summary}}
     path = Path(out) / FILE
     files.write_json_atomic(path, data)
     return path
@@ -62,6 +66,12 @@ def knob_result(data: dict[str, Any], knob: str) -> knobs.KnobResult:
     k = dict(data["knobs"][knob])
     variants = [knobs.Variant(**v) for v in k.pop("variants")]
     return knobs.KnobResult(**k, variants=variants)
+
+
+def elastic_report(data: dict[str, Any]) -> elastic.ElasticReport:
+    """The stored elastic run, as :func:`labkit.measure.elastic.leave_and_return` returned it."""
+    e = data["elastic"]
+    return elastic.ElasticReport(e["epochs"], e["ok"], e["summary"])
 
 
 def main(argv: list[str] | None = None) -> int:

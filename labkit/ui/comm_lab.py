@@ -4,6 +4,7 @@
     comm_lab.knob("fusion")          # 256 small tensors a step, fused and not
     comm_lab.knob("compression")     # float32 against float16 on the same link
     comm_lab.straggler()             # which rank makes the others wait (Horovod's timeline), on this machine
+    comm_lab.elastic()               # Horovod Elastic: a node leaves the job and comes back
 
 Each measuring cell brings 2 virtual nodes up (or uses the ones ``labkit nodes up`` started) and takes the ones it
 started down again. Where virtual nodes cannot start (no root: Binder, a shared JupyterHub) it says why and shows
@@ -18,6 +19,7 @@ from typing import Any
 
 from labkit.figures import comm
 from labkit.measure import allreduce, comm_reference, knobs, timeline_straggler
+from labkit.measure import elastic as elastic_job
 from labkit.nodes import virtual as nodes
 from labkit.ui import nodes_lab, notebook
 
@@ -99,3 +101,24 @@ def straggler(share: float = 0.3, steps: int | None = None) -> timeline_straggle
     print(diagnosis)
     _show(diagnosis.figure())
     return diagnosis
+
+
+def elastic(epochs: int | None = None) -> elastic_job.ElasticReport | None:
+    """The elastic job on 2 virtual nodes: node2 leaves after 3 epochs and comes back 4 epochs later."""
+    problem = nodes_lab.why_not()
+    if problem:
+        data = _reference(problem)
+        report = comm_reference.elastic_report(data) if data and "elastic" in data else None
+    else:
+        with _nodes(RATE) as cluster:
+            report = elastic_job.leave_and_return(cluster.hostfile, epochs=epochs or comm_reference.ELASTIC_EPOCHS,
+                                                  leave_after=3, away=4)
+    if report is None:
+        return None
+    print(report.summary)
+    print("workers per epoch:", " ".join(str(s) for s in report.sizes()))
+    lost = sorted(set(range(max(report.completed(), default=-1) + 1)) - report.completed())
+    print("epochs lost:", ", ".join(map(str, lost)) if lost else "none (what a leaving worker began was redone)")
+    _show(comm.workers_per_epoch([e["epoch"] for e in report.epochs], report.sizes(), "Horovod Elastic: node2 "
+                                 "leaves after 3 epochs, returns 4 later"))
+    return report

@@ -1,5 +1,6 @@
-"""labs/08_communication.ipynb: committed clean, and run in the browser it measures the link, two knobs and a
-straggler (on virtual nodes where it runs as root; the reference results otherwise)."""
+"""labs/08_communication.ipynb: committed clean, and run in the browser it measures the link, two knobs, a
+straggler, and an elastic job that loses a node and gets it back (on virtual nodes where it runs as root; the
+reference results otherwise)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def test_notebook_measures_the_link_the_knobs_and_the_straggler(notebooks) -> No
     assert "ratio" in text and "model" in text  # the link's table against the ring model
     assert "fusion off" in text and "fp16" in text
     assert "straggler: rank 1" in text, text[-2000:]
+    assert "workers per epoch: 2" in text and " 1 " in text.split("workers per epoch:")[1].splitlines()[0]
+    assert "epochs lost: none" in text
     if os.geteuid() == 0:  # measured here, not the reference results
         assert "Not run" not in text and "2 virtual nodes up" in text
     else:

@@ -28,6 +28,7 @@ from helpers import paths
 
 from labkit.core import contract
 from labkit.launching import hosts, launch, reach
+from labkit.measure import elastic
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import virtual as nodes
@@ -373,6 +374,19 @@ def test_a_tf_distribute_cluster_whose_node_goes_away_ends_naming_it(cluster: no
     result = out["result"]
     assert not result.ok and time.monotonic() - broken < 60, result.summary()
     assert result.lost and "node2 (198.18.0.12)" in result.lost and "lost host" in result.summary()
+
+
+@pytest.mark.horovod
+def test_an_elastic_job_shrinks_when_a_node_leaves_and_grows_when_it_returns(cluster: nodes.VirtualNodes,
+                                                                             work: Path) -> None:
+    """Horovod Elastic over Gloo: node2 leaves the host discovery after 3 epochs and returns after 4 more."""
+    report = elastic.leave_and_return(cluster.hostfile, epochs=18, leave_after=3, away=4, log_dir=work / "logs")
+    print(report)
+    sizes = report.sizes()
+    assert report.ok, report.summary
+    shrunk = sizes.index(2) if 2 in sizes else -1
+    assert sizes[0] == 4 and shrunk > 0 and 4 in sizes[shrunk:], sizes  # 4 workers, then node1's 2, then 4 again
+    assert report.completed() == set(range(18)), "an epoch was lost"
 
 
 def test_multiworker_resumes_when_the_node_comes_back(cluster: nodes.VirtualNodes, work: Path) -> None:

@@ -183,7 +183,8 @@ def test_mpijob_command_runs_the_script_with_its_args_on_every_slot() -> None:
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
     assert job["spec"]["mpiImplementation"] == "OpenMPI"
     assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
-    assert worker(job)["command"][0] == "/usr/sbin/sshd"
+    assert worker(job)["command"] == ["labkit-sshd"]  # the image's sshd (port 2222, as user labkit)
+    assert job["spec"]["sshAuthMountPath"] == "/home/labkit/.ssh"
     for container in (launcher(job), worker(job)):
         assert env_of(container)["TF_USE_LEGACY_KERAS"] == "1"
     assert k8s.mpijob()["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][-1] == (
