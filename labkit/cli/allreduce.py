@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from labkit.core.cliargs import route_word
 from labkit.launching import launch
 from labkit.measure import allreduce
 
@@ -35,20 +36,7 @@ def add_to_bench(p: argparse.ArgumentParser) -> None:
                    help="Horovod over MPI, Horovod over Gloo, or MultiWorkerMirroredStrategy (default: %(default)s)")
     g.add_argument("--rate", default=None, help="link rate for the model, e.g. 200mbit (default: the virtual nodes')")
     p.set_defaults(repeat=_Default(p.get_default("repeat") or 1))
-    nps, bench_func = p.get_default("np"), p.get_default("func")
-
-    def route(a: argparse.Namespace) -> int:
-        if a.script != WORD:
-            return bench_func(a)
-        if a.args:
-            print(f"labkit bench {WORD}: nothing goes after --", file=sys.stderr)
-            return 2
-        if a.np is not nps and len(a.np) != 1:
-            print(f"labkit bench {WORD}: give one worker count (--np 2)", file=sys.stderr)
-            return 2
-        return cli(a, None if a.np is nps else a.np[0])
-
-    p.set_defaults(func=route, script_words=(WORD,))
+    route_word(p, WORD, cli)
 
 
 def cli(a: argparse.Namespace, np: int | None,

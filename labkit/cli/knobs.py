@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from labkit.core.cliargs import positive_int
+from labkit.core.cliargs import positive_int, route_word
 from labkit.launching import launch
 from labkit.measure import knobs
 
@@ -25,27 +25,13 @@ def add_to_bench(p: argparse.ArgumentParser) -> None:
                              "[--np N] [--steps S] [--json]: each variant of one Horovod knob on the same workers")
     g.add_argument("--knob", choices=list(knobs.KNOBS), default=None, help="the knob to sweep (bench knobs only)")
     g.add_argument("--steps", type=positive_int, default=20, help="steps per variant (bench knobs; default: 20)")
-    nps, before = p.get_default("np"), p.get_default("func")
-    words = tuple(p.get_default("script_words") or ())
-
-    def route(a: argparse.Namespace) -> int:
-        if a.script != WORD:
-            return before(a)
-        if a.args:
-            print(f"labkit bench {WORD}: nothing goes after --", file=sys.stderr)
-            return 2
-        if a.knob is None:
-            print(f"labkit bench {WORD}: give --knob (one of {', '.join(knobs.KNOBS)})", file=sys.stderr)
-            return 2
-        if a.np is not nps and len(a.np) != 1:
-            print(f"labkit bench {WORD}: give one worker count (--np 2)", file=sys.stderr)
-            return 2
-        return cli(a, None if a.np is nps else a.np[0])
-
-    p.set_defaults(func=route, script_words=(*words, WORD))
+    route_word(p, WORD, cli)
 
 
 def cli(a: argparse.Namespace, np: int | None, run: Callable[..., knobs.KnobResult] = knobs.sweep) -> int:
+    if a.knob is None:
+        print(f"labkit bench {WORD}: give --knob (one of {', '.join(knobs.KNOBS)})", file=sys.stderr)
+        return 2
     try:
         if a.launcher == "cluster":
             raise ValueError("the knobs are Horovod's: choose --launcher mpirun, horovodrun or gloo")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 
 
 def _number(text: str, kind: type) -> int | float:
@@ -107,3 +109,23 @@ def split_dashdash(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def script_of(command: list[str]) -> str | None:
     """The script a command runs: its first ``*.py`` argument."""
     return next((c for c in command if str(c).endswith(".py")), None)
+
+
+def route_word(p: argparse.ArgumentParser, word: str, handler: Callable[[argparse.Namespace, int | None], int]) -> None:
+    """Let ``WORD`` stand where ``p``'s command takes a SCRIPT (``labkit bench allreduce``): the call goes to
+    ``handler(args, np)`` (``np`` None unless one ``--np`` was given); any other SCRIPT goes where it went before."""
+    nps, before = p.get_default("np"), p.get_default("func")
+    words = tuple(p.get_default("script_words") or ())
+
+    def route(a: argparse.Namespace) -> int:
+        if a.script != word:
+            return before(a)
+        if a.args:
+            print(f"labkit {a.subcommand} {word}: nothing goes after --", file=sys.stderr)
+            return 2
+        if a.np is not nps and len(a.np) != 1:
+            print(f"labkit {a.subcommand} {word}: give one worker count (--np 2)", file=sys.stderr)
+            return 2
+        return handler(a, None if a.np is nps else a.np[0])
+
+    p.set_defaults(func=route, script_words=(*words, word))
