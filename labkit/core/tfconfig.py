@@ -15,9 +15,11 @@ tasks run on localhost on free ports.
 from __future__ import annotations
 
 import json
+import random
 import re
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 _HOSTPORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
@@ -27,21 +29,33 @@ class ClusterError(ValueError):
     """A cluster description or task is wrong; the message says how."""
 
 
+def _ephemeral_low(default: int = 32768) -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux: ``ip_local_port_range``)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct ports that were free a moment ago (bound to port 0, then released)."""
+    """``n`` distinct ports free now, below the ephemeral range.
+
+    A port the kernel picked for a listener a moment ago (bind to port 0) can be handed to an outgoing connection
+    (ipyparallel's and gRPC's own) before the task binds it ("Could not start gRPC server"); ports below
+    ``ip_local_port_range`` are never handed out that way. Random, so that two clusters rarely try the same."""
     if n < 0:
         raise ClusterError(f"cannot ask for {n} ports")
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(n):  # keep all open until the end, so the ports are distinct
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    high = min(_ephemeral_low(), 65536)
+    low = max(1024, high - 12000)
+    found: list[int] = []
+    for port in random.sample(range(low, high), min(high - low, 50 * n + 200)):
+        if len(found) == n:
+            break
+        if port_is_free(port, host):
+            found.append(port)
+    if len(found) < n:
+        raise ClusterError(f"could not find {n} free ports between {low} and {high}")
+    return found
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
