@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import paths
+from helpers import browser, paths
+from helpers.notebooks import outputs_text
 
 LABS = paths.LABS
 NOTEBOOKS = sorted(p.name for p in LABS.glob("*.ipynb"))
@@ -70,8 +71,6 @@ def test_what_a_learner_would_see_as_wrong_is_found() -> None:
 @pytest.mark.parametrize("state", ["starters", "finished"])
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_in_the_browser_without_errors(name: str, state: str, request: pytest.FixtureRequest) -> None:
-    from helpers import browser
-    from test_notebooks import outputs_text
 
     runner = request.getfixturevalue("notebooks" if state == "starters" else "finished_notebooks")
     done = runner.run(name)
