@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.nodes import nodes_problem
 
 from labkit.cli import allreduce as allreduce_cli
 from labkit.cli import main as cli
 from labkit.core import contract
 from labkit.instrument import allreduce_worker
 from labkit.measure import allreduce, knobs
-from labkit.nodes import net
 from labkit.nodes import virtual as nodes
 
 
@@ -103,14 +103,7 @@ def test_the_rate_comes_from_the_running_nodes(monkeypatch: pytest.MonkeyPatch, 
         allreduce.link_rate("fast")
 
 
-def _problem() -> str | None:
-    if os.geteuid() != 0:
-        return "virtual nodes need root"
-    if net.missing_tools(rate=True):
-        return f"{', '.join(net.missing_tools(rate=True))} not installed"
-    if net.netns_names() or net.link_exists(net.BRIDGE):
-        return "virtual nodes are already up on this machine"
-    return None
+_problem = nodes_problem
 
 
 @pytest.fixture(scope="module")

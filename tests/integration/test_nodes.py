@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import paths
+from helpers.nodes import nodes_problem
 
 from labkit.core import contract
 from labkit.launching import hosts, launch, launchers, reach
@@ -49,19 +50,11 @@ else:
 WHO = '''
 import os, socket
 from mpi4py import MPI
-from labkit.nodes import access
 print("rank", MPI.COMM_WORLD.Get_rank(), socket.gethostname(), os.environ["OMPI_COMM_WORLD_LOCAL_RANK"], flush=True)
 '''
 
 
-def _problem() -> str | None:
-    if os.geteuid() != 0:
-        return "virtual nodes need root"
-    if net.missing_tools(rate=True):
-        return f"{', '.join(net.missing_tools(rate=True))} not installed"
-    if net.netns_names() or net.link_exists(net.BRIDGE):
-        return "virtual nodes are already up on this machine"
-    return None
+_problem = nodes_problem
 
 
 needs_root = pytest.mark.skipif(_problem() is not None, reason=str(_problem()))
