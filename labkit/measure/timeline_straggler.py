@@ -149,11 +149,12 @@ def _find_rank(tag: str, rank: int) -> psutil.Process | None:
 def _slow_down(tag: str, rank: int, share: float, log: Path, done: threading.Event) -> None:
     """Once ``rank`` prints its first step, run it ``share`` of the time until ``done``."""
     found = None
-    while not done.is_set() and found is None:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        found = _find_rank(tag, rank) if timeline_job.MARK in text else None
+    while not done.is_set() and found is None:  # found while it starts: the search is slow on a busy machine
+        found = _find_rank(tag, rank)
         done.wait(0.2)
-    if found is not None:
+    while not done.is_set() and not (log.exists() and timeline_job.MARK in log.read_text(errors="replace")):
+        done.wait(0.05)
+    if found is not None and not done.is_set():
         with faults.Throttle(_Rank(found), share):
             done.wait()
 

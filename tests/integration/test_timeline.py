@@ -139,7 +139,7 @@ def test_the_diagnosis_names_the_slow_rank_and_the_wait(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_slowed_rank_is_named_by_the_step_times_and_the_timeline(tmp_path: Path) -> None:
     start = time.perf_counter()
-    d = timeline_straggler.run(np=2, steps=150, slow=1, share=0.3, log_dir=tmp_path / "logs", timeout=400)
+    d = timeline_straggler.run(np=2, steps=300, slow=1, share=0.3, log_dir=tmp_path / "logs", timeout=400)
     print(d, d.timeline.summary() if d.timeline else "", f"{time.perf_counter() - start:.0f} s", sep="\n")
     assert d.straggler == 1
     assert d.timeline is not None and d.timeline.straggler()[0] == 1
