@@ -3,7 +3,9 @@ noise dropped, and, when a rank fails, the end of its traceback with advice for 
 
 Sinks take finished lines and progress updates: :class:`ConsoleSink` for a terminal
 (progress redrawn in place, dropped when output is not a terminal), :class:`NotebookSink`
-for a notebook cell (progress in one display that updates in place).
+for a notebook cell (progress in one display that updates in place). Anything with the two
+methods of :class:`Sink` can take their place (the widget bars of :mod:`labkit.core.progress`,
+the dashboard of :mod:`labkit.ui.dashboard`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable
+from typing import Protocol
 
 from labkit.core import env as lkenv
 
@@ -98,6 +101,14 @@ class Renderer:
         if self.current:
             self.on_line("".join(self.current))
             self.current = []
+
+
+class Sink(Protocol):
+    """Where a launch sends the shown rank's output: each finished line, and each progress redraw."""
+
+    def line(self, text: str) -> None: ...
+
+    def progress(self, text: str) -> None: ...
 
 
 class ConsoleSink:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from labkit.core import contract, proc
 from labkit.core.identity import cpu_count
-from labkit.core.output import TAG, ConsoleSink, NotebookSink, Renderer, command_line, error_tail, hints
+from labkit.core.output import TAG, Renderer, Sink, command_line, error_tail, hints
 from labkit.core.proc import new_log_dir
 from labkit.core.progress import default_sink
 from labkit.launching import hosts
@@ -148,7 +148,7 @@ def run(
     log_dir: str | Path | None = None,
     env: dict[str, str] | None = None,
     show_rank: int = 0,
-    sink: ConsoleSink | NotebookSink | None = None,
+    sink: Sink | None = None,
     quiet: bool = False,
     cwd: str | Path | None = None,
     record: bool = True,

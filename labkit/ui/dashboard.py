@@ -3,11 +3,13 @@
     from labkit.ui import dashboard
     result = dashboard.watch(["python", "fashion_mnist.py", "--epochs", "5"], np=2)
 
-:func:`watch` starts the job with :func:`labkit.launching.launch.run` and shows an
-ipywidgets panel that follows the run's progress file (``runs/live/RUN_ID.json``,
-which the observed chief process replaces atomically after every epoch). Where
-widgets cannot render (a terminal, a notebook executed headless) the same
-information is printed as text, one line per epoch.
+:func:`watch` starts the job with :func:`labkit.launching.launch.run` and gives it a
+:class:`Dashboard` as its sink: the launch's one progress channel (the shown rank's
+output, :mod:`labkit.core.progress`) tells the dashboard when to look, and each time it
+re-reads the run's live record (``runs/live/RUN_ID.json``, which the observed chief
+replaces atomically after every epoch) for the figures it shows. Where widgets cannot
+render (a terminal, a notebook executed headless) the same is printed as text, one line
+per epoch.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ class Dashboard:
         self.title = title or f"run {run_id}"
         self.state: dict[str, Any] | None = None
         self.printed = 0  # epochs already printed in text mode
+        self.looked = 0.0
         self.text = (not progress.widgets_work()) if text is None else text
         self.widget = None if self.text else self._build()
 
@@ -118,22 +120,26 @@ class Dashboard:
             self.printed = len(epochs)
         return state
 
-    def follow(self, stop: threading.Event, every: float = 1.0) -> None:
-        """Refresh until ``stop`` is set (run this in a thread), then once more."""
-        while not stop.wait(every):
+    # The launch's sink: rank 0's output lines say when to look again (at most twice a second, and at each
+    # epoch line); the output itself is not shown, the dashboard is.
+    def line(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self.looked >= 0.5 or progress.EPOCH.match(text) or progress.STEP.match(text):
+            self.looked = now
             self.refresh()
-        self.refresh()
+
+    def progress(self, text: str) -> None:
+        self.line(text)
 
 
-
-def watch(command: list[str] | str, np: int = 2, every: float = 1.0, title: str | None = None,
-          quiet: bool = True, text: bool | None = None, records: str | Path | None = None, **run_kw: Any) -> Any:
+def watch(command: list[str] | str, np: int = 2, title: str | None = None, text: bool | None = None,
+          records: str | Path | None = None, **run_kw: Any) -> Any:
     """Run ``command`` on ``np`` workers (:func:`labkit.launching.launch.run`) with a live dashboard.
 
-    The rank-0 output is not streamed (``quiet=True``) so that the dashboard is what
-    you watch; every rank's log is still written. The run record goes to ``records``
-    (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``). Returns the :class:`JobResult`
-    with the run record as ``result.record`` (None if the script wrote none).
+    The dashboard takes the place of rank 0's streamed output (every rank's log is still
+    written). The run record goes to ``records`` (default: ``$LABKIT_RUNS_FILE`` or
+    ``runs/runs.jsonl``). Returns the :class:`JobResult` with the run record as
+    ``result.record`` (None if the script wrote none); a failed job's summary is printed.
     """
     env = dict(run_kw.pop("env", None) or {})
     run_id = env.setdefault(runs.RUN_ID_VAR, runs.new_run_id())
@@ -143,17 +149,13 @@ def watch(command: list[str] | str, np: int = 2, every: float = 1.0, title: str 
     env[runs.FILE_VAR] = str(records)
     shown = " ".join(command) if isinstance(command, list) else command
     board = Dashboard(run_id, records, title or f"{shown} on {np} worker(s)", text=text).display()
-    stop = threading.Event()
-    follower = threading.Thread(target=board.follow, args=(stop, every), daemon=True)
-    follower.start()
     started = time.perf_counter()
-    try:
-        result = launch.run(command, np=np, env=env, quiet=quiet, **run_kw)
-    finally:
-        stop.set()
-        follower.join(10)
+    result = launch.run(command, np=np, env=env, sink=board, **run_kw)
+    board.refresh()
     found = runs.select(runs.read(records, warn=False), run_id=run_id)
     result.record = found[-1] if found else None
     if board.text:
         print(f"{summary(board.state)} ({time.perf_counter() - started:.0f} s)", flush=True)
+    if not result.ok:
+        print(result.summary(), flush=True)
     return result

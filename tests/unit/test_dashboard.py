@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -70,19 +69,36 @@ def test_watch_runs_the_job_and_shows_progress(tmp_path: Path, monkeypatch: pyte
 
     seen = {}
 
-    def fake_run(command, np, env, quiet, **kw):
-        seen.update(env=env, quiet=quiet, np=np)
+    def fake_run(command, np, env, sink, **kw):
+        seen.update(env=env, np=np)
         live = runs.live_file(env[runs.RUN_ID_VAR], env[runs.FILE_VAR])
-        for k in (1, 2, 3):  # a job that trains three epochs
+        for k in (1, 2, 3):  # a job that trains three epochs; rank 0 says so in its output
+            sink.line(f"Epoch {k}/3")
             files.write_json_atomic(live, state(k, "ok" if k == 3 else "running"))
-            time.sleep(0.15)
+            sink.progress("1/47 [>.....] - ETA: 4s - loss: 2.3")
+        sink.line("47/47 [==============================] - 5s 98ms/step - loss: 0.4")
         runs.append({"run_id": env[runs.RUN_ID_VAR], "status": "ok", "images_per_sec": 101.5}, env[runs.FILE_VAR])
         return launch.JobResult(0, list(command), tmp_path, np, 0.5)
 
     monkeypatch.setattr(launch, "run", fake_run)
-    result = dashboard.watch(["python", "train.py"], np=2, every=0.05, text=True,
+    result = dashboard.watch(["python", "train.py"], np=2, text=True,
                              env={runs.FILE_VAR: str(tmp_path / "runs.jsonl")})
-    assert seen["quiet"] and seen["np"] == 2 and Path(seen["env"][runs.FILE_VAR]).is_absolute()
+    assert seen["np"] == 2 and Path(seen["env"][runs.FILE_VAR]).is_absolute()
     assert result.record["images_per_sec"] == 101.5
     out = capsys.readouterr().out
     assert out.count("epoch 1:") == 1 and "epoch 3:" in out and "ok: epoch 3/3" in out
+    assert "Epoch 1/3" not in out and "ETA" not in out  # the dashboard, not rank 0's output
+
+
+def test_watch_prints_what_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture) -> None:
+    from labkit.launching import launch
+
+    def fake_run(command, np, env, sink, **kw):
+        sink.line("Traceback (most recent call last):")
+        return launch.JobResult(1, list(command), tmp_path, np, 0.5, rank_errors={0: "ValueError: bad shape"})
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    result = dashboard.watch(["python", "train.py"], np=2, text=True, records=tmp_path / "runs.jsonl")
+    out = capsys.readouterr().out
+    assert not result.ok and result.record is None and "ValueError: bad shape" in out
