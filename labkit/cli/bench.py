@@ -11,6 +11,7 @@ from labkit.core.cliargs import accuracy, add_script, positive_float, positive_i
 from labkit.figures import plot
 from labkit.launching.launch import LaunchError
 from labkit.launching.table import names
+from labkit.measure import link_sweep
 from labkit.measure.bench import bench
 
 
@@ -48,8 +49,19 @@ def parse_env(text: str) -> tuple[str, str]:
     return name, value
 
 
+DEFAULT_NPS = [1, 2]  # the same object when --np is not given
+
+
+def parse_rates(text: str) -> list[str]:
+    """``--rates``: link rates for :func:`labkit.measure.link_sweep.sweep`."""
+    try:
+        return link_sweep.parse_rates(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--np", type=parse_nps, default=[1, 2], help="worker counts, e.g. 1,2,4 (default: 1,2)")
+    p.add_argument("--np", type=parse_nps, default=DEFAULT_NPS, help="worker counts, e.g. 1,2,4 (default: 1,2)")
     p.add_argument("--repeat", type=positive_int, default=1,
         help="runs per worker count; the median is kept (default: 1)")
     p.add_argument("--threads", type=positive_int, default=None,
@@ -69,6 +81,9 @@ def _options(p: argparse.ArgumentParser) -> None:
                         "without editing the script (e.g. 6000,1000,10 for the full WRN-16-10 on a CPU)")
     p.add_argument("--target", type=accuracy, default=None,
                    help="validation accuracy for the time to accuracy (default: the script's --target-accuracy)")
+    p.add_argument("--rates", type=parse_rates, default=None, metavar="R1,R2",
+                   help="run on fresh virtual nodes (root), one worker per node, at each link rate "
+                        "(e.g. unlimited,1gbit,100mbit), against the ring-allreduce model")
     p.add_argument("--env", type=parse_env, action="append", default=[], metavar="NAME=VALUE",
                    help="a variable for every worker, e.g. HOROVOD_CYCLE_TIME=5 to try a setting (repeatable)")
 
@@ -79,7 +94,8 @@ def add_cli(sub) -> None:
         "bench", help="measure throughput, speedup and efficiency at several worker counts",
         description="Run SCRIPT at each worker count, record every run, print speedup and efficiency.",
         epilog="examples:\n  labkit bench labs/fashion_mnist.py --np 1,2 --threads 1 -- --epochs 3\n"
-               "  labkit bench --np 2 --launcher cluster labs/fashion_mnist_multiworker.py -- --epochs 2",
+               "  labkit bench --np 2 --launcher cluster labs/fashion_mnist_multiworker.py -- --epochs 2\n"
+               "  labkit bench labs/fashion_mnist.py --np 2 --rates unlimited,100mbit -- --epochs 2",
     )
     _options(p)
     add_script(p, what="any Keras training script")  # the grammar of every command that runs a script: labkit.cli.main
@@ -88,8 +104,27 @@ def add_cli(sub) -> None:
     knobs_cli.add_to_bench(p)  # `labkit bench knobs`: Horovod's communication knobs
 
 
-def _cli(a) -> int:
+def _links(a) -> int:
+    given = a.np is not DEFAULT_NPS
+    if (given and len(a.np) != 1) or a.ceiling or a.shrink or a.env or a.repeat != 1:
+        print("labkit bench: --rates takes one --np and none of --ceiling, --shrink, --env, --repeat",
+              file=sys.stderr)
+        return 2
+    np = a.np[0] if given else 2
+    try:
+        result = link_sweep.sweep(a.script, a.rates, a.args, np=np, launcher=a.launcher, timeout=a.timeout or 1800,
+                                  runs_file=a.runs_file, quiet=not a.verbose,
+                                  say=lambda text: print(text, file=sys.stderr, flush=True))
+    except (LaunchError, ValueError, RuntimeError) as e:
+        print(f"labkit bench: {e}", file=sys.stderr)
+        return 2 if isinstance(e, (LaunchError, ValueError)) else 1
+    print(result.to_json() if a.json else str(result))
+    return 0 if all(p.images_per_sec for p in result.points) else 1
 
+
+def _cli(a) -> int:
+    if a.rates:
+        return _links(a)
     try:
         sweep = bench(a.script, a.np, a.repeat, a.args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
                       runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target, env=dict(a.env),

@@ -170,6 +170,11 @@ def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None 
             STATE["train_begin"] = STATE.get("train_begin") or time.time()
             STATE["versions"] = identity.versions()
             STATE["device"] = identity.device_info()
+            try:  # what each step all-reduces (data parallelism): one gradient per trainable weight
+                STATE["gradient_bytes"] = sum(int(w.shape.num_elements() or 0) * w.dtype.size
+                                              for w in self.model.trainable_weights)
+            except Exception as e:  # noqa: BLE001 - never stand between the script and fit
+                STATE.setdefault("observer_errors", []).append(f"gradient size: {e}")
             self.batches = 0
             self.t0 = self.c0 = 0.0
             self.train_s: float | None = None

@@ -69,6 +69,7 @@ def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
     assert len(obs["epochs"]) == 3 and obs["ended"] >= obs["train_end"]
     rec = jobrecord.measured([obs], t0=start)
     assert rec["batch_per_worker"] == 8 and rec["target_accuracy"] == 0.0
+    assert rec["gradient_bytes"] == 4 * ((16 * 9 + 16) + (16 * 10 + 10))  # float32 weights, 160 filters shrunk to 16
     assert rec["epochs_to_target"] == 1 and rec["time_to_target_s"] == rec["epochs"][0]["elapsed_s"]
     for e in rec["epochs"]:
         assert e["steps"] == 8 and e["images"] == 64
