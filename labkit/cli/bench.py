@@ -9,6 +9,7 @@ from labkit.cli import allreduce as allreduce_cli
 from labkit.cli import knobs as knobs_cli
 from labkit.core.cliargs import accuracy, add_script, positive_float, positive_int
 from labkit.figures import plot
+from labkit.instrument import optimizer_knobs
 from labkit.launching.launch import LaunchError
 from labkit.launching.table import names
 from labkit.measure import link_sweep
@@ -52,6 +53,15 @@ def parse_env(text: str) -> tuple[str, str]:
 DEFAULT_NPS = [1, 2]  # the same object when --np is not given
 
 
+def parse_optimizer(text: str) -> str:
+    """``--optimizer``: checked, kept as given (the workers read it)."""
+    try:
+        optimizer_knobs.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def parse_rates(text: str) -> list[str]:
     """``--rates``: link rates for :func:`labkit.measure.link_sweep.sweep`."""
     try:
@@ -81,6 +91,9 @@ def _options(p: argparse.ArgumentParser) -> None:
                         "without editing the script (e.g. 6000,1000,10 for the full WRN-16-10 on a CPU)")
     p.add_argument("--target", type=accuracy, default=None,
                    help="validation accuracy for the time to accuracy (default: the script's --target-accuracy)")
+    p.add_argument("--optimizer", type=parse_optimizer, default=None, metavar="KNOB=VALUE,...",
+                   help="Horovod optimizer knobs without editing the script: compression=none|fp16, "
+                        "backward_passes_per_step=K")
     p.add_argument("--rates", type=parse_rates, default=None, metavar="R1,R2",
                    help="run on fresh virtual nodes (root), one worker per node, at each link rate "
                         "(e.g. unlimited,1gbit,100mbit), against the ring-allreduce model")
@@ -106,8 +119,8 @@ def add_cli(sub) -> None:
 
 def _links(a) -> int:
     given = a.np is not DEFAULT_NPS
-    if (given and len(a.np) != 1) or a.ceiling or a.shrink or a.env or a.repeat != 1:
-        print("labkit bench: --rates takes one --np and none of --ceiling, --shrink, --env, --repeat",
+    if (given and len(a.np) != 1) or a.ceiling or a.shrink or a.env or a.optimizer or a.repeat != 1:
+        print("labkit bench: --rates takes one --np and none of --ceiling, --shrink, --env, --optimizer, --repeat",
               file=sys.stderr)
         return 2
     np = a.np[0] if given else 2
@@ -128,6 +141,7 @@ def _cli(a) -> int:
     try:
         sweep = bench(a.script, a.np, a.repeat, a.args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
                       runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target, env=dict(a.env),
+                      optimizer=a.optimizer,
                       hostfile=a.allreduce_hostfile)  # the workers' hosts (the ceiling's copies run here)
     except (LaunchError, ValueError) as e:
         print(f"labkit bench: {e}", file=sys.stderr)

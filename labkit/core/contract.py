@@ -30,6 +30,7 @@ TASK = "LABKIT_TASK"  # a tf.distribute task's name, e.g. worker.1
 RANK = "LABKIT_RANK"  # set by the per-rank wrapper
 BENCH = "LABKIT_BENCH"  # the benchmark sweep a run belongs to
 SHRINK = "LABKIT_SHRINK"  # TRAIN,TEST,DIVISOR: data and width shrunk from outside (bench --shrink)
+OPTIMIZER = "LABKIT_OPTIMIZER"  # Horovod optimizer knobs set from outside (bench --optimizer compression=fp16)
 PROBE_LOAD = "LABKIT_PROBE_LOAD"  # a saved model the tf.distribute probe reloads
 K8S_WORKER_INDEX = "LABKIT_WORKER_INDEX"  # a Kubernetes worker pod's index (labkit.deploy.k8s manifests)
 
@@ -57,7 +58,7 @@ SETUP_NAMES = {
 _NAMES = {
     "job_id": JOB_ID, "run_id": RUN_ID, "launcher": LAUNCHER, "log_dir": LOG_DIR, "runs_file": RUNS_FILE,
     "observe": OBSERVE, "threads": THREADS, "np": NP, "show_rank": SHOW_RANK, "task": TASK, "rank": RANK,
-    "bench": BENCH, "shrink": SHRINK, "probe_load": PROBE_LOAD,
+    "bench": BENCH, "shrink": SHRINK, "optimizer": OPTIMIZER, "probe_load": PROBE_LOAD,
 }
 _INTS = {"threads", "np", "show_rank", "rank"}
 
@@ -79,6 +80,7 @@ class JobEnv:
     rank: int | None = None
     bench: str | None = None
     shrink: str | None = None
+    optimizer: str | None = None
     probe_load: str | None = None
 
     def to_env(self) -> dict[str, str]:

@@ -12,7 +12,9 @@ Like :mod:`labkit.instrument.probe` it patches library entry points in this proc
 * with ``LABKIT_SHRINK=TRAIN,TEST,DIVISOR`` (set by ``labkit bench --shrink``)
   ``fashion_mnist.load_data`` returns the first TRAIN/TEST images and every
   ``Conv2D`` gets ``filters // DIVISOR`` (at least 16) filters: a full-size script
-  benchmarked on a CPU.
+  benchmarked on a CPU;
+* with ``LABKIT_OPTIMIZER=compression=fp16,...`` (``labkit bench --optimizer``) Horovod's
+  ``DistributedOptimizer`` takes those knobs (:mod:`labkit.instrument.optimizer_knobs`).
 
 Each process writes ``FOLDER/observed.PID.json`` at every epoch end and at exit
 (atomically); the launcher, which knows the exit status and the wall time, turns
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import contract, files, identity, patch
-from labkit.instrument import shrink
+from labkit.instrument import optimizer_knobs, shrink
 from labkit.instrument.keras_reads import batch_of
 from labkit.records import jobrecord, runs
 
@@ -243,6 +245,18 @@ def _shrink(spec: str) -> None:
         when_imported(module, hook)
 
 
+def _optimizer(spec: str) -> None:
+    """Horovod's optimizer knobs from outside, for measuring what they do."""
+    try:
+        knobs = optimizer_knobs.parse(spec)
+    except ValueError as e:
+        STATE.setdefault("observer_errors", []).append(str(e))
+        return
+    STATE["optimizer_knobs"] = {}
+    for module, hook in optimizer_knobs.hooks(knobs, STATE["optimizer_knobs"].update).items():
+        when_imported(module, hook)
+
+
 def install(folder: str | None = None) -> bool:
     """Start observing this process (once); True when observing. Never raises."""
     if _INSTALLED:
@@ -257,6 +271,8 @@ def install(folder: str | None = None) -> bool:
         _patch_argparse()
         if os.environ.get(SHRINK_VAR):
             _shrink(os.environ[SHRINK_VAR])
+        if spec := contract.current().optimizer:
+            _optimizer(spec)
         when_imported("tf_keras.src.engine.training", _patch_fit)
         when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
         atexit.register(_at_exit)

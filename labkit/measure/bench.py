@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import contract, identity, output
-from labkit.instrument import observe
+from labkit.instrument import observe, optimizer_knobs
 from labkit.launching import launch
 from labkit.records import runs
 from labkit.records.sweep import (  # noqa: F401 - the results' names, also reached as labkit.measure.bench.NAME
@@ -76,6 +76,7 @@ def bench(
     env: dict[str, str] | None = None,
     ceiling: bool = False,
     shrink: Sequence[int] | None = None,
+    optimizer: str | None = None,
     target: float | None = None,
     hostfile: str | Path | None = None,
 ) -> Sweep:
@@ -88,7 +89,8 @@ def bench(
     each worker count N > 1, N independent copies at once (same threads, no
     communication): the throughput this machine gives N workers at best.
     ``shrink=(TRAIN, TEST, DIVISOR)`` trains on the first TRAIN/TEST images with
-    Conv2D filters divided by DIVISOR, without touching the script. ``target`` is the
+    Conv2D filters divided by DIVISOR, without touching the script; ``optimizer="compression=fp16"`` gives
+    Horovod's ``DistributedOptimizer`` knobs the same way (:mod:`labkit.instrument.optimizer_knobs`). ``target`` is the
     validation accuracy the time to accuracy is measured for (default: the script's
     ``--target-accuracy``). ``env`` adds variables for every worker (e.g.
     ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting). Records go to
@@ -117,6 +119,9 @@ def bench(
     extra = dict(env or {})
     if shrink is not None:
         extra[observe.SHRINK_VAR] = ",".join(str(int(v)) for v in shrink)
+    if optimizer is not None:
+        optimizer_knobs.parse(optimizer)  # ValueError before anything starts
+        extra[contract.OPTIMIZER] = optimizer
     plan = [(i, np_, False) for i in range(repeat) for np_ in nps]
     if ceiling:  # each repeat: the distributed runs, then the copies, so load changes hit both alike
         plan = [(i, np_, c) for i in range(repeat) for c in (False, True) for np_ in nps if not c or np_ > 1]
@@ -154,7 +159,7 @@ def bench(
         "device": f"{gpus} GPU(s)" if gpus else "cpu", "repeat": repeat, "args": list(args),
         "nps": nps, "runs_file": str(records_path), "host": _host(), "env": dict(env or {}),
         "cpu": identity.device_info().get("cpu"), "load_avg": _loadavg(), "ceiling": ceiling,
-        "shrink": list(shrink) if shrink is not None else None, "target": target,
+        "shrink": list(shrink) if shrink is not None else None, "target": target, "optimizer": optimizer,
     }
     return Sweep(script, points, conditions, warn, records)
 

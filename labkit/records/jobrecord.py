@@ -129,6 +129,7 @@ def measured(observations: list[dict[str, Any]], target: float | None = None,
         "config": config,
         "shrink": last.get("shrink"),
         "gradient_bytes": last.get("gradient_bytes"),
+        "optimizer_knobs": last.get("optimizer_knobs"),  # set from outside: labkit bench --optimizer
         "device": last.get("device"),
         "versions": last.get("versions") or identity.versions(),
         "epochs": epochs,

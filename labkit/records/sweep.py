@@ -193,6 +193,8 @@ def describe_conditions(c: dict[str, Any]) -> str:
                      f"first epoch whose validation accuracy reached {c.get('target') or 'the script target'}.")
     if c.get("env"):
         lines.append("worker environment: " + " ".join(f"{k}={v}" for k, v in sorted(c["env"].items())))
+    if c.get("optimizer"):
+        lines.append(f"Horovod optimizer knobs set from outside (the script is unchanged): {c['optimizer']}.")
     shrink = c.get("shrink")
     if shrink:
         lines.append(f"shrunk from outside (the script is unchanged): first {shrink[0]} training and {shrink[1]} test "
