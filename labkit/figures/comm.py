@@ -49,3 +49,33 @@ def workers_per_epoch(epochs: Sequence[int], sizes: Sequence[int], title: str) -
     ax.set_ylabel("workers")
     ax.set_title(title, fontsize=10)
     return fig
+
+
+def link_sweep(rates: Sequence[str], measured: Sequence[float | None], serial: Sequence[float | None],
+               overlap: Sequence[float | None], title: str) -> Any:
+    """A script's images/sec at each link rate, between the ring model's bounds (no overlap, full overlap)."""
+    fig, (ax,) = figure_grid(width=5.5, height=3.2)
+    xs = list(range(len(rates)))
+    low = [s if s is not None else float("nan") for s in serial]
+    high = [o if o is not None else float("nan") for o in overlap]
+    ax.fill_between(xs, low, high, alpha=0.2, label="ring model: no overlap to full overlap")
+    ax.plot(xs, [m if m is not None else float("nan") for m in measured], "o-", label="measured")
+    ax.set_xticks(xs, list(rates))
+    ax.set_xlabel("link rate")
+    ax.set_ylabel("images/sec")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def accuracy_curves(curves: dict[str, Sequence[float | None]], title: str) -> Any:
+    """Validation accuracy per epoch, one line per variant (e.g. float32 and float16 gradients)."""
+    fig, (ax,) = figure_grid(width=5.5, height=3.0)
+    for label, accs in curves.items():
+        ax.plot(range(1, len(accs) + 1), [a if a is not None else float("nan") for a in accs], "o-", label=label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation accuracy")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return fig

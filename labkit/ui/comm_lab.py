@@ -5,20 +5,24 @@
     comm_lab.knob("compression")     # float32 against float16 on the same link
     comm_lab.straggler()             # which rank makes the others wait (Horovod's timeline), on this machine
     comm_lab.elastic()               # Horovod Elastic: a node leaves the job and comes back
+    comm_lab.links("fashion_mnist.py")        # your Horovod script at several link rates, against the model
+    comm_lab.compression("fashion_mnist.py")  # your Horovod script's accuracy with float32 and float16 gradients
 
 Each measuring cell brings 2 virtual nodes up (or uses the ones ``labkit nodes up`` started) and takes the ones it
-started down again. Where virtual nodes cannot start (no root: Binder, a shared JupyterHub) it says why and shows
-the course's reference results (:mod:`labkit.measure.comm_reference`) instead.
+started down again. Where virtual nodes cannot start (no root: Binder, a shared JupyterHub), or the learner's script is
+still the starter, it says why and shows the course's reference results (:mod:`labkit.measure.comm_reference`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from labkit.figures import comm
-from labkit.measure import allreduce, comm_reference, knobs, timeline_straggler
+from labkit.measure import allreduce, comm_reference, knobs, link_sweep, timeline_straggler
+from labkit.measure import compression as fp16
 from labkit.measure import elastic as elastic_job
 from labkit.nodes import virtual as nodes
 from labkit.ui import nodes_lab, notebook
@@ -47,6 +51,14 @@ def _reference(why: str) -> dict[str, Any] | None:
     made = data.get("made", {})
     print(f"The course's reference results instead (made on {made.get('date', '?')} on {made.get('machine', '?')}):")
     return data
+
+
+def _reference_quietly() -> dict[str, Any] | None:
+    try:
+        return comm_reference.load()
+    except LookupError as e:
+        print(e)
+        return None
 
 
 def _show(fig: Any) -> None:
@@ -122,3 +134,36 @@ def elastic(epochs: int | None = None) -> elastic_job.ElasticReport | None:
     _show(comm.workers_per_epoch([e["epoch"] for e in report.epochs], report.sizes(), "Horovod Elastic: node2 "
                                  "leaves after 3 epochs, returns 4 later"))
     return report
+
+
+def links(script: str, rates: tuple[str, ...] | None = None, epochs: int = 2) -> link_sweep.LinkSweep | None:
+    """``script`` alone, then on 2 virtual nodes at each link rate, against the ring model's bounds."""
+    finished = notebook.started(script, "the steps of lab 2")
+    problem = nodes_lab.why_not() if finished else None
+    if not finished or problem:
+        data = _reference(problem) if problem else _reference_quietly()
+        result = comm_reference.links_result(data) if data and "links" in data else None
+    else:
+        rates = rates or (("unlimited", "100mbit") if notebook.quick() else link_sweep.RATES)
+        result = link_sweep.sweep(script, rates, notebook.args("--epochs", str(epochs)))
+    if result is None:
+        return None
+    print(result)
+    p = result.points
+    _show(comm.link_sweep([x.rate for x in p], [x.images_per_sec for x in p], [x.model_serial for x in p],
+                          [x.model_overlap for x in p], f"{Path(result.script).name}, {result.np} nodes x 1 worker"))
+    return result
+
+
+def compression(script: str, epochs: int = 6) -> fp16.Comparison | None:
+    """``script`` trained with float32 and with float16 gradients on 2 workers of this machine."""
+    if not notebook.started(script, "the steps of lab 2"):
+        data = _reference_quietly()
+        result = comm_reference.compression_result(data) if data and "compression" in data else None
+    else:
+        result = fp16.compare(script, notebook.args("--epochs", str(epochs), fewest=2))
+    if result is None:
+        return None
+    print(result)
+    _show(comm.accuracy_curves(result.curves(), f"{Path(result.script).name}: gradients sent as"))
+    return result
