@@ -6,6 +6,7 @@
     engines.stop()                 # also runs at kernel exit
 
     rc = engines.start(4, launcher="slurm")   # engines as one Slurm job (srun --mpi=pmix)
+    rc = engines.start(4, hostfile="hosts")   # engines on other hosts (mpirun over ssh), reaching back here
 
 :func:`run_on_engines` runs a tf.distribute script in fresh engines instead, one
 engine per worker of a ``TF_CONFIG`` cluster, and records the run.
@@ -28,7 +29,7 @@ from typing import Any
 
 from labkit.core import contract, env, proc, tfconfig
 from labkit.instrument import observe
-from labkit.launching import launchers
+from labkit.launching import hosts, launchers, reach
 from labkit.launching.sbatch import SlurmOptions, directive_value, output_pattern
 from labkit.launching.slurm import cancel
 from labkit.records import jobrecord, runs
@@ -37,8 +38,9 @@ _CURRENT: dict[str, Any] = {}
 
 
 def config(np: int, threads: int | None = None, job_id: str | None = None, launcher: str = "mpi",
-           slurm: Any = None) -> Any:
-    """The traitlets config for ``np`` engines started by mpirun (``mpi``) or as a Slurm job (``slurm``)."""
+           slurm: Any = None, host_list: Sequence[hosts.Host] | None = None) -> Any:
+    """The traitlets config for ``np`` engines started by mpirun (``mpi``, on ``host_list`` when given) or as a
+    Slurm job (``slurm``)."""
     from traitlets.config import Config
 
     env = launchers.worker_env(np, threads)
@@ -63,24 +65,27 @@ def config(np: int, threads: int | None = None, job_id: str | None = None, launc
         lines.append("srun --mpi=pmix {program_and_args}")  # the environment comes with --export=ALL
         cfg.SlurmEngineSetLauncher.batch_template = "\n".join(lines) + "\n"
         return cfg
-    cfg.MPILauncher.mpi_args = launchers.mpirun_flags(np) + [a for k in sorted(env) for a in ("-x", k)]
+    cfg.MPILauncher.mpi_args = launchers.mpirun_flags(np, host_list) + [a for k in sorted(env) for a in ("-x", k)]
     cfg.MPIEngineSetLauncher.environment = env
     return cfg
 
 
 def start(np: int = 2, threads: int | None = None, timeout: float = 120, activate: bool = True,
-          launcher: str = "mpi", slurm: Any = None) -> Any:
+          launcher: str = "mpi", slurm: Any = None, hostfile: str | Path | None = None) -> Any:
     """Start ``np`` engines (stopping any started before) and return a connected client.
 
-    ``launcher="mpi"``: mpirun on this machine. ``launcher="slurm"``: one Slurm job
-    of ``np`` tasks (``slurm`` is a :class:`labkit.launching.sbatch.SlurmOptions` for partition,
-    account, time ...); the controller listens on every interface so that engines on
-    other nodes reach it.
+    ``launcher="mpi"``: mpirun on this machine, or on the hosts of ``hostfile`` (OpenMPI's
+    format; ``labkit nodes status`` gives the virtual nodes' one). ``launcher="slurm"``: one
+    Slurm job of ``np`` tasks (``slurm`` is a :class:`labkit.launching.sbatch.SlurmOptions` for
+    partition, account, time ...). With engines on other hosts the controller listens on every
+    interface and tells them the address of this machine on their route.
     """
     import ipyparallel as ipp
 
     if launcher not in ("mpi", "slurm"):
         raise launchers.LaunchError(f"unknown engine launcher {launcher!r}: choose mpi or slurm")
+    if hostfile and launcher != "mpi":
+        raise launchers.LaunchError("a hostfile is for engines started by mpirun: Slurm chooses its nodes")
     problem = launchers.mpi_missing() if launcher == "mpi" else None
     if launcher == "slurm":
         import shutil
@@ -88,10 +93,18 @@ def start(np: int = 2, threads: int | None = None, timeout: float = 120, activat
         problem = None if shutil.which("sbatch") else "sbatch not found: engines on Slurm need a Slurm login node"
     if problem:
         raise launchers.LaunchError(problem)
+    try:
+        host_list = hosts.validate(hosts.parse_hostfile(hostfile), np, resolve=False) if hostfile else []
+        remote = [h for h in host_list if not hosts.is_local(h.name)]
+        reach.ssh_preflight(remote)  # each host that does not answer, named with the fix
+    except hosts.HostError as e:
+        raise launchers.LaunchError(str(e)) from None
     stop()
     job_id = uuid.uuid4().hex
     kw: dict[str, Any] = {"controller_ip": "*"} if launcher == "slurm" else {}
-    cluster = ipp.Cluster(engines=launcher, n=np, config=config(np, threads, job_id, launcher, slurm),
+    if remote:
+        kw = {"controller_ip": "*", "controller_location": reach.address_toward(remote[0].name)}
+    cluster = ipp.Cluster(engines=launcher, n=np, config=config(np, threads, job_id, launcher, slurm, host_list),
                           log_level=logging.WARNING, **kw)
     _CURRENT.update(cluster=cluster, job_id=job_id)
     try:

@@ -27,6 +27,17 @@ Set up passwordless ssh from this machine to every host, as the same user on all
 Every host also needs the same paths: the project directory and its .venv at the same place."""
 
 
+def address_toward(host: str) -> str:
+    """This machine's address on the route to ``host``: where processes there reach a server here (a virtual
+    node's name is resolved through its cluster)."""
+    cluster = access.for_hosts([host])
+    target = (next(n.address for n in cluster.nodes if host in (n.name, n.address)) if cluster
+              else socket.gethostbyname(host))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((target, 9))  # nothing is sent: the kernel only picks the route and its source address
+        return s.getsockname()[0]
+
+
 def ssh_command(host: str, timeout: float = 10, ssh: str = "ssh", ssh_args: Sequence[str] = ()) -> list[str]:
     """The command that checks passwordless ssh to ``host`` (runs ``true`` there)."""
     connect = max(1, int(timeout))

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from labkit.core import contract, proc
-from labkit.launching import engines
+from labkit.launching import engines, hosts, launchers
 
 
 def test_config_passes_thread_limits_and_mpirun_flags() -> None:
@@ -16,6 +16,19 @@ def test_config_passes_thread_limits_and_mpirun_flags() -> None:
     assert env["TF_NUM_INTRAOP_THREADS"] == "1" and env[contract.JOB_ID] == "abc"
     args = cfg.MPILauncher.mpi_args
     assert "--bind-to" in args and ["-x", "TF_USE_LEGACY_KERAS"] == args[args.index("TF_USE_LEGACY_KERAS") - 1:][:2]
+
+
+def test_config_for_other_hosts_names_them_and_start_refuses_a_bad_hostfile(tmp_path) -> None:
+    cfg = engines.config(4, threads=1, job_id="abc", host_list=hosts.parse_hosts("hostA:2,hostB:2"))
+    args = cfg.MPILauncher.mpi_args
+    assert args[args.index("-H") + 1] == "hostA:2,hostB:2"
+    bad = tmp_path / "hosts"
+    bad.write_text("hostA slots=1\n")
+    with pytest.raises(launchers.LaunchError, match="slot"):
+        engines.start(4, hostfile=bad)  # 4 engines do not fit on 1 slot: said before anything starts
+    with pytest.raises(launchers.LaunchError, match="Slurm chooses"):
+        engines.start(2, launcher="slurm", hostfile=bad)
+    assert "cluster" not in engines._CURRENT
 
 
 @pytest.mark.slow

@@ -26,8 +26,8 @@ import psutil
 import pytest
 from helpers import paths
 
-from labkit.core import contract
-from labkit.launching import hosts, launch, reach
+from labkit.core import contract, proc
+from labkit.launching import engines, hosts, launch, reach
 from labkit.measure import elastic
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
@@ -243,6 +243,22 @@ def test_plain_batch_script_runs_across_both_nodes(cluster: nodes.VirtualNodes, 
 
 
 # ----------------------------------------------------------------------------- engines and bench
+
+
+@pytest.mark.horovod
+def test_engines_on_both_nodes_allreduce_with_horovod(cluster: nodes.VirtualNodes, work: Path) -> None:
+    rc = engines.start(4, hostfile=cluster.hostfile, activate=False, timeout=180)
+    job_id = engines._CURRENT["job_id"]
+    try:
+        rc[:].execute(  # as a %%px cell would
+            "import socket\nimport horovod.tensorflow as hvd\nimport tensorflow as tf\nhvd.init()\n"
+            "result = (hvd.rank(), socket.gethostname(), hvd.local_rank(),"
+            " float(hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum)))", block=True)
+        results = sorted(rc[:].pull("result", block=True))
+    finally:
+        engines.stop()
+    assert results == [(0, "node1", 0, 10.0), (1, "node1", 1, 10.0), (2, "node2", 0, 10.0), (3, "node2", 1, 10.0)]
+    assert proc.marked(job_id) == []
 
 
 @pytest.mark.horovod
