@@ -211,7 +211,7 @@ def test_parameter_server_cluster_has_tasks_on_both_nodes(cluster: nodes.Virtual
 
 
 @pytest.mark.horovod
-@pytest.mark.parametrize(("start", "tasks"), [("mpirun", 1), ("srun", 2), ("tf_config", 1)])
+@pytest.mark.parametrize(("start", "tasks"), [(s, t) for s in ("mpirun", "srun", "tf_config") for t in (1, 2)])
 def test_slurm_runs_across_both_nodes(cluster: nodes.VirtualNodes, work: Path, start: str, tasks: int) -> None:
     script = MULTIWORKER if start == "tf_config" else SOLUTION
     extra = ["--backup-dir", str(work / "backup")] if start == "tf_config" else []
