@@ -59,7 +59,7 @@ class Cluster(TaskControl):
         log_dir: str | Path | None = None,
         cwd: str | Path | None = None,
         task_cwd: Callable[[str, int], str | Path | None] | None = None,
-        sink: output.ConsoleSink | output.NotebookSink | None = None,
+        sink: output.Sink | None = None,
         quiet: bool = False,
         show: TaskId | None = None,
         record: bool = True,

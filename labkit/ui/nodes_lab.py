@@ -1,10 +1,12 @@
 """Two machines on this one, for a notebook: run a script on virtual nodes and show where each rank ran.
 
     result = nodes_lab.ranks_per_host(["python", "fashion_mnist.py", "--epochs", "1"], count=2, slots=2)
+    result = nodes_lab.workers_per_host(["python", "fashion_mnist_multiworker.py", "--epochs", "1"])
 
 Brings the nodes up (or uses the ones ``labkit nodes up`` started), runs the command on
 ``count x slots`` ranks with the nodes' hostfile, prints rank, host and local rank from the
-run record, and takes the nodes it started down again. Where virtual nodes cannot start (no
+run record, and takes the nodes it started down again. :func:`workers_per_host` does the same for a tf.distribute
+script: one worker per node, each started over ssh with its own ``TF_CONFIG``. Where virtual nodes cannot start (no
 root, e.g. Binder), it prints why and what the table would show, and returns None.
 """
 
@@ -13,8 +15,10 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
-from labkit.launching import launch
+from labkit.core import contract
+from labkit.launching import hosts, launch
 from labkit.nodes import net
 from labkit.nodes import virtual as nodes
 from labkit.ui import notebook
@@ -74,4 +78,30 @@ def ranks_per_host(command: Sequence[str], count: int = 2, slots: int = 2, timeo
             cluster.down()
     print(result.summary())
     print(table(result.record))
+    return result
+
+
+def workers_per_host(command: Sequence[str], count: int = 2, timeout: float = 900, records: str = RECORDS,
+                     **run_kw: object) -> object | None:
+    """Run a tf.distribute ``command`` as a cluster of one worker per virtual node; print where each worker ran."""
+    problem = why_not()
+    if problem:
+        print(f"Not run: {problem}")
+        print("What it shows: worker 0 on node1 and worker 1 on node2, each started over ssh with a TF_CONFIG that "
+              "names both nodes' addresses.")
+        return None
+    running = nodes.VirtualNodes.load()
+    cluster = running or nodes.VirtualNodes(count=count, slots=1).up()
+    try:
+        if running is None:
+            print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}")
+        one_each = [hosts.Host(n.name, 1) for n in cluster.nodes]
+        env = {contract.RUNS_FILE: str(Path(records).resolve())}
+        result = notebook.run_cluster(list(command), workers=len(one_each), host_list=one_each, timeout=timeout,
+                                      env=env, **run_kw)
+    finally:
+        if running is None:
+            cluster.down()
+    if result is not None:
+        print(table(getattr(result, "record", None)))
     return result
