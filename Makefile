@@ -20,7 +20,7 @@ test:
 	@LABKIT_TEST_TOOLS=1 bash scripts/setup.sh
 	$(PY) -m ruff check labkit tests labs solutions
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -v --durations=15
+	$(PY) -m pytest -v --durations=40
 
 test-fast:
 	@LABKIT_TEST_TOOLS=1 bash scripts/setup.sh
