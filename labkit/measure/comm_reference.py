@@ -36,7 +36,7 @@ PARTS = ("link", "knobs", "elastic", "links", "compression")
 
 
 def make(out: Path, rate: str = "200mbit", repeat: int = 3, steps: int = 10,
-         parts: tuple[str, ...] = PARTS, epochs: int = 2, compression_epochs: int = 6) -> Path:
+         parts: tuple[str, ...] = PARTS, epochs: int = 3, compression_epochs: int = 6) -> Path:
     """Measure ``parts`` (on fresh virtual nodes; ``links`` and ``compression`` run the Horovod solution in small
     mode) and write ``out/communication.json``, keeping the parts it does not measure."""
     path = Path(out) / FILE

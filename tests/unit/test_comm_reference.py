@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from labkit.measure import comm_reference, compression, link_sweep
+from labkit.records.sweep import Point, Sweep
 
 
 def _sweep(*a: Any, **k: Any) -> link_sweep.LinkSweep:
@@ -45,3 +46,19 @@ def test_some_parts_again_and_the_others_kept(tmp_path: Path, monkeypatch: pytes
 def test_unknown_parts_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert comm_reference.main(["--only", "links,speed"]) == 2
     assert "--only takes some of link, knobs, elastic, links, compression" in capsys.readouterr().err
+
+
+def test_compression_trains_float32_twice_and_float16_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = []
+
+    def fake_bench(script: str, nps: list[int], optimizer: str, **kw: Any) -> Sweep:
+        specs.append(optimizer)
+        knob = optimizer.split("=")[1]
+        return Sweep(script, [Point(2, 1, images_per_sec=1000.0)], {},
+                     records=[{"val_accuracy": [0.7, 0.8], "optimizer_knobs": {"compression": knob}, "run_id": "r"}])
+
+    monkeypatch.setattr(compression.bench, "bench", fake_bench)
+    out = compression.compare("sol.py", ["--epochs", "2"], say=lambda _: None)
+    assert specs == ["compression=none", "compression=fp16", "compression=none"]
+    assert [v.label for v in out.variants] == ["float32 (none)", "float16 (fp16)", "float32 again"]
+    assert "(the optimizer did not take the knob" not in str(out)
