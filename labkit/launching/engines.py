@@ -35,6 +35,7 @@ from labkit.launching.slurm import cancel
 from labkit.records import jobrecord, runs
 
 _CURRENT: dict[str, Any] = {}
+IPYPARALLEL_ENV = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO")
 
 
 def config(np: int, threads: int | None = None, job_id: str | None = None, launcher: str = "mpi",
@@ -65,7 +66,10 @@ def config(np: int, threads: int | None = None, job_id: str | None = None, launc
         lines.append("srun --mpi=pmix {program_and_args}")  # the environment comes with --export=ALL
         cfg.SlurmEngineSetLauncher.batch_template = "\n".join(lines) + "\n"
         return cfg
-    cfg.MPILauncher.mpi_args = launchers.mpirun_flags(np, host_list) + [a for k in sorted(env) for a in ("-x", k)]
+    # mpirun forwards to other hosts only the variables it is told to: ours, and ipyparallel's own (the engines'
+    # connection file and cluster; IPP_CONNECTION_INFO is set by ipyparallel when the engines start)
+    forwarded = sorted(env) + list(IPYPARALLEL_ENV)
+    cfg.MPILauncher.mpi_args = launchers.mpirun_flags(np, host_list) + [a for k in forwarded for a in ("-x", k)]
     cfg.MPIEngineSetLauncher.environment = env
     return cfg
 
