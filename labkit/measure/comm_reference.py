@@ -54,10 +54,13 @@ def make(out: Path, rate: str = "200mbit", repeat: int = 3, steps: int = 10,
                 data["elastic"] = {"epochs": grown.epochs, "ok": grown.ok, "summary": grown.summary}
     solution = str(reference.final_solution(labs.get("horovod")).resolve())
     small = ["--mode", "small"]
+    # the script by name only: a learner's copy of the course has no solutions folder to point to
     if "links" in parts:
         data["links"] = asdict(link_sweep.sweep(solution, link_sweep.RATES, [*small, "--epochs", str(epochs)]))
+        data["links"]["script"] = Path(solution).name
     if "compression" in parts:
         data["compression"] = asdict(compression.compare(solution, [*small, "--epochs", str(compression_epochs)]))
+        data["compression"]["script"] = Path(solution).name
     made = {"date": time.strftime("%Y-%m-%d"), "machine": reference.machine(),
             "command": f"python -m labkit.measure.comm_reference --rate {rate} --only {','.join(parts)}"}
     data["made"] = made

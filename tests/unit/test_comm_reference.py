@@ -37,6 +37,7 @@ def test_some_parts_again_and_the_others_kept(tmp_path: Path, monkeypatch: pytes
     assert seen[0][0].endswith("fashion_mnist_solution.py") and seen[0][2] == ["--mode", "small", "--epochs", "2"]
     assert seen[1][1] == ["--mode", "small", "--epochs", "6"]
     assert "--only links,compression" in data["made"]["command"]
+    assert data["links"]["script"] == data["compression"]["script"] == "fashion_mnist_solution.py"  # no path
     back = comm_reference.links_result(data)
     assert asdict(back) == asdict(_sweep()) and "100mbit" in str(back)
     again = comm_reference.compression_result(data)
