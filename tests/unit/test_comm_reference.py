@@ -39,7 +39,7 @@ def test_some_parts_again_and_the_others_kept(tmp_path: Path, monkeypatch: pytes
     assert "--only links,compression" in data["made"]["command"]
     assert data["links"]["script"] == data["compression"]["script"] == "fashion_mnist_solution.py"  # no path
     back = comm_reference.links_result(data)
-    assert asdict(back) == asdict(_sweep()) and "100mbit" in str(back)
+    assert asdict(back) == {**asdict(_sweep()), "script": "fashion_mnist_solution.py"} and "100mbit" in str(back)
     again = comm_reference.compression_result(data)
     assert again.curves() == {"float32 (none)": [0.70, 0.78], "float16 (fp16)": [0.71, 0.77]}
 
