@@ -27,14 +27,17 @@ Set up passwordless ssh from this machine to every host, as the same user on all
 Every host also needs the same paths: the project directory and its .venv at the same place."""
 
 
-def address_toward(host: str) -> str:
-    """This machine's address on the route to ``host``: where processes there reach a server here (a virtual
-    node's name is resolved through its cluster)."""
+def address_of(host: str) -> str:
+    """What to connect to for ``host``: a virtual node's address from its cluster (their names resolve only
+    through the cluster's ssh config), else the name as given."""
     cluster = access.for_hosts([host])
-    target = (next(n.address for n in cluster.nodes if host in (n.name, n.address)) if cluster
-              else socket.gethostbyname(host))
+    return next(n.address for n in cluster.nodes if host in (n.name, n.address)) if cluster else host
+
+
+def address_toward(host: str) -> str:
+    """This machine's address on the route to ``host``: where processes there reach a server here."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((target, 9))  # nothing is sent: the kernel only picks the route and its source address
+        s.connect((socket.gethostbyname(address_of(host)), 9))  # nothing is sent: the kernel picks the route
         return s.getsockname()[0]
 
 
@@ -115,6 +118,7 @@ class HostWatch:
 
     def __init__(self, host_list: Sequence[Host], port: int = 22, every: float = 2.0, misses: int = 3) -> None:
         self.names = list(dict.fromkeys(h.name for h in host_list if not is_local(h.name)))
+        self.targets = {name: address_of(name) for name in self.names}
         self.port, self.every, self.misses = port, every, misses
         self.lost: list[str] = []
         self.since: float | None = None  # when the first lost host was last seen answering
@@ -133,7 +137,7 @@ class HostWatch:
 
     def _answers(self, name: str) -> bool:
         try:
-            with socket.create_connection((name, self.port), timeout=min(2.0, self.every)):
+            with socket.create_connection((self.targets.get(name, name), self.port), timeout=min(2.0, self.every)):
                 return True
         except OSError:
             return False

@@ -6,6 +6,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,6 +44,20 @@ def test_host_watch_names_a_host_that_stops_answering() -> None:
     watch.stop()
     assert watch.lost == ["127.0.0.2"]
     assert "lost host 127.0.0.2" in watch.message() and "stopped answering" in watch.message()
+
+
+def test_host_watch_reaches_virtual_nodes_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = socket.create_server(("127.0.0.2", 0))
+    port = server.getsockname()[1]
+    cluster = SimpleNamespace(nodes=[SimpleNamespace(name="node1", address="127.0.0.2")])
+    monkeypatch.setattr(reach.access, "for_hosts", lambda names: cluster if names == ["node1"] else None)
+    # "node1" resolves only through the cluster (as the nodes' names do, through their ssh config)
+    watch = reach.HostWatch([hosts.Host("node1", 1)], port=port, every=0.1, misses=2).start()
+    time.sleep(0.6)
+    watch.stop()
+    server.close()
+    assert watch.targets == {"node1": "127.0.0.2"} and watch.lost == []
+    assert reach.address_of("node1") == "127.0.0.2" and reach.address_of("elsewhere") == "elsewhere"
 
 
 def test_a_watch_of_local_hosts_does_nothing() -> None:
