@@ -65,6 +65,7 @@ def test_a_stopped_process_tells_where_it_was(tmp_path: Path) -> None:
     assert where["at"]["function"] == "spin"
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_signals_ignored_still_leave_a_stack_from_the_timer(tmp_path: Path) -> None:
     script = tmp_path / "deaf.py"
     script.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -158,6 +159,7 @@ def test_a_rank_ends_when_its_own_process_ends(tmp_path: Path, running) -> None:
     assert not running("sleep 1237")
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) -> None:
     script = tmp_path / "flood.py"
     script.write_text("import sys\nline = 'x' * 1023 + '\\n'\nwhile True:\n    sys.stdout.write(line * 1024)\n")

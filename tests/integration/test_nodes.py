@@ -118,6 +118,7 @@ def _transfer(cluster: nodes.VirtualNodes, size: int, port: int = 5201) -> float
         server.wait()
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 @needs_root
 def test_cli_up_status_down_and_down_again(state: Path) -> None:
     up = _cli("up", "--count", "2", "--slots", "2")

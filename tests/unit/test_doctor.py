@@ -104,6 +104,7 @@ def labkit_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "labkit.cli"]
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_doctor_json_command():
     out = subprocess.run(labkit_command() + ["doctor", "--json"], capture_output=True, text=True, timeout=180)
     report = json.loads(out.stdout)  # exactly one JSON object on stdout

@@ -61,6 +61,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return out, tmp / "obs", start
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
     out, folder, start = observed
     (obs,) = jobrecord.read_observations(folder)
@@ -80,6 +81,7 @@ def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
     assert rec["versions"]["tensorflow"] and rec["device"]["kind"] in ("cpu", "gpu")
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_shrink_narrows_convolutions_and_data_from_outside(observed) -> None:
     out, _, _ = observed
     assert "sizes 1000 100" in out.stdout and "filters 16" in out.stdout
@@ -87,6 +89,7 @@ def test_shrink_narrows_convolutions_and_data_from_outside(observed) -> None:
     assert shrink.shrink_filters(16, 10) == 16 and shrink.shrink_filters(8, 10) == 8
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_without_a_launcher_nothing_is_patched_or_written(tmp_path: Path) -> None:
     out = _run(tmp_path, {})
     assert out.returncode == 0, out.stderr[-3000:]

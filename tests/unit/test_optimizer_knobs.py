@@ -75,6 +75,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_an_observed_horovod_script_gets_them_and_its_record_says_so(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}

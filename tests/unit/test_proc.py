@@ -42,6 +42,7 @@ def test_every_child_carries_the_job_mark_and_none_unsets(tmp_path: Path, monkey
     assert p.output().split() == ["job42", "None", "1"]
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_stop_kills_the_session_and_detached_descendants(tmp_path: Path) -> None:
     job = proc.Job()
     p = job.spawn([sys.executable, "-c", SPAWNS_AND_DETACHES], log=tmp_path / "o")
@@ -131,6 +132,7 @@ def test_what_an_ended_process_left_running_is_named_and_stopped(tmp_path: Path)
     assert time.monotonic() - start < 20
 
 
+@pytest.mark.slow  # several seconds: out of make test-fast
 def test_a_running_job_has_no_orphans(tmp_path: Path) -> None:
     job = proc.Job()
     p = job.spawn([sys.executable, "-c", SPAWNS_AND_DETACHES], log=tmp_path / "o")
