@@ -140,6 +140,9 @@ def links(script: str, rates: tuple[str, ...] | None = None, epochs: int = 2) ->
     """``script`` alone, then on 2 virtual nodes at each link rate, against the ring model's bounds."""
     finished = notebook.started(script, "the steps of lab 2")
     problem = nodes_lab.why_not() if finished else None
+    if finished and not problem and nodes.VirtualNodes.load() is not None:
+        problem = ("virtual nodes are up (`labkit nodes up`), and this cell makes its own at each rate: "
+                   "`labkit nodes down` first")
     if not finished or problem:
         data = _reference(problem) if problem else _reference_quietly()
         result = comm_reference.links_result(data) if data and "links" in data else None

@@ -58,3 +58,12 @@ def test_workers_per_host_says_what_it_would_show_without_root(monkeypatch: pyte
     assert nodes_lab.workers_per_host(["python", "fashion_mnist_multiworker.py"]) is None
     out = capsys.readouterr().out
     assert "Not run: Virtual nodes need root" in out and "worker 0 on node1 and worker 1 on node2" in out
+
+
+def test_nodes_already_up_are_left_alone(shown: list[Any], monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(notebook, "untouched", lambda script: False)
+    monkeypatch.setattr(nodes_lab, "why_not", lambda: None)
+    monkeypatch.setattr(comm_lab.nodes.VirtualNodes, "load", classmethod(lambda cls: object()))
+    assert comm_lab.links("fashion_mnist.py") is not None  # the reference, not a sweep
+    assert "`labkit nodes down` first" in capsys.readouterr().out
