@@ -233,27 +233,16 @@ def _patch_coordinator(module: Any) -> None:
     module.Worker._process_closure = _process_closure
 
 
-def _shrink(spec: str) -> None:
-    """Smaller data and narrower convolutions, for benchmarking a full-size script on a CPU."""
+def _from_outside(key: str, spec: str, make: Callable[[str], tuple[Any, dict[str, Callable[[Any], None]]]]) -> None:
+    """Patches a benchmark sets from outside (``--shrink``, ``--optimizer``): the record notes them as ``key``;
+    a bad setting is an observer error, never the script's."""
     try:
-        train, test, divisor = shrink.parse(spec)
-    except ValueError:
-        STATE.setdefault("observer_errors", []).append(f"bad {SHRINK_VAR}={spec!r}: want TRAIN,TEST,DIVISOR")
-        return
-    STATE["shrink"] = {"train": train, "test": test, "width_divisor": divisor}
-    for module, hook in shrink.hooks(train, test, divisor).items():
-        when_imported(module, hook)
-
-
-def _optimizer(spec: str) -> None:
-    """Horovod's optimizer knobs from outside, for measuring what they do."""
-    try:
-        knobs = optimizer_knobs.parse(spec)
+        note, hooks = make(spec)
     except ValueError as e:
         STATE.setdefault("observer_errors", []).append(str(e))
         return
-    STATE["optimizer_knobs"] = {}
-    for module, hook in optimizer_knobs.hooks(knobs, STATE["optimizer_knobs"].update).items():
+    STATE[key] = note
+    for module, hook in hooks.items():
         when_imported(module, hook)
 
 
@@ -269,10 +258,11 @@ def install(folder: str | None = None) -> bool:
         STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None,
                      task=contract.settings().task)
         _patch_argparse()
-        if os.environ.get(SHRINK_VAR):
-            _shrink(os.environ[SHRINK_VAR])
-        if spec := contract.current().optimizer:
-            _optimizer(spec)
+        job = contract.current()
+        if job.shrink:
+            _from_outside("shrink", job.shrink, shrink.from_spec)
+        if job.optimizer:
+            _from_outside("optimizer_knobs", job.optimizer, optimizer_knobs.from_spec)
         when_imported("tf_keras.src.engine.training", _patch_fit)
         when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
         atexit.register(_at_exit)

@@ -38,14 +38,15 @@ def hooks(knobs: dict[str, Any], applied: Callable[[dict[str, Any]], None]) -> d
 
     def patch(module: Any) -> None:
         real = module.DistributedOptimizer
-        accepted = inspect.signature(real).parameters
+        signature = inspect.signature(real)
 
         def DistributedOptimizer(*a: Any, **k: Any) -> Any:  # noqa: N802 - stands for Horovod's own
             try:
-                passed = inspect.signature(real).bind_partial(*a, **k).arguments
+                passed = signature.bind_partial(*a, **k).arguments
             except TypeError:  # Horovod's own error, as without the knobs
                 return real(*a, **k)
-            given = {name: value for name, value in knobs.items() if name in accepted and name not in passed}
+            given = {name: value for name, value in knobs.items()
+                     if name in signature.parameters and name not in passed}
             for name, value in given.items():
                 k[name] = getattr(module.Compression, value) if name == "compression" else value
             applied(given)
@@ -54,3 +55,10 @@ def hooks(knobs: dict[str, Any], applied: Callable[[dict[str, Any]], None]) -> d
         module.DistributedOptimizer = DistributedOptimizer
 
     return dict.fromkeys(MODULES, patch)
+
+
+def from_spec(spec: str) -> tuple[dict[str, Any], dict[str, Callable[[Any], None]]]:
+    """What the record notes (the knobs each optimizer received, filled in as the script builds them) and the
+    module patches for ``LABKIT_OPTIMIZER=...``; :class:`ValueError` otherwise."""
+    applied: dict[str, Any] = {}
+    return applied, hooks(parse(spec), applied.update)

@@ -44,3 +44,13 @@ def hooks(train: int, test: int, divisor: int) -> dict[str, Callable[[Any], None
     if divisor > 1:
         out["tf_keras.src.layers.convolutional.conv2d"] = conv
     return out
+
+
+def from_spec(spec: str) -> tuple[dict[str, int], dict[str, Callable[[Any], None]]]:
+    """What the record notes and the module patches for ``LABKIT_SHRINK=TRAIN,TEST,DIVISOR``; :class:`ValueError`
+    with the expected form otherwise."""
+    try:
+        train, test, divisor = parse(spec)
+    except ValueError:
+        raise ValueError(f"bad LABKIT_SHRINK={spec!r}: want TRAIN,TEST,DIVISOR") from None
+    return {"train": train, "test": test, "width_divisor": divisor}, hooks(train, test, divisor)

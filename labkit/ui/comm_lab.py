@@ -15,8 +15,6 @@ still the starter, it says why and shows the course's reference results (:mod:`l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +26,6 @@ from labkit.nodes import virtual as nodes
 from labkit.ui import nodes_lab, notebook
 
 RATE = "200mbit"
-
-
-@contextmanager
-def _nodes(rate: str) -> Iterator[nodes.VirtualNodes]:
-    running = nodes.VirtualNodes.load()
-    if running is not None:
-        yield running
-        return
-    with nodes.VirtualNodes(count=2, slots=1, rate=rate) as cluster:
-        print(f"2 virtual nodes up in {cluster.seconds_up} s, links of {rate} each way")
-        yield cluster
 
 
 def _reference(why: str) -> dict[str, Any] | None:
@@ -77,7 +64,7 @@ def link(sizes: tuple[int, ...] = comm_reference.SIZES, rate: str = RATE, via: s
         data = _reference(problem)
         result = comm_reference.link_result(data) if data else None
     else:
-        with _nodes(rate) as cluster:
+        with nodes_lab.using(2, 1, rate) as cluster:
             result = allreduce.measure(sizes, hostfile=cluster.hostfile, via=via,
                                        repeat=repeat or (2 if notebook.quick() else 5))
     if result is None:
@@ -96,7 +83,7 @@ def knob(name: str, rate: str = RATE, steps: int | None = None) -> knobs.KnobRes
         data = _reference(problem)
         result = comm_reference.knob_result(data, name) if data and name in data.get("knobs", {}) else None
     else:
-        with _nodes(rate) as cluster:
+        with nodes_lab.using(2, 1, rate) as cluster:
             result = knobs.sweep(name, hostfile=cluster.hostfile, launcher="gloo",
                                  steps=steps or (6 if notebook.quick() else 12))
     if result is None:
@@ -122,7 +109,7 @@ def elastic(epochs: int | None = None) -> elastic_job.ElasticReport | None:
         data = _reference(problem)
         report = comm_reference.elastic_report(data) if data and "elastic" in data else None
     else:
-        with _nodes(RATE) as cluster:
+        with nodes_lab.using(2, 1, RATE) as cluster:
             report = elastic_job.leave_and_return(cluster.hostfile, epochs=epochs or comm_reference.ELASTIC_EPOCHS,
                                                   leave_after=3, away=4)
     if report is None:

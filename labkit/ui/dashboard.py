@@ -120,16 +120,19 @@ class Dashboard:
             self.printed = len(epochs)
         return state
 
-    # The launch's sink: rank 0's output lines say when to look again (at most twice a second, and at each
-    # epoch line); the output itself is not shown, the dashboard is.
+    # The launch's sink: rank 0's output says when to look again; the output itself is not shown, the dashboard
+    # is. An epoch's first line (the one before has just been recorded) is always a moment to look; other lines
+    # and Keras' progress redraws, many a second, look at most twice a second.
     def line(self, text: str) -> None:
-        now = time.monotonic()
-        if now - self.looked >= 0.5 or progress.EPOCH.match(text) or progress.STEP.match(text):
-            self.looked = now
-            self.refresh()
+        self._look(force=bool(progress.EPOCH.match(text)))
 
     def progress(self, text: str) -> None:
-        self.line(text)
+        self._look()
+
+    def _look(self, force: bool = False) -> None:
+        if force or time.monotonic() - self.looked >= 0.5:
+            self.looked = time.monotonic()
+            self.refresh()
 
 
 def watch(command: list[str] | str, np: int = 2, title: str | None = None, text: bool | None = None,

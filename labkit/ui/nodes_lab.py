@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from labkit.core import contract
@@ -51,6 +52,20 @@ def table(record: dict | None) -> str:
     return "\n".join(lines)
 
 
+@contextmanager
+def using(count: int = 2, slots: int = 1, rate: str | None = None) -> Iterator[nodes.VirtualNodes]:
+    """The virtual nodes ``labkit nodes up`` started, else ``count`` new ones of ``slots`` slots (links of
+    ``rate``), taken down again whatever happens."""
+    running = nodes.VirtualNodes.load()
+    if running is not None:
+        yield running
+        return
+    with nodes.VirtualNodes(count=count, slots=slots, rate=rate) as cluster:
+        link = f", links of {rate} each way" if rate else ""
+        print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}{link}")
+        yield cluster
+
+
 RECORDS = "runs/virtual_nodes.jsonl"  # not runs.jsonl: many ranks on one machine's cores are no scaling data
 
 
@@ -65,17 +80,10 @@ def ranks_per_host(command: Sequence[str], count: int = 2, slots: int = 2, timeo
         print("What it shows: with 2 nodes x 2 slots ranks 0 and 1 run on node1 (local ranks 0, 1), ranks 2 and 3 "
               "on node2 (local ranks 0, 1 again): the rank is global, the local rank counts within a host.")
         return None
-    running = nodes.VirtualNodes.load()
-    cluster = running or nodes.VirtualNodes(count=count, slots=slots).up()
-    try:
-        if running is None:
-            print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}")
+    with using(count, slots) as cluster:
         np = sum(n.slots for n in cluster.nodes)
         result = notebook.run(list(command), np=np, hostfile=cluster.hostfile, timeout=timeout, records=records,
                               **run_kw)
-    finally:
-        if running is None:
-            cluster.down()
     print(result.summary())
     print(table(result.record))
     return result
@@ -90,18 +98,11 @@ def workers_per_host(command: Sequence[str], count: int = 2, timeout: float = 90
         print("What it shows: worker 0 on node1 and worker 1 on node2, each started over ssh with a TF_CONFIG that "
               "names both nodes' addresses.")
         return None
-    running = nodes.VirtualNodes.load()
-    cluster = running or nodes.VirtualNodes(count=count, slots=1).up()
-    try:
-        if running is None:
-            print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}")
+    with using(count, 1) as cluster:
         one_each = [hosts.Host(n.name, 1) for n in cluster.nodes]
         env = {contract.RUNS_FILE: str(Path(records).resolve())}
         result = notebook.run_cluster(list(command), workers=len(one_each), host_list=one_each, timeout=timeout,
                                       env=env, **run_kw)
-    finally:
-        if running is None:
-            cluster.down()
     if result is not None:
         print(table(getattr(result, "record", None)))
     return result

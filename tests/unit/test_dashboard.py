@@ -102,3 +102,18 @@ def test_watch_prints_what_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     result = dashboard.watch(["python", "train.py"], np=2, text=True, records=tmp_path / "runs.jsonl")
     out = capsys.readouterr().out
     assert not result.ok and result.record is None and "ValueError: bad shape" in out
+
+
+def test_a_flood_of_output_looks_at_the_record_at_most_twice_a_second(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    board = dashboard.Dashboard("r1", tmp_path / "runs.jsonl", text=True)
+    looks = []
+    monkeypatch.setattr(board, "refresh", lambda: looks.append(1))
+    for k in range(2000):  # Keras' redraws and a script's prints, as fast as they come
+        board.progress(f"{k}/2000 [>....] - ETA: 1s")
+        board.line(f"print {k}")
+    assert 1 <= len(looks) <= 2
+    n = len(looks)
+    board.line("Epoch 2/3")  # an epoch begins: the one before is in the record, look now
+    board.line("Epoch 3/3")
+    assert len(looks) == n + 2

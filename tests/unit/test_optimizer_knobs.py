@@ -15,7 +15,7 @@ import pytest
 
 from labkit.cli import main as cli
 from labkit.core import contract
-from labkit.instrument import observe, optimizer_knobs
+from labkit.instrument import observe, optimizer_knobs, shrink
 from labkit.records import jobrecord
 
 
@@ -96,3 +96,15 @@ def test_bench_checks_the_knobs_before_it_starts(tmp_path: Path, capsys: pytest.
         cli.main(["bench", str(tmp_path / "train.py"), "--optimizer", "compression=fp8"])
     assert stop.value.code == 2 and "compression=none|fp16" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [tmp_path / "train.py"]
+
+
+def test_a_bad_setting_from_outside_is_the_observers_error_never_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(observe, "STATE", {})
+    observe._from_outside("optimizer_knobs", "compression=fp8", optimizer_knobs.from_spec)
+    observe._from_outside("shrink", "6000,1000", shrink.from_spec)
+    assert "optimizer_knobs" not in observe.STATE and "shrink" not in observe.STATE
+    errors = observe.STATE["observer_errors"]
+    assert "compression=none|fp16" in errors[0] and "want TRAIN,TEST,DIVISOR" in errors[1]
+    note, hooks = optimizer_knobs.from_spec("compression=fp16")
+    assert note == {} and set(hooks) == set(optimizer_knobs.MODULES)  # filled as the script builds optimizers
+    assert shrink.from_spec("6000,1000,10")[0] == {"train": 6000, "test": 1000, "width_divisor": 10}
