@@ -76,7 +76,8 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     problem = missing()
     if problem:
         raise SlurmError(problem)
-    folder = cluster.folder / "slurm"
+    conf = cluster.slurm_conf
+    folder = conf.parent
     munge = folder / "munge"
     for sub in (munge, folder / "state", *(folder / n.name / d for n in cluster.nodes for d in ("spool", "tmp"))):
         sub.mkdir(parents=True, exist_ok=True)
@@ -85,7 +86,6 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
     sock = munge / "munge.socket.2"
-    conf = folder / "slurm.conf"
     conf.write_text(conf_text(cluster, folder, free_ports(1, net.gateway())[0], sock))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     pids: dict[str, int] = {}

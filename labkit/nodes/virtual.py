@@ -88,6 +88,7 @@ class VirtualNodes:
     ssh_config = property(lambda self: self.folder / "ssh_config")
     known_hosts = property(lambda self: self.folder / "known_hosts")
     state_file = property(lambda self: self.folder / "state.json")
+    slurm_conf = property(lambda self: self.folder / "slurm" / "slurm.conf")  # SLURM_CONF of --slurm
 
     def write_hostfile(self) -> Path:
         """The OpenMPI hostfile: one line per node, its address (resolved everywhere) and slots."""
@@ -270,7 +271,7 @@ class VirtualNodes:
         return {"state": "up" if up else "broken", "folder": str(self.folder), "hostfile": str(self.hostfile),
                 "ssh_config": str(self.ssh_config), "known_hosts": str(self.known_hosts), "subnet": str(net.SUBNET),
                 "bridge": net.BRIDGE, "rate": self.rate, "slurm": self.slurm, "seconds_up": self.seconds_up,
-                "nodes": nodes, **({"slurm_conf": str(self.folder / "slurm" / "slurm.conf")} if self.slurm else {})}
+                "nodes": nodes, **({"slurm_conf": str(self.slurm_conf)} if self.slurm else {})}
 
     def __enter__(self) -> VirtualNodes:
         return self.up()

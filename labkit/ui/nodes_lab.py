@@ -2,12 +2,14 @@
 
     result = nodes_lab.ranks_per_host(["python", "fashion_mnist.py", "--epochs", "1"], count=2, slots=2)
     result = nodes_lab.workers_per_host(["python", "fashion_mnist_multiworker.py", "--epochs", "1"])
+    results = nodes_lab.slurm_per_host({"mpirun": ["python", "fashion_mnist.py", "--epochs", "1"]})
 
 Brings the nodes up (or uses the ones ``labkit nodes up`` started), runs the command on
 ``count x slots`` ranks with the nodes' hostfile, prints rank, host and local rank from the
 run record, and takes the nodes it started down again. :func:`workers_per_host` does the same for a tf.distribute
-script: one worker per node, each started over ssh with its own ``TF_CONFIG``. Where virtual nodes cannot start (no
-root, e.g. Binder), it prints why and what the table would show, and returns None.
+script: one worker per node, each started over ssh with its own ``TF_CONFIG``; :func:`slurm_per_host` submits
+each command as a Slurm job over the nodes (a controller here, one slurmd per node). Where virtual nodes cannot
+start (no root, e.g. Binder), it prints why and what the table would show, and returns None.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from labkit.core import contract
 from labkit.launching import hosts, launch
 from labkit.nodes import net
+from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import virtual as nodes
 from labkit.ui import notebook
 
@@ -53,17 +56,32 @@ def table(record: dict | None) -> str:
 
 
 @contextmanager
-def using(count: int = 2, slots: int = 1, rate: str | None = None) -> Iterator[nodes.VirtualNodes]:
+def using(count: int = 2, slots: int = 1, rate: str | None = None,
+          slurm: bool = False) -> Iterator[nodes.VirtualNodes]:
     """The virtual nodes ``labkit nodes up`` started, else ``count`` new ones of ``slots`` slots (links of
-    ``rate``), taken down again whatever happens."""
+    ``rate``; with ``slurm``, a Slurm cluster over them), taken down again whatever happens."""
     running = nodes.VirtualNodes.load()
     if running is not None:
         yield running
         return
-    with nodes.VirtualNodes(count=count, slots=slots, rate=rate) as cluster:
-        link = f", links of {rate} each way" if rate else ""
-        print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}{link}")
+    with nodes.VirtualNodes(count=count, slots=slots, rate=rate, slurm=slurm) as cluster:
+        extra = (f", links of {rate} each way" if rate else "") + (", Slurm over them" if slurm else "")
+        print(f"{count} virtual nodes up in {cluster.seconds_up} s: {', '.join(n.name for n in cluster.nodes)}{extra}")
         yield cluster
+
+
+@contextmanager
+def _slurm_commands_reach(cluster: nodes.VirtualNodes) -> Iterator[None]:
+    """Within the block, Slurm's commands (sbatch, squeue, scancel) of this process talk to the nodes' cluster."""
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.slurm_conf)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
 
 
 RECORDS = "runs/virtual_nodes.jsonl"  # not runs.jsonl: many ranks on one machine's cores are no scaling data
@@ -106,3 +124,28 @@ def workers_per_host(command: Sequence[str], count: int = 2, timeout: float = 90
     if result is not None:
         print(table(getattr(result, "record", None)))
     return result
+
+
+def slurm_per_host(jobs: dict[str, Sequence[str]], count: int = 2, tasks_per_node: int = 1, timeout: float = 900,
+                   records: str = RECORDS, **run_kw: object) -> list[launch.JobResult] | None:
+    """Submit each command of ``jobs`` (start method -> command: ``"mpirun"``, ``"srun"`` or ``"tf_config"``) as one
+    Slurm job of ``count`` nodes x ``tasks_per_node`` tasks on virtual nodes with Slurm; print where each task ran."""
+    problem = why_not() or nodes_slurm.missing()
+    running = nodes.VirtualNodes.load()
+    if problem is None and running is not None and not running.slurm:
+        problem = "the virtual nodes that are up have no Slurm: `labkit nodes down`, then `labkit nodes up --slurm`"
+    if problem:
+        print(f"Not run: {problem}")
+        print(f"What it shows: sbatch asks for {count} nodes x {tasks_per_node} task(s); Slurm starts the job on "
+              "node1 and node2, and each task's host and local rank come from the allocation, not from a hostfile.")
+        return None
+    results = []
+    with using(count, tasks_per_node, slurm=True) as cluster, _slurm_commands_reach(cluster):
+        for start, command in jobs.items():
+            options = launch.SlurmOptions(nodes=count, tasks_per_node=tasks_per_node, start=start)
+            result = notebook.run(list(command), launcher="slurm", slurm=options, timeout=timeout, records=records,
+                                  **run_kw)
+            print(f"{start}: {result.summary()}")
+            print(table(result.record))
+            results.append(result)
+    return results

@@ -47,7 +47,7 @@ def _slurm(st: State, extra_env: dict[str, str]) -> None:
     st.made["nodes_mode"] = cluster.folder.stat().st_mode & 0o777
     st.save()
     cluster.folder.chmod(0o711)  # learners' sbatch reads slurm/slurm.conf and the munge socket below it
-    extra_env["SLURM_CONF"] = str(cluster.folder / "slurm" / "slurm.conf")
+    extra_env["SLURM_CONF"] = str(cluster.slurm_conf)
 
 
 def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = False, auth: str = "pam",

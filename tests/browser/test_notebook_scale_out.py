@@ -1,7 +1,9 @@
-"""labs/07_scale_out.ipynb runs; its Slurm cells submit to the tests' single-node Slurm cluster."""
+"""labs/07_scale_out.ipynb runs; its Slurm cells submit to the tests' single-node Slurm cluster, and as root its
+virtual-node cells run across two nodes, by hostfile, over ssh and as Slurm jobs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,29 @@ def test_notebook_runs_and_submits_to_slurm(finished_notebooks, slurm: object) -
     assert "Traceback" not in text
     new = done.new_records(Path("runs") / "runs.jsonl")
     assert [r["launcher"] for r in new if r["launcher"] == "slurm"] == ["slurm", "slurm"]
-    assert all(r["status"] == "ok" and r["workers"] == 2 for r in new)
+    seen = [(r["launcher"], r.get("strategy"), r["status"], r["workers"]) for r in new]
+    assert all(r["status"] == "ok" and r["workers"] == 2 for r in new), seen
     # Horovod ranks started by mpirun in the allocation; tf.distribute workers with TF_CONFIG made from it.
     strategies = [str(r.get("strategy")) for r in new if r["launcher"] == "slurm"]
     assert strategies[0] == "horovod" and "MultiWorkerMirrored" in strategies[1], strategies
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_notebook_runs_on_virtual_nodes_with_and_without_slurm(finished_notebooks) -> None:
+    """As root: the hostfile run (2 nodes x 2 slots), one worker per node over ssh, and two Slurm jobs of
+    2 nodes x 1 task, each rank on the host and local rank the layout gives."""
+    if os.geteuid() != 0:
+        pytest.skip("virtual nodes need root")
+    done = finished_notebooks.run("07_scale_out.ipynb")
+    assert "Not run:" not in outputs_text(done.nb)
+    new = done.new_records(Path("runs") / "virtual_nodes.jsonl")
+    placed = [(r["launcher"], str(r.get("strategy")), r["status"],
+               sorted((x["host"], x["local_rank"]) for x in r.get("ranks") or [])) for r in new]
+    hostfile, one_each, slurm_mpirun, slurm_tf = placed
+    assert hostfile[2] == "ok" and hostfile[3] == [("node1", 0), ("node1", 1), ("node2", 0), ("node2", 1)], placed
+    assert one_each[2] == "ok" and "MultiWorkerMirrored" in one_each[1], placed
+    assert [h for h, _ in one_each[3]] == ["node1", "node2"], placed
+    assert slurm_mpirun[:3] == ("slurm", "horovod", "ok") and slurm_mpirun[3] == [("node1", 0), ("node2", 0)], placed
+    assert slurm_tf[0] == "slurm" and "MultiWorkerMirrored" in slurm_tf[1] and slurm_tf[2] == "ok", placed
+    assert [h for h, _ in slurm_tf[3]] == ["node1", "node2"], placed

@@ -331,9 +331,11 @@ class Executed:
     seconds: float
     started: float = 0.0  # time.time() when the run began: records of the notebook's runs come after
     labs: Path = LABS  # the labs/ folder it ran in (the released course's)
+    ended: float = float("inf")  # time.time() when it ended: later records are other notebooks' runs
 
     def new_records(self, path: Path) -> list[dict[str, Any]]:
-        """The run records the notebook's own runs appended to ``path`` (relative: in its labs/ folder)."""
+        """The run records the notebook's own runs appended to ``path`` (relative: in its labs/ folder), not
+        those of notebooks run after it in the same course."""
         from datetime import datetime
 
         from labkit.records import runs
@@ -342,7 +344,7 @@ class Executed:
             text = r.get("start_time") or "1970-01-01T00:00:00+0000"
             return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
 
-        return [r for r in runs.read(self.labs / path) if start(r) >= self.started - 1]
+        return [r for r in runs.read(self.labs / path) if self.started - 1 <= start(r) <= self.ended]
 
     def problems(self, images: int = 0, widgets: int = 0) -> list[str]:
         return problems(self.state, images=images, widgets=widgets)
@@ -385,7 +387,7 @@ class Runner:
         close_all(self.page)
         shutdown_kernels(self.lab)
         result = Executed(name, to_notebook(state, self.labs / name), state, shot, time.monotonic() - start,
-                          started, self.labs)
+                          started, self.labs, time.time())
         self.done[name] = result
         return result
 
