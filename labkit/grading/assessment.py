@@ -13,7 +13,7 @@ to the end of the first epoch whose validation accuracy reaches the target.
 The budget is relative to the machine: a stated multiple of this machine's reference time
 (:mod:`labkit.grading.calibration`), so a slow laptop and a fast CI runner judge alike.
 
-From a notebook: ``goal = assessment.machine_goal(workers=2)``, then
+From a notebook: ``goal = assessment.machine_goal(np=2)``, then
 ``assessment.assess("fashion_mnist.py", goal, args=[...])`` runs and judges, and
 ``assessment.judge_records(runs.read(FILE), goal, "fashion_mnist.py")`` judges runs already made.
 The command line is :mod:`labkit.cli.assess`; a course's ``[tool.labkit.grading.assessment]``
@@ -47,7 +47,7 @@ class Goal:
     from this machine's reference time)."""
 
     budget_s: float
-    workers: int = 2
+    np: int = 2  # workers (processes) of the judged run, as in ``labkit run --np``
     target: float = DEFAULT_TARGET
     threads: int = 1
     test_size: int = SMALL_TEST_IMAGES
@@ -55,17 +55,17 @@ class Goal:
     basis: str = ""
 
     def __str__(self) -> str:
-        text = f"{self.target:.0%} validation accuracy within {self.budget_s:.0f} s on {self.workers} workers"
+        text = f"{self.target:.0%} validation accuracy within {self.budget_s:.0f} s on {self.np} workers"
         return text + (f"; {self.basis}" if self.basis else "")
 
 
-def machine_goal(workers: int = 2, target: float = DEFAULT_TARGET, multiple: float = calibration.MULTIPLE,
+def machine_goal(np: int = 2, target: float = DEFAULT_TARGET, multiple: float = calibration.MULTIPLE,
                  say: Any = None) -> Goal:
     """The goal with this machine's budget: ``multiple`` x its reference time (measured first if not cached)."""
-    cal = calibration.get(workers, 1, say=say)
+    cal = calibration.get(np, 1, say=say)
     basis = (f"budget = {multiple:g} x this machine's reference time {cal.seconds:.1f} s "
              f"({cal.date[:10]}, `labkit assess --calibrate` measures it again)")
-    return Goal(cal.budget(multiple), workers, target, basis=basis)
+    return Goal(cal.budget(multiple), np, target, basis=basis)
 
 
 @dataclass(repr=False)
@@ -140,8 +140,8 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
         out.append(f"mode: {_shown(mode)}, it should be {goal.mode!r} (--mode {goal.mode}, or leave --mode auto "
                    "on a CPU)")
     workers = int(record.get("workers") or 0)
-    if workers != goal.workers:
-        out.append(f"workers: {workers}, it should be {goal.workers} (--np {goal.workers})")
+    if workers != goal.np:
+        out.append(f"workers: {workers}, it should be {goal.np} (--np {goal.np})")
     elif not record.get("strategy") or record.get("launcher") == "independent":
         out.append(f"workers: the {workers} processes did not train together (no Horovod or tf.distribute "
                    "strategy was seen): they were independent copies")
@@ -199,7 +199,7 @@ def judge(record: dict[str, Any], goal: Goal, script: str | Path) -> Verdict:
                               f"of {goal.budget_s:.0f} s: make each epoch faster (batch size, input pipeline) "
                               "or need fewer of them (learning rate).", goal, reached_s=t, details=details, **base)
     return Verdict(True, f"run {rid} reached {float(hit['val_accuracy']):.1%} validation accuracy after {t:.0f} s "
-                         f"(epoch {hit.get('epoch')}) on {goal.workers} workers, within {goal.budget_s:.0f} s.",
+                         f"(epoch {hit.get('epoch')}) on {goal.np} workers, within {goal.budget_s:.0f} s.",
                    goal, reached_s=t, details=details, **base)
 
 
@@ -240,7 +240,7 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
     script = Path(script).resolve()
     with tempfile.TemporaryDirectory(prefix="labkit-assess-") as tmp:
         path = Path(records) if records else Path(tmp) / "runs.jsonl"
-        sweep = bench.bench(script, nps=[goal.workers], args=list(args), launcher=launcher, threads=goal.threads,
+        sweep = bench.bench(script, nps=[goal.np], args=list(args), launcher=launcher, threads=goal.threads,
                             runs_file=path.resolve(), timeout=timeout or goal.budget_s * 1.5, quiet=quiet,
                             target=goal.target, echo=False, cwd=cwd)
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
@@ -251,7 +251,7 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
     return verdict
 
 
-CONFIG_KEYS = {"script", "workers", "target", "multiple", "points", "args", "launcher"}
+CONFIG_KEYS = {"script", "np", "target", "multiple", "points", "args", "launcher"}
 
 
 def from_config(table: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -262,13 +262,15 @@ def from_config(table: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ValueError(f"{where}: budget is relative to the machine, not a number of seconds: give "
                          f"multiple = M, the budget in times this machine's reference time "
                          f"(default {calibration.MULTIPLE:g})")
+    if "workers" in table:
+        raise ValueError(f"{where}: the worker count is np (as in `labkit run --np`): write np = {table['workers']}")
     unknown = sorted(set(table) - CONFIG_KEYS)
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(CONFIG_KEYS)}")
-    spec = {"workers": int(table.get("workers", 2)), "target": float(table.get("target", DEFAULT_TARGET)),
+    spec = {"np": int(table.get("np", 2)), "target": float(table.get("target", DEFAULT_TARGET)),
             "multiple": float(table.get("multiple", calibration.MULTIPLE))}
-    if spec["workers"] < 1 or not 0 < spec["target"] <= 1 or spec["multiple"] <= 0:
-        raise ValueError(f"{where}: workers >= 1, 0 < target <= 1, multiple > 0; got {spec}")
+    if spec["np"] < 1 or not 0 < spec["target"] <= 1 or spec["multiple"] <= 0:
+        raise ValueError(f"{where}: np >= 1, 0 < target <= 1, multiple > 0; got {spec}")
     args = table.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ValueError(f"{where} args: a list of strings, e.g. [\"--epochs\", \"20\"]")

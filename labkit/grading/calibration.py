@@ -91,19 +91,19 @@ def cache_file() -> Path:
     return Path(root) / "calibration.json"
 
 
-def conditions(workers: int, threads: int = 1) -> dict[str, Any]:
+def conditions(np: int, threads: int = 1) -> dict[str, Any]:
     """What a calibration holds for: a change in any of these asks for a new measurement."""
     try:
         tf_version = metadata.version("tensorflow")
     except metadata.PackageNotFoundError:
         tf_version = None
     device = identity.device_info()
-    return {"workers": workers, "threads": threads, "cores": identity.cpu_count(), "cpu": device.get("cpu"),
+    return {"workers": np, "threads": threads, "cores": identity.cpu_count(), "cpu": device.get("cpu"),
             "workload": calib_workload.VERSION, "tensorflow": tf_version}
 
 
-def _key(workers: int, threads: int) -> str:
-    return f"workers={workers},threads={threads}"
+def _key(np: int, threads: int) -> str:
+    return f"workers={np},threads={threads}"
 
 
 def _read_all() -> dict[str, Any]:
@@ -114,9 +114,9 @@ def _read_all() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def load(workers: int, threads: int = 1) -> Calibration | None:
+def load(np: int, threads: int = 1) -> Calibration | None:
     """The cached calibration for these conditions, or None."""
-    entry = _read_all().get(_key(workers, threads))
+    entry = _read_all().get(_key(np, threads))
     if not isinstance(entry, dict):
         return None
     try:
@@ -124,15 +124,15 @@ def load(workers: int, threads: int = 1) -> Calibration | None:
                           str(entry["command"]), dict(entry.get("conditions") or {}))
     except (KeyError, TypeError, ValueError):
         return None
-    now = conditions(workers, threads)
+    now = conditions(np, threads)
     stale = [k for k in now if cal.conditions.get(k) != now[k]]
     return None if stale or cal.seconds <= 0 else cal
 
 
-def measure(workers: int, threads: int = 1, repeats: int = REPEATS, say: Any = None) -> Calibration:
-    """Run the workload ``repeats`` times (``workers`` copies at once, ``threads`` each); cache and return it."""
+def measure(np: int, threads: int = 1, repeats: int = REPEATS, say: Any = None) -> Calibration:
+    """Run the workload ``repeats`` times (``np`` copies at once, ``threads`` each); cache and return it."""
     script = Path(calib_workload.__file__).resolve()
-    command = ["python", str(script), "--workers", str(workers)]
+    command = ["python", str(script), "--workers", str(np)]
     times: list[float] = []
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     cores = identity.cpu_count()
@@ -142,26 +142,26 @@ def measure(workers: int, threads: int = 1, repeats: int = REPEATS, say: Any = N
     with tempfile.TemporaryDirectory(prefix="labkit-calibrate-") as tmp:
         for k in range(repeats):
             if say:
-                say(f"calibrating this machine: reference workload run {k + 1}/{repeats} ({workers} copies x "
+                say(f"calibrating this machine: reference workload run {k + 1}/{repeats} ({np} copies x "
                     f"{threads} thread) ...")
-            result = launch.run(command, np=workers, threads=threads, quiet=True, record=False, cwd=tmp,
+            result = launch.run(command, np=np, threads=threads, quiet=True, record=False, cwd=tmp,
                                 log_dir=Path(tmp) / f"run{k}", timeout=900)
             if not result.ok:
                 why = "; ".join(result.rank_errors.values()) or result.summary()
                 raise CalibrationError(f"the reference workload failed on this machine: {why[-1500:]}")
             times.append(round(result.duration, 2))
     cal = Calibration(round(statistics.median(times), 2), times, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                      f"labkit assess --calibrate --np {workers}",
-                      {**conditions(workers, threads), "host": socket.gethostname(),
+                      f"labkit assess --calibrate --np {np}",
+                      {**conditions(np, threads), "host": socket.gethostname(),
                        "load_avg_before": [round(x, 2) for x in load_before] if load_before else None})
     data = _read_all()
-    data[_key(workers, threads)] = asdict(cal)
+    data[_key(np, threads)] = asdict(cal)
     path = cache_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     files.write_json_atomic(path, data)
     return cal
 
 
-def get(workers: int, threads: int = 1, say: Any = None) -> Calibration:
+def get(np: int, threads: int = 1, say: Any = None) -> Calibration:
     """The cached calibration, measured first when there is none for these conditions."""
-    return load(workers, threads) or measure(workers, threads, say=say)
+    return load(np, threads) or measure(np, threads, say=say)

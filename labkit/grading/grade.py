@@ -185,7 +185,7 @@ def grade_assessment(table: dict[str, Any], folder: Path, scratch: Path) -> Case
     """The final assessment, if the course asks for it: one run of the learner's own script (never a solution),
     judged from its record against this machine's budget (:mod:`labkit.grading.assessment`)."""
     spec, run = assessment.from_config(table)
-    title = f"{spec['target']:.0%} validation accuracy on {spec['workers']} workers within this machine's budget"
+    title = f"{spec['target']:.0%} validation accuracy on {spec['np']} workers within this machine's budget"
     start = time.perf_counter()
     if not (folder / run["script"]).is_file():
         return Case("assessment", 1, title, False, f"missing: {folder / run['script']} was not found", 0.0,

@@ -24,7 +24,7 @@ from labkit.records import runs
 
 FIXTURES = paths.FIXTURES / "assessment"
 MINE = "/course/labs/fashion_mnist.py"  # where good.json's script ran (the file itself is not needed)
-GOAL = Goal(workers=2, target=0.82, budget_s=400)  # good.json reached 82% after 302 s
+GOAL = Goal(np=2, target=0.82, budget_s=400)  # good.json reached 82% after 302 s
 
 
 def fixture(name: str) -> dict:
@@ -129,11 +129,11 @@ def calibrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> calibration.C
 
 def test_the_budget_is_a_multiple_of_this_machines_reference_time(calibrated: calibration.Calibration) -> None:
     assert calibration.cache_file().parent.name == "cache"
-    goal = assessment.machine_goal(workers=2)
+    goal = assessment.machine_goal(np=2)
     assert goal.budget_s == pytest.approx(calibration.MULTIPLE * 50.0)
     assert f"{calibration.MULTIPLE:g} x this machine's reference time 50.0 s (2026-11-25" in str(goal)
     assert calibrated.spread == pytest.approx(0.08)
-    assert assessment.machine_goal(workers=2, multiple=2).budget_s == 100.0
+    assert assessment.machine_goal(np=2, multiple=2).budget_s == 100.0
 
 
 def test_a_calibration_taken_under_other_conditions_is_not_reused(calibrated: calibration.Calibration) -> None:
@@ -190,14 +190,16 @@ def test_bad_invocations_are_one_line_usage_errors(argv: list[str], error: str, 
 
 
 def test_a_course_configures_the_assessment_and_bad_settings_are_named() -> None:
-    spec, run = assessment.from_config({"workers": 4, "target": 0.85, "multiple": 5, "points": 5,
+    spec, run = assessment.from_config({"np": 4, "target": 0.85, "multiple": 5, "points": 5,
                                         "args": ["--epochs", "30"]})
-    assert spec == {"workers": 4, "target": 0.85, "multiple": 5.0}
+    assert spec == {"np": 4, "target": 0.85, "multiple": 5.0}
     assert run["points"] == 5.0 and run["script"] == "fashion_mnist.py"
     with pytest.raises(ValueError, match="budget is relative to the machine"):
         assessment.from_config({"budget": 180})
     with pytest.raises(ValueError, match="unknown key"):
         assessment.from_config({"worker": 2})
+    with pytest.raises(ValueError, match="write np = 3"):  # the worker count has one name, as in `labkit run --np`
+        assessment.from_config({"workers": 3})
     with pytest.raises(ValueError, match="0 < target <= 1"):
         assessment.from_config({"target": 82})
     with pytest.raises(ValueError, match="list of strings"):
@@ -215,7 +217,7 @@ def test_grading_runs_the_learners_own_script(tmp_path: Path, monkeypatch: pytes
         return assessment.Verdict(True, "reached 83.0% after 70 s", goal)
 
     monkeypatch.setattr(assessment, "assess", fake_assess)
-    monkeypatch.setattr(assessment, "machine_goal", lambda **spec: Goal(spec["multiple"] * 50, spec["workers"],
+    monkeypatch.setattr(assessment, "machine_goal", lambda **spec: Goal(spec["multiple"] * 50, spec["np"],
                                                                          spec["target"]))
     config = {"labs": ["mirrored"], "assessment": {"points": 5, "multiple": 4, "args": ["--epochs", "20"]}}
     result = grade.grade(folder, config=config)
