@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -92,8 +93,6 @@ def start(np: int = 2, threads: int | None = None, timeout: float = 120, activat
         raise launchers.LaunchError("a hostfile is for engines started by mpirun: Slurm chooses its nodes")
     problem = launchers.mpi_missing() if launcher == "mpi" else None
     if launcher == "slurm":
-        import shutil
-
         problem = None if shutil.which("sbatch") else "sbatch not found: engines on Slurm need a Slurm login node"
     if problem:
         raise launchers.LaunchError(problem)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import psutil
+
 from labkit.core import identity, tfconfig
 from labkit.nodes import virtual as nodes
 
@@ -81,10 +83,8 @@ def _local_names() -> frozenset[str]:
     except OSError:
         pass
     try:
-        import psutil
-
         names |= {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
-    except (ImportError, OSError):
+    except OSError:
         pass
     return frozenset(_key(n) for n in names if n)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 import uuid
@@ -113,8 +114,6 @@ def select(records: Iterable[dict[str, Any]], **match: Any) -> list[dict[str, An
 
 def lab_and_step(script: str) -> tuple[str | None, str | None]:
     """Guess the lab and step from a lab script's name (``fashion_mnist_after_step_03.py`` -> step 3)."""
-    import re
-
     name = Path(script).stem
     step = None
     m = re.search(r"after_step_(\d+)", name)

@@ -6,6 +6,7 @@ run records (the plots and the dashboard use it), so a sweep can be read back fr
 
 from __future__ import annotations
 
+import html
 import json
 import statistics
 from collections.abc import Sequence
@@ -65,8 +66,6 @@ class Sweep:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        import html
-
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 

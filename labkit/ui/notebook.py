@@ -13,6 +13,10 @@ the course's reference results (:mod:`labkit.measure.reference`) while it is sti
 
 from __future__ import annotations
 
+import html
+import logging
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -89,8 +93,6 @@ def started(script: str | Path, steps: str) -> bool:
 
 def new_folder(name: str) -> str:
     """A new, empty ``runs/<name>-<date>-<time>`` folder for one try; earlier tries stay as they were."""
-    import time
-
     base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, k = base, 1
     while path.exists():
@@ -134,9 +136,6 @@ class Ranks:
         return "\n".join(parts)
 
     def _repr_html_(self) -> str:
-        import html
-
-
         cols = "".join(
             f"<td style='vertical-align:top;text-align:left'><b>rank {rank}</b><pre style='font-size:11px'>"
             f"{html.escape(chr(10).join(rows)) or '(printed nothing)'}</pre></td>"
@@ -171,10 +170,6 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
     """Run ``python SCRIPT ARGS`` as one plain process (no launcher), as a terminal would, showing its
     output here without TensorFlow's start-up messages; everything goes to ``log`` too. The run is
     observed and recorded like every launch (``Finished.record``)."""
-    import sys
-    import time
-
-
     shown = ["python", str(script), *map(str, args)]
     path = Path(log) if log else proc.new_log_dir() / "output.log"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -204,9 +199,6 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
 def tensorflow() -> Any:
     """TensorFlow for a notebook cell, without its native start-up messages (CUDA probing on a CPU
     machine) and with its logger at WARNING (a kernel looks interactive to it, so it would log INFO)."""
-    import logging
-
-
     with env.quiet_native_stderr():
         import tensorflow as tf
 
