@@ -104,7 +104,15 @@ def _world(strategy: Any = None) -> dict[str, Any]:
         has_chief = bool(cluster.get("chief"))
         chief = kind == "chief" or (kind == "worker" and index == 0 and not has_chief)
         workers = len(cluster.get("worker", [])) + (len(cluster.get("chief", [])) if "Mirrored" in (name or "") else 0)
-        return {"rank": 0 if chief else index + 1, "workers": max(1, workers or replicas), "is_chief": chief,
+        # Ranks as a launcher numbers processes: the chief (or worker 0 without one) 0, the workers next, then
+        # the parameter servers, so a cluster of N workers has ranks 0..N-1.
+        if chief:
+            rank = 0
+        elif kind == "worker":
+            rank = index + int(has_chief)
+        else:
+            rank = int(has_chief) + len(cluster.get("worker", [])) + index
+        return {"rank": rank, "workers": max(1, workers or replicas), "is_chief": chief,
                 "launcher": launcher or "tf_config", "strategy": name or "tf_config"}
     rank = rank_from_env()
     np_env = os.environ.get(contract.NP, "")
