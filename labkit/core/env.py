@@ -114,6 +114,21 @@ def install_pth(target_dir: str | None = None) -> str:
 
 
 @contextlib.contextmanager
+def setting(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` inside the block (for this process and what it starts); the value before,
+    or its absence, afterwards."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+@contextlib.contextmanager
 def quiet_native_stderr() -> Iterator[None]:
     """Silence C++ start-up logging (written straight to fd 2) inside the block.
 

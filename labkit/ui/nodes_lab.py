@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from labkit.core import contract
+from labkit.core import contract, env
 from labkit.launching import hosts, launch
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
@@ -70,20 +70,6 @@ def using(count: int = 2, slots: int = 1, rate: str | None = None,
         yield cluster
 
 
-@contextmanager
-def _slurm_commands_reach(cluster: nodes.VirtualNodes) -> Iterator[None]:
-    """Within the block, Slurm's commands (sbatch, squeue, scancel) of this process talk to the nodes' cluster."""
-    saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.slurm_conf)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
-
-
 RECORDS = "runs/virtual_nodes.jsonl"  # not runs.jsonl: many ranks on one machine's cores are no scaling data
 
 
@@ -118,9 +104,9 @@ def workers_per_host(command: Sequence[str], count: int = 2, timeout: float = 90
         return None
     with using(count, 1) as cluster:
         one_each = [hosts.Host(n.name, 1) for n in cluster.nodes]
-        env = {contract.RUNS_FILE: str(Path(records).resolve())}
+        to_records = {contract.RUNS_FILE: str(Path(records).resolve())}
         result = notebook.run_cluster(list(command), workers=len(one_each), host_list=one_each, timeout=timeout,
-                                      env=env, **run_kw)
+                                      env=to_records, **run_kw)
     if result is not None:
         print(table(getattr(result, "record", None)))
     return result
@@ -140,7 +126,8 @@ def slurm_per_host(jobs: dict[str, Sequence[str]], count: int = 2, tasks_per_nod
               "node1 and node2, and each task's host and local rank come from the allocation, not from a hostfile.")
         return None
     results = []
-    with using(count, tasks_per_node, slurm=True) as cluster, _slurm_commands_reach(cluster):
+    # sbatch, squeue and scancel of this process talk to the nodes' Slurm for the block only
+    with using(count, tasks_per_node, slurm=True) as cluster, env.setting("SLURM_CONF", str(cluster.slurm_conf)):
         for start, command in jobs.items():
             options = launch.SlurmOptions(nodes=count, tasks_per_node=tasks_per_node, start=start)
             result = notebook.run(list(command), launcher="slurm", slurm=options, timeout=timeout, records=records,

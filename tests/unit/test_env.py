@@ -80,3 +80,17 @@ def test_pth_line_sets_the_defaults_at_start_up(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["None", "1", "1"]
+
+
+def test_setting_restores_the_value_before_or_its_absence(monkeypatch) -> None:
+    monkeypatch.setenv("LABKIT_TEST_SETTING", "before")
+    monkeypatch.delenv("LABKIT_TEST_ABSENT", raising=False)
+    with env.setting("LABKIT_TEST_SETTING", "inside"), env.setting("LABKIT_TEST_ABSENT", "inside"):
+        assert os.environ["LABKIT_TEST_SETTING"] == os.environ["LABKIT_TEST_ABSENT"] == "inside"
+    assert os.environ["LABKIT_TEST_SETTING"] == "before" and "LABKIT_TEST_ABSENT" not in os.environ
+    try:
+        with env.setting("LABKIT_TEST_SETTING", "inside"):
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    assert os.environ["LABKIT_TEST_SETTING"] == "before"
