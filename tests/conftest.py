@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -119,3 +120,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 horovod_problem.append(_horovod_problem())
             if horovod_problem[0]:
                 item.add_marker(pytest.mark.skip(reason=horovod_problem[0]))
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--budget", type=float, default=None, metavar="SECONDS",
+                     help="the tier's wall-time budget: the summary says how the run compares (make test: 2100)")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STARTED] = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The run's wall time against its tier's budget (the 30 slowest tests are pytest's ``--durations=30``)."""
+    started = config.stash.get(_STARTED, None)
+    if started is None:
+        return
+    wall = time.monotonic() - started
+    line = f"wall time of the tests: {wall // 60:.0f} min {wall % 60:.0f} s"
+    budget = config.getoption("--budget")
+    if budget:
+        over = wall > budget
+        line += (f" ({'OVER' if over else 'within'} the budget of {budget // 60:.0f} min {budget % 60:.0f} s; "
+                 "docs/testing.md says what to move to make test-heavy)")
+        terminalreporter.write_sep("=", line, red=over, green=not over, bold=True)
+    else:
+        terminalreporter.write_sep("=", line, bold=True)
+
