@@ -11,22 +11,55 @@ import os
 import sys
 from pathlib import Path
 
-from labkit.core.cliargs import positive_float, positive_int
+from labkit.core.cliargs import positive_int
 from labkit.records import classlog
-from labkit.workshop import accounts, classpage, classview, hub, lifecycle, results
+from labkit.workshop import accounts, classpage, classview, hub, hubconfig, lifecycle, limits, passwords, results
 from labkit.workshop.state import State, state_folder
 
 HELP = """\
 A JupyterHub on this machine for a class: N learner accounts (learner01 ...) and an instructor (the hub's
 admin), each learner's JupyterLab running as that learner on their own copy of the released course (made at
-first login), the project's environment shared read-only. Passwords are printed once (root can read them again
-in the state folder). The instructor sees the class at /services/class/ or with `labkit class status`.
-Needs root. Stop with `labkit workshop down` (removes users, servers, processes and files; safe to repeat)."""
+first login), the project's environment shared read-only. Passwords are printed once and kept only as hashes
+(`labkit workshop password NAME` gives a learner a new one); the accounts cannot log in by ssh or su.
+Each learner is limited to --pids tasks, and to --cores and --memory when given; `up` refuses when a limit cannot
+be enforced on this machine, unless --no-limits. The instructor sees the class at /services/class/ or with
+`labkit class status`. Needs root. Stop with `labkit workshop down` (removes users, servers, processes, jobs and
+files; safe to repeat, also after a reboot)."""
 CLASS_HELP = """\
 The class view: a grid of learners x steps from the records every check and assessment of a workshop writes,
 each step's pass rate, commonest failure messages and median minutes to pass. --from DIR reads `labkit grade`
 results instead (JSON, GitHub Classroom JSON or JUnit XML; the learner is the first folder below DIR or the
 file's name)."""
+
+
+def _arg(check):  # noqa: ANN001, ANN202
+    """An argparse type from a check that raises ValueError with a clear message."""
+    def parse(text: str):  # noqa: ANN202
+        try:
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1] if str(e).startswith("--") else str(e)) from None
+    parse.__name__ = check.__name__
+    return parse
+
+
+def _cores(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--cores {text!r}: a number of cores above 0, e.g. 1.5") from None
+    return limits.check_cores(value)
+
+
+def _pids(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ValueError(f"--pids {text!r}: a whole number of tasks from 16 up")
+    return limits.check_pids(int(text))
+
+
+def _memory(text: str) -> str:
+    limits.parse_memory(text)
+    return text.strip()
 
 
 def add_parser(sub) -> None:
@@ -36,18 +69,29 @@ def add_parser(sub) -> None:
     u = acts.add_parser("up", help="create the accounts and start the hub", description=HELP)
     u.add_argument("--learners", type=positive_int, required=True, help="how many learner accounts")
     u.add_argument("--port", type=positive_int, default=8000, help="the hub's port (default: %(default)s)")
-    u.add_argument("--ip", default="127.0.0.1", help="address to listen on (default: %(default)s; 0.0.0.0 for a "
-                   "class on the network, behind HTTPS)")
+    u.add_argument("--ip", default="127.0.0.1", type=_arg(hubconfig.check_ip),
+                   help="address to listen on (default: %(default)s; 0.0.0.0 for a class on the network, behind HTTPS)")
     u.add_argument("--slurm", action="store_true", help="learners' jobs go to Slurm on virtual nodes")
     u.add_argument("--shared-password", action="store_true",
                    help="one password for all learners (JupyterHub's SharedPasswordAuthenticator) instead of one "
                    "each; anyone holding it can log in as any learner")
-    u.add_argument("--cores", type=positive_float, default=None, help="cores per learner (default: unlimited)")
-    u.add_argument("--memory", default=None, metavar="SIZE", help="memory per learner, e.g. 4G (default: unlimited)")
+    u.add_argument("--cores", type=_arg(_cores), default=None, help="cores per learner (default: unlimited)")
+    u.add_argument("--memory", type=_arg(_memory), default=None, metavar="SIZE",
+                   help="memory per learner, e.g. 4G (default: unlimited)")
+    u.add_argument("--pids", type=_arg(_pids), default=None, metavar="N",
+                   help=f"processes and threads per learner, against fork bombs (default: {limits.DEFAULT_PIDS})")
+    u.add_argument("--no-limits", action="store_true",
+                   help="hold the workshop without per-learner limits (where they cannot be enforced, e.g. a "
+                   "systemd host); without it `up` refuses when a limit cannot be enforced")
+    u.add_argument("--job-minutes", type=positive_int, default=None, metavar="MIN",
+                   help="with --slurm: the longest a learner's Slurm job may run (the partition's MaxTime; "
+                   "default: 30)")
     u.add_argument("--json", action="store_true", help="print the status and passwords as JSON")
     s = acts.add_parser("status", help="is the hub up; each learner's course and processes")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     acts.add_parser("down", help="stop everything and remove what `up` made (safe to repeat)")
+    pw = acts.add_parser("password", help="give one learner (or the instructor) a new password, printed once")
+    pw.add_argument("name", help="e.g. learner07")
     c = sub.add_parser("class", help="the class view: learners x steps", description=CLASS_HELP)
     cacts = c.add_subparsers(dest="action", required=True)
     cs = cacts.add_parser("status", help="show the class view", description=CLASS_HELP)
@@ -64,25 +108,30 @@ def run(a: argparse.Namespace) -> int:
     try:
         if a.subcommand == "class":
             return _class(a)
-        return {"up": _up, "status": _status, "down": _down}[a.action](a)
+        return {"up": _up, "status": _status, "down": _down, "password": _password}[a.action](a)
     except (lifecycle.WorkshopError, accounts.AccountsError, hub.HubError) as e:
         print(f"labkit {name}: {e}", file=sys.stderr)
         return 1
 
 
 def _up(a: argparse.Namespace) -> int:
-    if a.memory is not None and not (a.memory[:-1].isdigit() and a.memory[-1] in "KMGT"):
-        print(f"labkit workshop up: --memory {a.memory!r}: a number with K, M, G or T, e.g. 4G", file=sys.stderr)
+    if a.no_limits and (a.cores or a.memory or a.pids):
+        print("labkit workshop up: --no-limits and --cores/--memory/--pids: choose one", file=sys.stderr)
         return 2
+    if a.job_minutes and not a.slurm:
+        print("labkit workshop up: --job-minutes limits Slurm jobs: give it with --slurm", file=sys.stderr)
+        return 2
+    pids = None if a.no_limits else (a.pids or limits.DEFAULT_PIDS)
     st, pw = lifecycle.up(a.learners, port=a.port, ip=a.ip, slurm=a.slurm,
-                          auth="shared" if a.shared_password else "pam", cores=a.cores, memory=a.memory,
-                          say=lambda text: print(text, file=sys.stderr))
+                          auth="shared" if a.shared_password else "hub", cores=a.cores, memory=a.memory,
+                          say=lambda text: print(text, file=sys.stderr), pids=pids, no_limits=a.no_limits,
+                          **({"job_minutes": a.job_minutes} if a.job_minutes else {}))
     status = lifecycle.status()
     if a.json:
         print(json.dumps({**status, "passwords": pw}, indent=1))
         return 0
     _show(status)
-    print("\nPasswords (shown once; root can read them again in " + status["passwords"] + "):")
+    print("\nPasswords (shown once and not kept: a lost one is replaced by `labkit workshop password NAME`):")
     for who, secret in pw.items():
         print(f"  {who:<12} {secret}{'   (admin: the class view)' if who == st.instructor else ''}")
     print(f"up in {st.seconds_up:.1f} s; stop with `labkit workshop down`")
@@ -94,7 +143,8 @@ def _show(status: dict) -> None:
         print(f"workshop: down (state folder {status['folder']})")
         return
     print(f"workshop: {status['state']}, JupyterHub {status['jupyterhub'] or '(not answering)'} at {status['url']}")
-    print(f"  login:      {status['auth']} passwords; instructor {status['instructor']} (admin)")
+    kind = "shared" if status["auth"] == "shared" else "one hub password each (no ssh or su)"
+    print(f"  login:      {kind}; instructor {status['instructor']} (admin)")
     print(f"  class view: {status['class_page']} (instructor only), or `labkit class status`")
     for who in status["learners"]:
         course = "course ready" if who["course"] else "course at first login"
@@ -109,6 +159,25 @@ def _status(a: argparse.Namespace) -> int:
     st = lifecycle.status()
     print(json.dumps(st, indent=1)) if a.json else _show(st)
     return 0 if st["state"] in ("up", "down") else 1
+
+
+def _password(a: argparse.Namespace) -> int:
+    st = lifecycle.State.load()
+    if st is None or st.auth != "hub":
+        print("labkit workshop password: no workshop with one password per learner is up", file=sys.stderr)
+        return 1
+    secret = passwords.generate(32 if a.name == st.instructor else 12)
+    try:
+        passwords.replace(a.name, secret, st.logins)
+    except KeyError:
+        print(f"labkit workshop password: {a.name!r} is not a learner or the instructor of this workshop",
+              file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"labkit workshop password: {e} (needs root)", file=sys.stderr)
+        return 1
+    print(f"{a.name} {secret}")
+    return 0
 
 
 def _down(a: argparse.Namespace) -> int:
@@ -126,8 +195,6 @@ def _class(a: argparse.Namespace) -> int:
             return 2
         rows, problems = results.read_folder(folder)
         learners = sorted({p.name[: -len(classlog.SUFFIX)] for p in folder.rglob("*" + classlog.SUFFIX)})
-        for problem in problems:
-            print(f"labkit class: skipped {problem}", file=sys.stderr)
     else:
         folder = State(state_folder()).class_dir
         if not folder.is_dir():
@@ -140,8 +207,11 @@ def _class(a: argparse.Namespace) -> int:
             print(f"labkit class: {folder} is for the instructors' group ({accounts.INSTRUCTOR_GROUP}) and root",
                   file=sys.stderr)
             return 2
-        rows = classlog.read(folder)
-    view = classview.build(rows, learners)
+        reading = classlog.read(folder, learners=learners)  # each record is its file owner's, whatever it says
+        rows, problems = reading.records, reading.problems
+    for problem in problems:
+        print(f"labkit class: skipped {problem}", file=sys.stderr)
+    view = classview.build(rows, learners, problems)
     if a.html:
         Path(a.html).write_text(classpage.html_page(view))
     print(json.dumps(view.to_dict(), indent=1) if a.json else view.text())

@@ -10,15 +10,26 @@ The folder belongs to root and the instructors' group (``rwxr-x--x``): learners 
 learner's file is theirs and the instructors' group's (``rw-r-----``), so a learner appends to their own
 file and reads no one else's. Outside a workshop (the variable unset) nothing is written. Writing a
 record never fails a check: a problem is returned, not raised.
+
+Reading trusts nothing in a file (the class view runs as the instructor, the files are the learners'):
+each file is opened without following a symbolic link and read only when it is a regular file, at most
+:data:`MAX_BYTES` of it; a record's learner is the file's owner (or, for a copied folder, the file's
+name), never the record's own field; each line is checked (:meth:`Record.parse`) and a bad one is named
+in :attr:`Reading.problems` and skipped, so the view is built from what is left and never fails.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import pwd
+import re
+import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +37,61 @@ from labkit.core import contract
 
 FIELDS = ("learner", "lab", "step", "passed", "message", "time")
 MESSAGE_LIMIT = 600  # characters of a check's message kept in a record
+MAX_BYTES = 2 * 2**20  # of each learner's file read by the class view (about 3000 records); the rest is named
+MAX_STEP = 999
+LAB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 ASSESSMENT = "assessment"  # the lab name of the final assessment's records (one step)
 SUFFIX = ".jsonl"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One judged step of one learner."""
+
+    learner: str
+    lab: str
+    step: int
+    passed: bool
+    message: str
+    time: float | None  # seconds since the epoch; None for grade results, which carry no time
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def parse(cls, row: object, learner: str) -> Record:
+        """The record of one decoded line, for ``learner`` (whom the file belongs to); ValueError says what is wrong."""
+        if not isinstance(row, dict):
+            raise ValueError("not a JSON object")
+        missing = [k for k in FIELDS if k not in row and k != "learner"]
+        if missing:
+            raise ValueError("missing " + ", ".join(missing))
+        if "learner" in row and row["learner"] != learner:
+            raise ValueError(f"names another learner ({str(row['learner'])[:40]!r}) in {learner}'s file")
+        lab, step, passed, message, when = (row[k] for k in FIELDS[1:])
+        if not isinstance(lab, str) or not LAB_NAME.match(lab):
+            raise ValueError("lab is not a lab's name")
+        if type(step) is not int or not 1 <= step <= MAX_STEP:
+            raise ValueError(f"step is not a whole number from 1 to {MAX_STEP}")
+        if type(passed) is not bool:
+            raise ValueError("passed is not true or false")
+        if not isinstance(message, str):
+            raise ValueError("message is not text")
+        if when is not None and (type(when) not in (int, float) or not math.isfinite(when) or when < 0):
+            raise ValueError("time is not a time")
+        return cls(learner, lab, step, passed, _short(message), None if when is None else float(when))
+
+
+@dataclass
+class Reading:
+    """The records read from class files, oldest first, and what was skipped (file and line, and why)."""
+
+    records: list[Record] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, other: Reading) -> None:
+        self.records += other.records
+        self.problems += other.problems
 
 
 def class_dir(environ: dict[str, str] | None = None) -> Path | None:
@@ -45,27 +109,29 @@ def learner_name(uid: int | None = None) -> str:
         return str(uid)
 
 
-def make_record(learner: str, lab: str, step: int, passed: bool, message: str, when: float) -> dict[str, Any]:
-    text = message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 3] + "..."
-    return {"learner": learner, "lab": lab, "step": int(step), "passed": bool(passed), "message": text,
-            "time": round(when, 3)}
+def _short(message: str) -> str:
+    return message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 3] + "..."
 
 
-def records_of_report(report: dict[str, Any], learner: str, when: float) -> list[dict[str, Any]]:
+def make_record(learner: str, lab: str, step: int, passed: bool, message: str, when: float | None) -> Record:
+    return Record(learner, lab, int(step), bool(passed), _short(message), None if when is None else round(when, 3))
+
+
+def records_of_report(report: dict[str, Any], learner: str, when: float) -> list[Record]:
     """One record per step of a check report (``Report.to_dict()`` or ``labkit check --json``)."""
     return [make_record(learner, str(report.get("lab")), s["step"], s["passed"], str(s.get("message", "")), when)
             for s in report.get("steps", []) if isinstance(s, dict) and isinstance(s.get("step"), int)]
 
 
-def write(records: Iterable[dict[str, Any]], folder: Path | None = None) -> Path | None:
+def write(records: Iterable[Record], folder: Path | None = None) -> Path | None:
     """Append ``records`` to their learner's file in ``folder`` (default: the class folder); its path or None."""
     folder = class_dir() if folder is None else folder
     rows = list(records)
     if folder is None or not rows:
         return None
-    path = folder / f"{rows[0]['learner']}{SUFFIX}"
-    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    path = folder / f"{rows[0].learner}{SUFFIX}"
+    data = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
     try:
         os.write(fd, data)  # one write of whole lines: records of two checks never interleave
     finally:
@@ -101,28 +167,79 @@ def record_assessment(verdict: Any) -> str | None:
 def prepare(folder: Path, learner: str, uid: int, gid: int) -> Path:
     """The learner's record file, created empty: owned by the learner and the instructors' group ``gid``."""
     path = folder / f"{learner}{SUFFIX}"
-    path.touch(mode=0o640, exist_ok=True)
-    os.chown(path, uid, gid)
-    os.chmod(path, 0o640)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o640)
+    finally:
+        os.close(fd)
     return path
 
 
-def read_file(path: Path) -> Iterator[dict[str, Any]]:
-    """The well-formed records of one learner's file."""
+def _open(path: Path) -> tuple[int, os.stat_result]:
+    """A descriptor on ``path`` when it is a regular file (no link followed, a FIFO never waited for)."""
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError("a symbolic link, not read") from e
+        raise ValueError(f"cannot be opened: {e.strerror}") from e
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file, not read")
+    return fd, info
+
+
+def read_file(path: Path, learner: str | None = None, limit: int = MAX_BYTES) -> Reading:
+    """The valid records of one learner's file: ``learner``'s, or (None) its owner's, whatever the lines say."""
+    out = Reading()
+    try:
+        fd, info = _open(path)
+    except ValueError as e:
+        out.problems.append(f"{path}: {e}")
+        return out
+    try:
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
+            data += more
+    except OSError as e:
+        out.problems.append(f"{path}: cannot be read: {e.strerror}")
+        return out
+    finally:
+        os.close(fd)
+    who = learner_name(info.st_uid) if learner is None else learner
+    if len(data) > limit:
+        data = data[: data.rfind(b"\n", 0, limit) + 1]
+        out.problems.append(f"{path}: larger than {limit // 2**20} MiB: only its first {len(data)} bytes read")
+    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+        if not line.strip():
             continue
-        if isinstance(row, dict) and all(k in row for k in FIELDS) and isinstance(row["step"], int):
-            yield row
+        try:
+            out.records.append(Record.parse(json.loads(line), who))
+        except ValueError as e:
+            out.problems.append(f"{path} line {number}: {e}; skipped")
+    return out
 
 
-def read(folder: Path) -> list[dict[str, Any]]:
-    """Every well-formed record in ``folder`` (other lines are skipped), oldest first."""
-    rows = [r for path in sorted(Path(folder).glob(f"*{SUFFIX}")) for r in read_file(path)]
-    return sorted(rows, key=lambda r: (r["time"] if isinstance(r["time"], (int, float)) else 0))
+def read(folder: Path, by_owner: bool = True, learners: Iterable[str] | None = None) -> Reading:
+    """Every valid record in ``folder``'s ``*.jsonl`` files, oldest first, and what was skipped.
+
+    ``by_owner`` (a workshop's class folder): a file's records are its owner's, and a file its learner does
+    not own (``learner02.jsonl`` owned by someone else) is skipped; else (a copy of a class folder) they are
+    the learner the file is named after. ``learners`` given: files of anyone else are skipped too.
+    """
+    out = Reading()
+    known = None if learners is None else set(learners)
+    for path in sorted(Path(folder).glob(f"*{SUFFIX}")):
+        name = path.name[: -len(SUFFIX)]
+        if known is not None and name not in known:
+            out.problems.append(f"{path}: not a learner of this workshop; skipped")
+            continue
+        got = read_file(path, None if by_owner else name)
+        if by_owner and any(r.learner != name for r in got.records):
+            out.problems.append(f"{path}: not owned by {name}; skipped")
+            got.records = []
+        out.add(got)
+    out.records.sort(key=lambda r: r.time or 0.0)
+    return out

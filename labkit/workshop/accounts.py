@@ -1,11 +1,15 @@
 """The workshop's Unix accounts: learners ``learner01``..., one instructor, their groups and home folders.
 
 Every learner is a Unix user of their own (home ``rwx------``), so one learner cannot read or stop
-another's work. The instructor is in the instructors' group, which alone reads the class folder.
+another's work. The instructor is in the instructors' group, which alone reads the class folder. No account
+can log in to the machine itself: the password is locked (``!`` in ``/etc/shadow``) and the shell is
+``nologin``, so ``ssh`` and ``su`` fail; the hub's own login (:mod:`labkit.workshop.hubauth`) is the only way
+in, and JupyterLab's terminals run ``bash`` (set in the hub's configuration, not by the account).
 :func:`plan_up` and :func:`plan_down` build the commands (``groupadd``, ``useradd``, ``userdel``,
 ``groupdel``) without running them; :func:`create` runs them, writing each name into ``made`` *before*
 making it, so :func:`remove` deletes exactly what was made, also after a failed start, and does
-nothing the second time. Names that exist already are refused, never taken over.
+nothing the second time. Names that exist already are refused, never taken over. Removing a user also
+removes their crontab and ``at`` jobs (files they own in the spool folders) after their processes end.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +32,11 @@ LEARNER_GROUP = "labkit-learners"
 INSTRUCTOR_GROUP = "labkit-instructors"
 INSTRUCTOR = "instructor"
 TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))  # where learners' processes leave files
+# where cron and at keep users' jobs (Debian: crontabs/, atjobs/; Red Hat: /var/spool/cron itself, /var/spool/at)
+JOB_SPOOLS = (Path("/var/spool/cron/crontabs"), Path("/var/spool/cron/atjobs"), Path("/var/spool/cron"),
+              Path("/var/spool/at"))
+NOLOGIN = ("/usr/sbin/nologin", "/sbin/nologin")
+LOCKED = "!"  # the shadow password field of an account no password opens
 
 
 class AccountsError(RuntimeError):
@@ -78,13 +88,19 @@ def taken(acc: Accounts) -> list[str]:
     return found + [f"folder {acc.home(u)}" for u in acc.users if acc.home(u).exists()]
 
 
+def nologin() -> str:
+    """The shell that refuses a login (``nologin``)."""
+    return next((s for s in NOLOGIN if os.path.exists(s)), NOLOGIN[0])
+
+
 def plan_up(acc: Accounts) -> list[tuple[str, str, list[str]]]:
-    """``(kind, name, argv)`` for every group and user to make, in order."""
+    """``(kind, name, argv)`` for every group and user to make, in order: no password, no login shell."""
     steps = [("group", g, ["groupadd", g]) for g in (LEARNER_GROUP, INSTRUCTOR_GROUP)]
     for u in acc.users:
         group = INSTRUCTOR_GROUP if u == acc.instructor else LEARNER_GROUP
-        steps.append(("user", u, ["useradd", "--create-home", "--home-dir", str(acc.home(u)), "--shell", "/bin/bash",
-                                  "--user-group", "--groups", group, "--comment", "labkit workshop", u]))
+        steps.append(("user", u, ["useradd", "--create-home", "--home-dir", str(acc.home(u)), "--shell", nologin(),
+                                  "--password", LOCKED, "--user-group", "--groups", group,
+                                  "--comment", "labkit workshop", u]))
     return steps
 
 
@@ -175,11 +191,34 @@ def temp_files(uids: set[int], places: Iterable[Path] = TEMP_DIRS) -> list[Path]
     return found
 
 
-def remove(made: dict[str, list[str]], save: Callable[[], None], runner=run) -> list[str]:
-    """Stop the users' processes, delete their temporary files, users, homes and groups; what was removed."""
+def scheduled_jobs(uids: set[int], spools: Iterable[Path] = JOB_SPOOLS) -> list[Path]:
+    """Crontabs and ``at`` jobs of ``uids``: regular files they own directly in the spool folders."""
+    found = []
+    for spool in spools:
+        try:
+            entries = list(spool.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.lstat()
+            except OSError:
+                continue
+            if info.st_uid in uids and stat.S_ISREG(info.st_mode):
+                found.append(entry)
+    return found
+
+
+def remove(made: dict[str, list[str]], save: Callable[[], None], runner=run,
+           spools: Iterable[Path] = JOB_SPOOLS) -> list[str]:
+    """Stop the users' processes, delete their cron and at jobs, temporary files, users, homes and groups;
+    what was removed."""
     uids = uids_of(made.get("users", []))
     stop_processes(uids)
     removed = []
+    for job in scheduled_jobs(uids, spools):
+        job.unlink(missing_ok=True)
+        removed.append(str(job))
     for entry in temp_files(uids):
         shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink(
             missing_ok=True)

@@ -50,4 +50,12 @@ def html_page(view: View, title: str = "Class view", refresh: int | None = None)
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'>" + meta + f"<title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p><small>{len(view.learners)} learners; newest record {stamp}</small></p>{grid}"
-            "<h2>Commonest failures</h2>" + ("".join(fails) or "<p>None.</p>") + "</body></html>\n")
+            "<h2>Commonest failures</h2>" + ("".join(fails) or "<p>None.</p>") + _skipped(view) + "</body></html>\n")
+
+
+def _skipped(view: View) -> str:
+    """The records the view skipped (a learner's file that is not a regular file, a bad or forged line)."""
+    if not view.problems:
+        return ""
+    items = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in view.shown_problems())
+    return f"<h2>Skipped records</h2><ul id='skipped'>{items}</ul>"

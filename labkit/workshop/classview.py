@@ -1,12 +1,14 @@
 """The class view: learners x steps from class records, with pass rates, common failures and time per step.
 
-    view = classview.build(classlog.read(folder))      # or results.read_folder(DIR)[0] for grade results
+    reading = classlog.read(folder)                   # or results.read_folder(DIR) for grade results
+    view = classview.build(reading.records, learners, reading.problems)
     print(view.text()); view.to_dict(); classpage.html(view)
 
 A cell is a learner's latest result for one step (``pass``/``fail``, with how many times it was judged);
 a step's pass rate is the share of the class whose latest result passes; its common failures count each
 learner once per message (first line); its time is the median, over the learners who passed it, of the
 minutes from passing the step before (or from their first check of the lab) to first passing it.
+The lines skipped while reading the records are kept in :attr:`View.problems` and shown with the view.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.course import labs
+from labkit.records.classlog import Record
 
 TOP_FAILURES = 3
+PROBLEMS_SHOWN = 20  # skipped lines listed with the view; the rest are counted
 
 
 @dataclass
@@ -52,6 +56,7 @@ class View:
     columns: list[Column]
     cells: dict[str, dict[str, Cell]]  # learner -> column key -> cell
     updated: float | None = None  # time of the newest record
+    problems: list[str] = field(default_factory=list)  # records skipped while reading (file, line, why)
 
     def cell(self, learner: str, column: Column) -> Cell | None:
         return self.cells.get(learner, {}).get(column.key)
@@ -68,11 +73,18 @@ class View:
         grid = {who: {k: {"passed": x.passed, "attempts": x.attempts, "message": x.message}
                       for k, x in row.items()} for who, row in self.cells.items()}
         stuck = {who: (s.key if (s := self.stuck_at(who)) else None) for who in self.learners}
-        return {"learners": self.learners, "steps": cols, "grid": grid, "stuck_at": stuck, "updated": self.updated}
+        return {"learners": self.learners, "steps": cols, "grid": grid, "stuck_at": stuck, "updated": self.updated,
+                "skipped": self.problems}
+
+    def shown_problems(self) -> list[str]:
+        """The skipped records to show: the first :data:`PROBLEMS_SHOWN`, then how many more."""
+        extra = len(self.problems) - PROBLEMS_SHOWN
+        return self.problems[:PROBLEMS_SHOWN] + ([f"... and {extra} more"] if extra > 0 else [])
 
     def text(self) -> str:
+        skipped = [f"skipped: {p}" for p in self.shown_problems()]
         if not self.columns:
-            return "class view: no check has been recorded yet"
+            return "\n".join(["class view: no check has been recorded yet", *skipped])
         keys = [c.key for c in self.columns]
         width = max(8, *(len(w) for w in self.learners)) if self.learners else 8
         head = " " * width + "  " + " ".join(f"{k:>13}" for k in keys)
@@ -89,7 +101,7 @@ class View:
             took = "" if c.minutes is None else f", median {c.minutes:.1f} min to pass"
             lines.append(f"{c.key} {c.title}: {c.passed}/{len(self.learners)} pass, {c.tried} tried{took}")
             lines += [f"    {n} x {m}" for m, n in c.failures]
-        return "\n".join(lines)
+        return "\n".join(lines + skipped)
 
 
 def first_line(message: str, limit: int = 160) -> str:
@@ -109,42 +121,40 @@ def _title(lab: str, step: int) -> str:
     return "the final assessment" if lab == "assessment" else ""
 
 
-def _minutes(rows: list[dict[str, Any]], lab: str, step: int) -> float | None:
+def _minutes(rows: list[Record], lab: str, step: int) -> float | None:
     """Median minutes, over learners, from the start of ``step`` (previous step passed, or first check) to passing."""
     spans = []
-    for who in {r["learner"] for r in rows}:
-        mine = [r for r in rows if r["learner"] == who and r["lab"] == lab and isinstance(r["time"], (int, float))]
-        passed = [r["time"] for r in mine if r["step"] == step and r["passed"]]
+    for who in {r.learner for r in rows}:
+        mine = [(r, r.time) for r in rows if r.learner == who and r.lab == lab and r.time is not None]
+        passed = [t for r, t in mine if r.step == step and r.passed]
         if not passed:
             continue
-        before = ([r["time"] for r in mine if r["step"] == step - 1 and r["passed"]] if step > 1
-                  else [r["time"] for r in mine])
+        before = ([t for r, t in mine if r.step == step - 1 and r.passed] if step > 1 else [t for _, t in mine])
         if before:
             spans.append(max(0.0, min(passed) - min(before)) / 60)
     return statistics.median(spans) if spans else None
 
 
-def build(records: Iterable[dict[str, Any]], learners: Iterable[str] = ()) -> View:
-    """The view of ``records`` (oldest first); ``learners`` adds rows for learners with no record yet."""
+def build(records: Iterable[Record], learners: Iterable[str] = (), problems: Iterable[str] = ()) -> View:
+    """The view of ``records`` (oldest first); ``learners`` adds rows for learners with no record yet;
+    ``problems`` are the records skipped while reading, shown with the view."""
     rows = list(records)
-    who = sorted({*learners, *(r["learner"] for r in rows)})
-    keys = sorted({(r["lab"], r["step"]) for r in rows}, key=lambda k: _order(*k))
+    who = sorted({*learners, *(r.learner for r in rows)})
+    keys = sorted({(r.lab, r.step) for r in rows}, key=lambda k: _order(*k))
     cells: dict[str, dict[str, Cell]] = {w: {} for w in who}
     for r in rows:
-        key = f"{r['lab']}/{r['step']}"
-        old = cells[r["learner"]].get(key)
-        cells[r["learner"]][key] = Cell(bool(r["passed"]), (old.attempts if old else 0) + 1, str(r["message"]),
-                                        r["time"])
+        key = f"{r.lab}/{r.step}"
+        old = cells[r.learner].get(key)
+        cells[r.learner][key] = Cell(r.passed, (old.attempts if old else 0) + 1, r.message, r.time)
     columns = []
     for lab, step in keys:
         col = Column(lab, step, _title(lab, step))
         latest = [row[col.key] for row in cells.values() if col.key in row]
         col.tried, col.passed = len(latest), sum(x.passed for x in latest)
         col.pass_rate = col.passed / len(who) if who else 0.0
-        seen = {(r["learner"], first_line(r["message"])) for r in rows
-                if r["lab"] == lab and r["step"] == step and not r["passed"]}
+        seen = {(r.learner, first_line(r.message)) for r in rows if r.lab == lab and r.step == step and not r.passed}
         col.failures = sorted(Counter(m for _, m in seen).items(), key=lambda mn: (-mn[1], mn[0]))[:TOP_FAILURES]
         col.minutes = _minutes(rows, lab, step)
         columns.append(col)
-    times = [r["time"] for r in rows if isinstance(r["time"], (int, float))]
-    return View(who, columns, cells, max(times) if times else None)
+    times = [r.time for r in rows if r.time is not None]
+    return View(who, columns, cells, max(times) if times else None, list(problems))

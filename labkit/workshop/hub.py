@@ -2,8 +2,10 @@
 
 The hub runs as root from the shared environment (``jupyterhub -f STATE/jupyterhub_config.py``) in a
 session of its own, marked with the workshop's job id (:mod:`labkit.core.proc`): the proxy it starts
-carries the mark too, so :func:`stop` finds both. The learners' servers and the class view service run
-as the workshop's users and are stopped by user (:func:`labkit.workshop.accounts.stop_processes`).
+carries the mark too, so :func:`stop` finds both. The hub is signalled only while its pid still has the
+start time and command line recorded at start (:class:`~labkit.workshop.started.Started`): after a reboot
+or once the pid is reused, the process with that pid is left alone. The learners' servers and the class view
+service run as the workshop's users and are stopped by user (:func:`labkit.workshop.accounts.stop_processes`).
 configurable-http-proxy comes from npm (:data:`PROXY_PACKAGE`), installed into labkit's cache once.
 """
 
@@ -19,10 +21,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import psutil
-
 from labkit.core import contract, proc
 from labkit.nodes import net
+from labkit.workshop.started import Started
 
 PROXY = "configurable-http-proxy"
 PROXY_PACKAGE = "configurable-http-proxy@5.3.0"  # works with JupyterHub 6.1 (pinned with it in the workshop extra)
@@ -70,11 +71,11 @@ def jupyterhub() -> str:
     return str(path)
 
 
-def start(config: Path, log: Path, job_id: str) -> int:
-    """Start the hub in its own session, marked ``job_id``; its pid."""
-    env = proc.Job(job_id).env()
+def start(config: Path, log: Path, job_id: str, extra_env: dict[str, str] | None = None) -> Started:
+    """Start the hub in its own session, marked ``job_id``; its pid, start time and command line."""
+    env = proc.Job(job_id).env(extra_env)
     p = net.daemon([jupyterhub(), "-f", str(config)], log, env)
-    return p.pid
+    return Started.of(p.pid)
 
 
 def api(port: int, path: str = "", timeout: float = 2.0) -> dict | None:
@@ -86,22 +87,20 @@ def api(port: int, path: str = "", timeout: float = 2.0) -> dict | None:
         return None
 
 
-def alive(pid: int | None) -> bool:
-    try:
-        return bool(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+def alive(started: Started | None) -> bool:
+    """True while the recorded hub runs (the same pid, start time and command line)."""
+    return started is not None and started.alive()
 
 
 def tail(log: Path, chars: int = 2000) -> str:
     return log.read_text(errors="replace")[-chars:] if log.exists() else ""
 
 
-def wait_ready(pid: int, port: int, log: Path, timeout: float = 90) -> float:
+def wait_ready(started: Started, port: int, log: Path, timeout: float = 90) -> float:
     """Seconds until the hub answers on ``port``; :class:`HubError` with the log's end if it ends or times out."""
     start_time = time.monotonic()
     while api(port) is None:
-        if not alive(pid):
+        if not alive(started):
             raise HubError(f"JupyterHub exited while starting:\n{tail(log)}")
         if time.monotonic() - start_time > timeout:
             raise HubError(f"JupyterHub did not answer on port {port} within {timeout:g} s:\n{tail(log)}")
@@ -109,16 +108,13 @@ def wait_ready(pid: int, port: int, log: Path, timeout: float = 90) -> float:
     return time.monotonic() - start_time
 
 
-def stop(pid: int | None, job_id: str, grace: float = 30) -> None:
+def stop(started: Started | None, job_id: str, grace: float = 30) -> None:
     """SIGTERM the hub (it stops the learners' servers and its proxy), then end whatever carries the mark."""
-    if alive(pid):
+    if started is not None and started.signal(signal.SIGTERM):
+        proc.wait_until(lambda: not alive(started), grace)
         try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        proc.wait_until(lambda: not alive(pid), grace)
-        try:
-            os.waitpid(pid, os.WNOHANG)  # our child when started by this process (a test); else not ours
+            os.waitpid(started.pid, os.WNOHANG)  # our child when started by this process (a test); else not ours
         except ChildProcessError:
             pass
-    proc.stop_marked(job_id)
+    if job_id:
+        proc.stop_marked(job_id)

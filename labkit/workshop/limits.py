@@ -1,21 +1,88 @@
-"""Cores and memory per learner: a control group per learner that the learner's server starts in.
+"""Cores, memory and processes per learner: a control group per learner that the learner's server starts in.
 
 JupyterHub's ``LocalProcessSpawner`` enforces no ``cpu_limit``/``mem_limit``; the workshop's spawner
 (:mod:`labkit.workshop.spawner`) puts each single-user server, before it runs, into the learner's group
 here, and everything the server starts (kernels, terminals, ``mpirun`` and its ranks) stays in it.
 Groups live under this process's own group, in a ``labkit-workshop`` folder: cgroup v2 (``cpu.max``,
-``memory.max``) or v1 (``cpu.cfs_quota_us``, ``memory.limit_in_bytes``). Where neither can be written,
-:func:`make` says so and learners run unlimited.
+``memory.max``, ``pids.max``) or v1 (``cpu.cfs_quota_us``, ``memory.limit_in_bytes``, ``pids.max``).
+``pids.max`` (tasks: processes and threads) stops a fork bomb from taking the machine.
+
+:func:`probe` tries every asked limit before the workshop starts: it makes a group, writes each limit,
+reads it back and moves a short child process into the group. ``workshop up`` refuses when any fails
+(e.g. ``EBUSY`` on a systemd host, whose cgroup v2 tree belongs to systemd) unless it is told
+``--no-limits``. Sizes and counts given on the command line are checked here too (:func:`parse_memory`,
+:func:`check_cores`, :func:`check_pids`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
 FOLDER = "labkit-workshop"
 PERIOD = 100_000  # microseconds
+PIDS_ENV = "LABKIT_WORKSHOP_PIDS"  # the hub's environment: pids.max per learner (set by workshop up)
+DEFAULT_PIDS = 2048  # tasks per learner: a server, kernels and a few multi-threaded TensorFlow ranks fit
+MIN_MEMORY = 64 * 2**20  # less does not start a JupyterLab
+MAX_CORES = 4096
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B?\s*$", re.IGNORECASE)
+V1 = ("cpu", "memory", "pids")
+
+
+class LimitError(ValueError):
+    """A limit given that cannot be a limit (``--cores inf``, ``--memory 0G``); the message says why."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What each learner gets: None is unlimited."""
+
+    cores: float | None = None
+    memory: int | None = None  # bytes
+    pids: int | None = None
+
+    def asked(self) -> list[str]:
+        return [k for k, v in (("cpu", self.cores), ("memory", self.memory), ("pids", self.pids)) if v]
+
+    def describe(self) -> str:
+        parts = [f"{self.cores:g} cores" if self.cores else "", f"{self.memory / 2**30:.3g} GiB" if self.memory else "",
+                 f"{self.pids} tasks" if self.pids else ""]
+        return ", ".join(p for p in parts if p) or "no limits"
+
+
+def parse_memory(text: str) -> int:
+    """Bytes of ``4G``, ``512M``, ``1.5G`` (K, M, G, T: powers of 1024); :class:`LimitError` otherwise."""
+    m = SIZE.match(str(text))
+    if not m:
+        raise LimitError(f"--memory {text!r}: a number with K, M, G or T, e.g. 4G")
+    size = int(float(m.group(1)) * 1024 ** ("KMGT".index(m.group(2).upper()) + 1))
+    if size < MIN_MEMORY:
+        raise LimitError(f"--memory {text!r}: at least {MIN_MEMORY // 2**20}M, or leave it out for no limit")
+    return size
+
+
+def check_cores(cores: float) -> float:
+    if not isinstance(cores, (int, float)) or isinstance(cores, bool) or not math.isfinite(cores) or cores <= 0:
+        raise LimitError(f"--cores {cores!r}: a number of cores above 0, e.g. 1.5")
+    if cores > MAX_CORES or int(cores * PERIOD) < 1000:
+        raise LimitError(f"--cores {cores!r}: from 0.01 to {MAX_CORES}")
+    return float(cores)
+
+
+def check_pids(pids: int) -> int:
+    if not isinstance(pids, int) or isinstance(pids, bool) or not 16 <= pids <= 4_194_304:
+        raise LimitError(f"--pids {pids!r}: a whole number of tasks from 16 up")
+    return pids
+
+
+def pids_from_env() -> int | None:
+    value = os.environ.get(PIDS_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def _own(controller: str | None) -> str:
@@ -28,11 +95,11 @@ def _own(controller: str | None) -> str:
 
 
 def bases() -> dict[str, Path]:
-    """Where the learners' groups go: ``{"v2": path}`` or ``{"cpu": path, "memory": path}`` (v1), or {}."""
+    """Where the learners' groups go: ``{"v2": path}`` or ``{"cpu": .., "memory": .., "pids": ..}`` (v1), or {}."""
     if (CGROUP / "cgroup.controllers").is_file():
         return {"v2": CGROUP / _own(None) / FOLDER}
     found = {}
-    for c in ("cpu", "memory"):
+    for c in V1:
         if (CGROUP / c / "cgroup.procs").is_file():
             found[c] = CGROUP / c / _own(c) / FOLDER
     return found
@@ -42,32 +109,101 @@ def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
 
-def make(learner: str, cores: float | None, memory: int | None) -> tuple[list[str], str | None]:
-    """Make ``learner``'s groups with the limits; their ``cgroup.procs`` files, and a problem (or None)."""
+def _settings(kind: str, limits: Limits) -> list[tuple[str, str]]:
+    """``(file, value)`` to write in a learner's group of ``kind`` (``v2`` or a v1 controller)."""
+    quota = str(int(limits.cores * PERIOD)) if limits.cores else None
+    if kind == "v2":
+        return [*([("cpu.max", f"{quota} {PERIOD}")] if quota else []),
+                *([("memory.max", str(limits.memory))] if limits.memory else []),
+                *([("pids.max", str(limits.pids))] if limits.pids else [])]
+    return {"cpu": [("cpu.cfs_period_us", str(PERIOD)), ("cpu.cfs_quota_us", quota)] if quota else [],
+            "memory": [("memory.limit_in_bytes", str(limits.memory))] if limits.memory else [],
+            "pids": [("pids.max", str(limits.pids))] if limits.pids else []}.get(kind, [])
+
+
+def _make(name: str, limits: Limits) -> list[Path]:
+    """Make the groups ``name`` with ``limits`` (OSError as it comes); their folders."""
+    where = bases()
+    folders = []
+    for kind, base in where.items():
+        if kind != "v2" and kind not in limits.asked():
+            continue
+        folder = base / name
+        folder.mkdir(parents=True, exist_ok=True)
+        folders.append(folder)
+        if kind == "v2":
+            enable = " ".join(f"+{c}" for c in limits.asked())
+            if enable:
+                _write(base.parent / "cgroup.subtree_control", enable)
+                _write(base / "cgroup.subtree_control", enable)
+        for file, value in _settings(kind, limits):
+            _write(folder / file, value)
+    return folders
+
+
+def make(learner: str, cores: float | None, memory: int | None,
+         pids: int | None = None) -> tuple[list[str], str | None]:
+    """Make ``learner``'s groups with the limits (``pids`` None: the hub's ``$LABKIT_WORKSHOP_PIDS``); their
+    ``cgroup.procs`` files, and a problem (or None)."""
+    limits = Limits(cores or None, memory or None, pids if pids is not None else pids_from_env())
+    if not limits.asked():
+        return [], None
+    if not bases():
+        return [], "no writable control groups: learners run without core, memory or process limits"
+    try:
+        folders = _make(learner, limits)
+    except OSError as e:
+        return [], f"control groups could not be set up ({e}): learners run without some limits"
+    return [str(f / "cgroup.procs") for f in folders], None
+
+
+def _read_back(folder: Path, kind: str, limits: Limits) -> list[str]:
+    """What of ``limits`` does not read back from ``folder`` as written (memory is rounded to pages)."""
+    wrong = []
+    if kind == "v2":
+        enabled = (folder / "cgroup.controllers").read_text().split()
+        wrong += [f"the {c} controller is not enabled for the group" for c in limits.asked() if c not in enabled]
+    page = os.sysconf("SC_PAGE_SIZE")
+    for file, value in _settings(kind, limits):
+        got = (folder / file).read_text().strip()
+        close = file.startswith("memory") and got.isdigit() and abs(int(got) - int(value)) < page
+        if got != value and not close:
+            wrong.append(f"{file} reads {got!r} after writing {value!r}")
+    return wrong
+
+
+def probe(limits: Limits) -> str | None:
+    """None when every limit of ``limits`` holds on this machine, else why not (all groups removed again)."""
+    if not limits.asked():
+        return None
     where = bases()
     if not where:
-        return [], "no writable control groups: learners run without core or memory limits"
-    files = []
+        return "no control groups are mounted at /sys/fs/cgroup"
+    missing = [c for c in limits.asked() if "v2" not in where and c not in where]
+    if missing:
+        return f"cgroup v1 without the {', '.join(missing)} controller"
+    name = f"probe-{os.getpid()}"
+    child = None
     try:
-        for kind, base in where.items():
-            folder = base / learner
-            folder.mkdir(parents=True, exist_ok=True)
-            if kind == "v2":
-                _write(base.parent / "cgroup.subtree_control", "+cpu +memory")
-                _write(base / "cgroup.subtree_control", "+cpu +memory")
-                if cores:
-                    _write(folder / "cpu.max", f"{int(cores * PERIOD)} {PERIOD}")
-                if memory:
-                    _write(folder / "memory.max", str(memory))
-            elif kind == "cpu" and cores:
-                _write(folder / "cpu.cfs_period_us", str(PERIOD))
-                _write(folder / "cpu.cfs_quota_us", str(int(cores * PERIOD)))
-            elif kind == "memory" and memory:
-                _write(folder / "memory.limit_in_bytes", str(memory))
-            files.append(str(folder / "cgroup.procs"))
+        folders = _make(name, limits)
+        wrong = []
+        for folder in folders:
+            kind = "v2" if "v2" in where else next(k for k, b in where.items() if folder.parent == b)
+            wrong += _read_back(folder, kind, limits)
+        child = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+        for folder in folders:
+            _write(folder / "cgroup.procs", str(child.pid))
+        inside = Path(f"/proc/{child.pid}/cgroup").read_text().count(f"/{FOLDER}/{name}")
+        if inside < (1 if "v2" in where else len(folders)):
+            wrong.append("a process moved into the group is not in it")
+        return "; ".join(wrong) or None
     except OSError as e:
-        return files, f"control groups could not be set up ({e}): learners run without some limits"
-    return files, None
+        return f"a control group with these limits cannot be made here ({e})"
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()
+        remove([name])
 
 
 def join(procs_files: list[str]) -> None:

@@ -2,9 +2,10 @@
 
 ``labkit class status --from DIR`` reads every ``*.json`` and ``*.xml`` below ``DIR``: ``labkit grade --json``
 output, the GitHub Classroom result object (``--classroom``) and JUnit XML (``--junit``); and class records
-(``*.jsonl``, a copy of a workshop's class folder), which keep their learner and times. The learner is the
-first folder below ``DIR`` (``DIR/alice/grade.xml``) or, for a file directly in ``DIR``, its name without the
-suffix (``DIR/alice.json``). Results carry no times: their records have ``time`` None.
+(``*.jsonl``, a copy of a workshop's class folder), which keep their times. The learner is the first folder
+below ``DIR`` (``DIR/alice/grade.xml``) or, for a file directly in ``DIR``, its name without the suffix
+(``DIR/alice.json``, ``DIR/learner01.jsonl``), never a field inside the file: a class record naming another
+learner is skipped and named. Results carry no times: their records have ``time`` None.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from labkit.records.classlog import SUFFIX, make_record, read_file
+from labkit.records.classlog import SUFFIX, Record, make_record, read_file
 
 STEP_NAME = re.compile(r"^(?:(?P<lab>[\w.-]+) )?step (?P<step>\d+)\b")
 
@@ -25,19 +26,17 @@ def learner_of(path: Path, root: Path) -> str:
     return rel.parts[0] if len(rel.parts) > 1 else path.stem
 
 
-def _record(learner: str, lab: str, step: int, passed: bool, message: str) -> dict[str, Any]:
-    row = make_record(learner, lab, step, passed, message, 0.0)
-    row["time"] = None
-    return row
+def _record(learner: str, lab: str, step: int, passed: bool, message: str) -> Record:
+    return make_record(learner, lab, step, passed, message, None)
 
 
-def from_grade_json(data: dict[str, Any], learner: str) -> list[dict[str, Any]]:
+def from_grade_json(data: dict[str, Any], learner: str) -> list[Record]:
     """``labkit grade --json``: ``{"cases": [{lab, step, passed, message, ...}]}``."""
     return [_record(learner, str(c["lab"]), int(c["step"]), bool(c["passed"]), str(c.get("message", "")))
             for c in data.get("cases", []) if isinstance(c, dict) and {"lab", "step", "passed"} <= c.keys()]
 
 
-def from_classroom(data: dict[str, Any], learner: str) -> list[dict[str, Any]]:
+def from_classroom(data: dict[str, Any], learner: str) -> list[Record]:
     """GitHub Classroom's result object: tests named ``LAB step K: TITLE`` with ``status`` pass/fail."""
     rows = []
     for t in data.get("tests", []):
@@ -48,7 +47,7 @@ def from_classroom(data: dict[str, Any], learner: str) -> list[dict[str, Any]]:
     return rows
 
 
-def from_junit(text: str, learner: str) -> list[dict[str, Any]]:
+def from_junit(text: str, learner: str) -> list[Record]:
     """JUnit XML of ``labkit grade --junit``: a testsuite per lab, a testcase ``step K: TITLE`` per step."""
     root = ET.fromstring(text)
     rows = []
@@ -66,15 +65,17 @@ def from_junit(text: str, learner: str) -> list[dict[str, Any]]:
     return rows
 
 
-def read_folder(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records from every result file below ``folder``, and the files that could not be read (with why)."""
+def read_folder(folder: Path) -> tuple[list[Record], list[str]]:
+    """Records from every result file below ``folder``, and the files (or lines) that could not be read, with why."""
     folder = Path(folder)
-    rows: list[dict[str, Any]] = []
+    rows: list[Record] = []
     problems: list[str] = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".json", ".xml", SUFFIX)):
         learner = learner_of(path, folder)
         if path.suffix == SUFFIX:
-            rows += read_file(path)
+            got = read_file(path, learner)
+            rows += got.records
+            problems += got.problems
             continue
         try:
             text = path.read_text()
@@ -89,6 +90,6 @@ def read_folder(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
         if not found:
             problems.append(f"{path}: no labkit grade result in it")
         rows += found
-    unique = {tuple(r[k] for k in ("learner", "lab", "step", "passed", "message", "time")): r for r in rows}
-    ordered = sorted(unique.values(), key=lambda r: r["time"] if isinstance(r["time"], (int, float)) else 0)
+    unique = {r: r for r in rows}
+    ordered = sorted(unique.values(), key=lambda r: r.time or 0.0)
     return ordered, problems  # the same result as JSON and as JUnit counts once

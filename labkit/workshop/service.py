@@ -29,7 +29,8 @@ REFRESH = 10  # seconds between reloads of the page
 def current_view() -> classview.View:
     folder = Path(os.environ[contract.CLASS_DIR])
     learners = [w for w in os.environ.get(contract.WORKSHOP_LEARNERS, "").split(",") if w]
-    return classview.build(classlog.read(folder), learners)
+    reading = classlog.read(folder, learners=learners or None)  # each record is its file owner's
+    return classview.build(reading.records, learners, reading.problems)
 
 
 class PageHandler(HubOAuthenticated, web.RequestHandler):

@@ -1,8 +1,9 @@
 """What a running workshop is made of, kept in its state folder (``$LABKIT_WORKSHOP_STATE``, default
-``/run/labkit-workshop``) so that ``labkit workshop down`` removes exactly what ``up`` made.
+``/var/lib/labkit-workshop``, which outlives a reboot) so that ``labkit workshop down`` removes exactly what
+``up`` made, also after the machine restarted (accounts, homes, permission changes).
 
 The folder (root's, ``rwx--x--x``) holds ``state.json`` (no secret in it) and ``hub/`` (``rwx------``: the
-hub's configuration, database, cookie secret, log and the passwords), plus two folders learners reach by
+hub's configuration, database, cookie secret, log and the learners' password hashes), plus two folders learners reach by
 name only: ``data/`` (the read-only data set) and ``class/`` (the class records, ``rwxr-x--x``, root's and
 the instructors' group's).
 """
@@ -15,8 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.core import contract, files
+from labkit.workshop.started import Started
 
-DEFAULT_STATE = Path("/run/labkit-workshop")
+DEFAULT_STATE = Path("/var/lib/labkit-workshop")
 
 
 def state_folder(folder: str | os.PathLike[str] | None = None) -> Path:
@@ -30,10 +32,10 @@ class State:
     instructor: str = "instructor"
     port: int = 0
     ip: str = "127.0.0.1"
-    auth: str = "pam"
+    auth: str = "hub"  # the hub's own password store (hubauth), or "shared"
     slurm: bool = False
     job_id: str = ""
-    hub_pid: int | None = None
+    hub: Started | None = None  # the hub process: signalled only while it is still this one
     phase: str = "starting"  # starting, up
     seconds_up: float | None = None
     problems: list[str] = field(default_factory=list)  # what works less than asked (e.g. no limits)
@@ -44,7 +46,7 @@ class State:
     log = property(lambda self: self.private / "jupyterhub.log")
     class_dir = property(lambda self: self.folder / "class")
     data_dir = property(lambda self: self.folder / "data" / "fashion-mnist")
-    passwords = property(lambda self: self.private / "passwords.txt")
+    logins = property(lambda self: self.private / "logins")  # name and scrypt hash per line, root's only
     file = property(lambda self: self.folder / "state.json")
 
     @property
@@ -53,7 +55,8 @@ class State:
         return f"http://{host}:{self.port}/"
 
     def save(self) -> None:
-        files.write_json_atomic(self.file, {k: v for k, v in asdict(self).items() if k != "folder"})
+        data = {k: v for k, v in asdict(self).items() if k not in ("folder", "hub")}
+        files.write_json_atomic(self.file, {**data, "hub": self.hub.to_dict() if self.hub else None})
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str] | None = None) -> State | None:
@@ -61,6 +64,6 @@ class State:
         path = state_folder(folder)
         try:
             data = json.loads((path / "state.json").read_text())
-            return cls(folder=path, **data)
+            return cls(folder=path, **{**data, "hub": Started.from_dict(data.get("hub"))})
         except (OSError, ValueError, TypeError):
             return None
