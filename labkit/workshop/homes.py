@@ -1,104 +1,179 @@
-"""A learner's home at first login: their own released course, the shared environment and data set.
+"""A learner's home at the first start of their server, made by the learner, never by root.
 
-:func:`prepare` writes ``labkit release`` of the course source into ``HOME/course`` (owned by the learner),
-links ``HOME/course/.venv`` to the project's environment (one Horovod build for the class, read-only to
-learners: it belongs to root) and ``HOME/.keras/datasets/fashion-mnist`` to the workshop's read-only copy
-of Fashion-MNIST, where ``tf.keras.datasets.fashion_mnist.load_data()`` finds it offline. A home already
-holding the course is left alone: a learner's work survives a restart of their server.
+The hub (root) calls :func:`give` before a learner's server starts. It starts a child that *is* the
+learner (:mod:`labkit.workshop.asuser`: the learner's user, group and groups, no way back to root),
+running this module from the workshop's released course (root's, read-only), and waits for it at most
+``timeout`` seconds. The child (:func:`main`, :func:`prepare`):
+
+* copies the release into ``~/course`` when the home has no ``~/course``: into a new hidden folder first,
+  renamed to ``course`` at the end, so a half copy is never taken for a course; a restart of the server
+  keeps the learner's work;
+* links ``~/course/.venv`` to the shared environment (root's, read-only to learners) and
+  ``~/.keras/datasets/fashion-mnist`` to the workshop's read-only copy of Fashion-MNIST, where
+  ``tf.keras.datasets.fashion_mnist.load_data()`` finds it offline;
+* appends the shared environment to ``PATH`` in ``~/.profile`` once (JupyterLab's terminals run ``bash -l``).
+
+It opens files with ``O_NOFOLLOW | O_NONBLOCK`` and reads or appends only regular files: a symbolic link
+or a FIFO where ``~/.profile`` should be is left alone and named in the report. Whatever the learner put
+in their home, the child has only the learner's rights; root writes, links and changes owners of nothing
+in it.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import stat
 import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.core import contract
-from labkit.course import release
+from labkit.workshop import asuser
 
 COURSE = "course"  # HOME/course: the learner's copy
-DATA_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-              "t10k-labels-idx1-ubyte.gz")
 KERAS_DATA = Path(".keras") / "datasets" / "fashion-mnist"
 PROFILE_MARK = "# labkit workshop: the class's shared environment first"
+SKIPPED = ("__pycache__",)
+READ_LIMIT = 1 << 20  # bytes of ~/.profile read when looking for the mark
+NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK
 
 
-def venv() -> Path:
-    """The environment this labkit runs in (shared by the class)."""
-    return Path(sys.prefix)
+@dataclass(frozen=True)
+class Plan:
+    """What the child gives the home, and who it must be to do it."""
+
+    release: str  # the released course, root's and read-only
+    venv: str  # the shared environment
+    data: str | None  # the read-only data set, or None
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
 
 
-def data_source() -> Path | None:
-    """A folder holding Fashion-MNIST on this machine: ``$LABKIT_DATA``, ``~/.keras``, or the system copy."""
-    places = [os.environ.get(contract.DATA), str(Path.home() / KERAS_DATA), "/usr/share/datasets/fashion-mnist"]
-    for place in places:
-        if place and all((Path(place) / f).is_file() for f in DATA_FILES):
-            return Path(place)
-    return None
+@dataclass
+class Report:
+    course_written: bool = False
+    notes: list[str] = field(default_factory=list)  # what was left alone, and why
 
 
-def share_data(into: Path) -> Path | None:
-    """Copy the data set to ``into`` (``rwxr-xr-x``, files ``rw-r--r--``); None when there is none here."""
-    source = data_source()
-    if source is None:
-        return None
-    into.mkdir(parents=True, exist_ok=True)
-    into.chmod(0o755)
-    for name in DATA_FILES:
-        shutil.copyfile(source / name, into / name)
-        (into / name).chmod(0o644)
-    return into
+def _copy_file(src: Path, dest: Path) -> None:
+    mode = 0o755 if src.stat().st_mode & 0o100 else 0o644
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, mode)
+    try:
+        with open(src, "rb") as f:
+            while chunk := f.read(1 << 16):
+                os.write(fd, chunk)
+    finally:
+        os.close(fd)
 
 
-def chown_tree(top: Path, uid: int, gid: int) -> None:
-    os.lchown(top, uid, gid)
-    for folder, dirs, files in os.walk(top):
-        for name in (*dirs, *files):
-            os.lchown(os.path.join(folder, name), uid, gid)
+def copy_tree(src: Path, dest: Path) -> None:
+    """Copy the folders and regular files of ``src`` into the new folder ``dest`` (nothing else)."""
+    for entry in os.scandir(src):
+        if entry.name in SKIPPED:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            os.mkdir(dest / entry.name, 0o755)
+            copy_tree(Path(entry.path), dest / entry.name)
+        elif entry.is_file(follow_symlinks=False):
+            _copy_file(Path(entry.path), dest / entry.name)
 
 
-def add_to_profile(profile: Path, uid: int, gid: int) -> None:
-    """A login shell (JupyterLab's terminals run ``bash -l``, whose ``/etc/profile`` resets ``PATH``) finds
-    ``labkit``, ``mpirun`` and the environment's Python first, as the learner's server does."""
-    text = profile.read_text() if profile.is_file() and not profile.is_symlink() else ""
-    if PROFILE_MARK not in text:
-        profile.write_text(text + f'\n{PROFILE_MARK}\nexport PATH="{venv() / "bin"}:$PATH"\n')
-        os.lchown(profile, uid, gid)
-
-
-def prepare(home: Path, uid: int, gid: int, source: Path, data: Path | None) -> bool:
-    """Give the learner in ``home`` the course (once); True when it was written now."""
+def give_course(home: Path, plan: Plan, report: Report) -> None:
     course = home / COURSE
-    fresh = not course.exists()
-    if fresh:
-        release.release(course, root=source)
-        (course / ".venv").symlink_to(venv(), target_is_directory=True)
-        chown_tree(course, uid, gid)
-        add_to_profile(home / ".profile", uid, gid)
+    if os.path.lexists(course):
+        if not course.is_dir() or course.is_symlink():
+            report.notes.append(f"{course} is not a folder: left alone")
+        return
+    work = Path(tempfile.mkdtemp(prefix=".course-", dir=home))
+    copy_tree(Path(plan.release), work)
+    os.symlink(plan.venv, work / ".venv", target_is_directory=True)
+    os.chmod(work, 0o755)
+    try:
+        os.rename(work, course)
+        report.course_written = True
+    except OSError as e:
+        report.notes.append(f"{course} appeared while the course was copied ({e.strerror}): left alone; "
+                            f"the copy is in {work}")
+
+
+def link_data(home: Path, plan: Plan, report: Report) -> None:
     link = home / KERAS_DATA
-    if data is not None and not link.exists() and not link.is_symlink():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(data, target_is_directory=True)
-        chown_tree(home / ".keras", uid, gid)
-    return fresh
+    if plan.data is None or os.path.lexists(link):
+        return
+    try:
+        os.makedirs(link.parent, exist_ok=True)
+        os.symlink(plan.data, link, target_is_directory=True)
+    except OSError as e:
+        report.notes.append(f"{link}: not linked to the data set ({e.strerror})")
 
 
-def closed_folders(targets: list[Path]) -> list[Path]:
-    """Folders on the way to ``targets`` that other users cannot pass (no ``o+x``): learners could not run
-    the shared environment (e.g. a Python built under ``/root``)."""
-    closed: dict[Path, None] = {}
-    for target in targets:
-        real = Path(os.path.realpath(target))
-        for folder in [*reversed(real.parents), *([real] if real.is_dir() else [])]:
-            try:
-                if not folder.stat().st_mode & 0o001:
-                    closed[folder] = None
-            except OSError:
-                continue
-    return list(closed)
+def profile_line(venv: str) -> str:
+    return f'\n{PROFILE_MARK}\nexport PATH="{Path(venv) / "bin"}:$PATH"\n'
 
 
-def shared_paths(source: Path) -> list[Path]:
-    """What every learner's processes must reach: the interpreter, its standard library, the environment, the course."""
-    return [Path(sys.executable), Path(sys.base_prefix) / "lib", venv(), source]
+def add_to_profile(profile: Path, venv: str) -> str | None:
+    """Append the ``PATH`` line to ``profile`` once; a note when it was left alone, else None."""
+    try:
+        fd = os.open(profile, os.O_RDWR | os.O_CREAT | os.O_APPEND | NOFOLLOW, 0o644)
+    except OSError as e:
+        return f"{profile}: left alone ({e.strerror})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"{profile}: not a regular file, left alone"
+        text = b""
+        while len(text) < READ_LIMIT and (chunk := os.read(fd, 1 << 16)):
+            text += chunk
+        if PROFILE_MARK.encode() not in text:
+            os.write(fd, profile_line(venv).encode())
+        return None
+    finally:
+        os.close(fd)
+
+
+def prepare(plan: Plan) -> Report:
+    """Give the home its course, data link and profile line (run as the learner)."""
+    home, report = Path(plan.home), Report()
+    give_course(home, plan, report)
+    link_data(home, plan, report)
+    if report.course_written:
+        note = add_to_profile(home / ".profile", plan.venv)
+        if note:
+            report.notes.append(note)
+    return report
+
+
+def main(args: list[str]) -> int:
+    """The child: check it is the learner and nothing more, prepare the home, print the report as JSON."""
+    raw = json.loads(args[0])
+    plan = Plan(**{**raw, "groups": tuple(raw["groups"])})
+    asuser.verify_dropped(plan.uid, plan.gid, plan.groups)
+    os.umask(0o022)
+    print(json.dumps(asdict(prepare(plan))))
+    return 0
+
+
+def child_args(plan: Plan) -> list[str]:
+    """``python -I`` arguments running :func:`main` from the release's labkit (root's), not the learner's."""
+    boot = (f"import sys; sys.path.insert(0, {plan.release!r}); from labkit.workshop import homes; "
+            "sys.exit(homes.main(sys.argv[1:]))")
+    return ["-c", boot, json.dumps(asdict(plan))]
+
+
+def give(learner: asuser.Learner, release: Path, data: Path | None, timeout: float) -> Report:
+    """Run :func:`prepare` as ``learner`` in a child, killed after ``timeout`` s; its report."""
+    plan = Plan(str(release), str(Path(sys.prefix)), str(data) if data else None, learner.uid, learner.gid,
+                learner.groups, str(learner.home))
+    try:
+        done = asuser.run(learner, child_args(plan), timeout)
+    except OSError as e:
+        return Report(notes=[f"preparing {learner.home} as {learner.name} could not start: {e}"])
+    if done.timed_out:
+        return Report(notes=[f"preparing {learner.home} as {learner.name} took more than {timeout:g} s: stopped"])
+    try:
+        return Report(**json.loads(done.out.strip().splitlines()[-1]))
+    except (ValueError, IndexError, TypeError):
+        return Report(notes=[f"preparing {learner.home} as {learner.name} failed (exit {done.code}): "
+                             f"{done.err.strip()[-500:]}"])

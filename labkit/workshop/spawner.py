@@ -1,35 +1,34 @@
 """The workshop's spawner: JupyterHub's ``LocalProcessSpawner`` (the hub runs as root and starts each
-learner's JupyterLab as that learner's Unix user), plus the course at first login and per-learner limits.
+learner's JupyterLab as that learner's Unix user), plus the course at first start and per-learner limits.
 
-Before the server starts, the learner's home gets the course (:func:`labkit.workshop.homes.prepare`);
-the server starts inside the learner's control groups (:mod:`labkit.workshop.limits`), joined in the
-child before it drops root, so nothing it starts escapes them. The server's environment puts the shared
-environment first on ``PATH``, the learner's released ``labkit`` first on ``PYTHONPATH``, and names the
-class folder (``$LABKIT_CLASS_DIR``) where checks append their records.
+Before the server starts, the learner's home gets the course (:func:`labkit.workshop.homes.give`: a child
+that is the learner does it, killed after :attr:`WorkshopSpawner.home_timeout` seconds; root writes nothing
+in the home). The server starts inside the learner's control groups (:mod:`labkit.workshop.limits`),
+joined in the child before it drops root, so nothing it starts escapes them. Its environment is the
+hub's, not the learner's: ``PATH`` starts with the shared environment, ``PYTHONPATH`` is the workshop's
+release (root's, read-only: ``labkit`` comes from there, never from the learner's folder), no user site
+(``PYTHONNOUSERSITE``), and ``$LABKIT_CLASS_DIR`` names the class folder where checks append their records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import pwd
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
-from traitlets import Unicode
+from traitlets import Float, Unicode
 
 from labkit.core import contract
-from labkit.workshop import homes, limits
+from labkit.workshop import asuser, homes, limits, readonly
 
 
 class WorkshopSpawner(LocalProcessSpawner):
-    """``LocalProcessSpawner`` + the course at first login, ``cpu_limit``/``mem_limit`` enforced, the class folder."""
+    """``LocalProcessSpawner`` + the course at first start, ``cpu_limit``/``mem_limit`` enforced, the class folder."""
 
-    course_source = Unicode("", help="the course source released into each learner's home").tag(config=True)
+    release_dir = Unicode("", help="the released course (root's, read-only) each learner copies").tag(config=True)
     data_dir = Unicode("", help="the read-only Fashion-MNIST copy linked into each home").tag(config=True)
     class_dir = Unicode("", help="the class folder checks write their records to").tag(config=True)
-
-    def _home(self) -> Path:
-        return Path(pwd.getpwnam(self.user.name).pw_dir)
+    home_timeout = Float(60.0, help="seconds the learner's home preparation may take").tag(config=True)
 
     def make_preexec_fn(self, name: str):  # JupyterHub's signature
         procs, problem = limits.make(name, self.cpu_limit or None, int(self.mem_limit) if self.mem_limit else None)
@@ -45,21 +44,19 @@ class WorkshopSpawner(LocalProcessSpawner):
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
-        home = self._home()
-        env["PATH"] = f"{homes.venv() / 'bin'}:/usr/local/bin:/usr/bin:/bin"
-        env["PYTHONPATH"] = str(home / homes.COURSE)
+        env["PATH"] = f"{readonly.venv() / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+        env["PYTHONPATH"] = self.release_dir
+        env["PYTHONNOUSERSITE"] = "1"
         if self.class_dir:
             env[contract.CLASS_DIR] = self.class_dir
         return env
 
-    def get_args(self) -> list[str]:
-        settings = self._home() / homes.COURSE / "jupyter" / "lab-settings"
-        return [*super().get_args(), f"--LabApp.app_settings_dir={settings}"]
-
     async def start(self):
-        info = pwd.getpwnam(self.user.name)
+        learner = asuser.Learner.of(self.user.name)
         data = Path(self.data_dir) if self.data_dir else None
-        home = Path(info.pw_dir)
-        if await asyncio.to_thread(homes.prepare, home, info.pw_uid, info.pw_gid, Path(self.course_source), data):
-            self.log.info("%s: released the course into %s", self.user.name, home / homes.COURSE)
+        report = await asyncio.to_thread(homes.give, learner, Path(self.release_dir), data, self.home_timeout)
+        if report.course_written:
+            self.log.info("%s: the course is in %s", learner.name, learner.home / homes.COURSE)
+        for note in report.notes:
+            self.log.warning("%s: %s", learner.name, note)
         return await super().start()
