@@ -210,13 +210,13 @@ def scheduled_jobs(uids: set[int], spools: Iterable[Path] = JOB_SPOOLS) -> list[
 
 
 def remove(made: dict[str, list[str]], save: Callable[[], None], runner=run,
-           spools: Iterable[Path] = JOB_SPOOLS) -> list[str]:
+           spools: Iterable[Path] | None = None) -> list[str]:
     """Stop the users' processes, delete their cron and at jobs, temporary files, users, homes and groups;
     what was removed."""
     uids = uids_of(made.get("users", []))
     stop_processes(uids)
     removed = []
-    for job in scheduled_jobs(uids, spools):
+    for job in scheduled_jobs(uids, JOB_SPOOLS if spools is None else spools):
         job.unlink(missing_ok=True)
         removed.append(str(job))
     for entry in temp_files(uids):

@@ -1,10 +1,11 @@
 """``jupyterhub_config.py`` for a workshop, written from :class:`HubSettings` (no secret in the text but
 the passwords of the shared-password mode; the file is ``rw-------``, root's).
 
-Authentication, one of two:
+Authentication, one of two (the Unix accounts themselves have a locked password and no login shell):
 
-* ``pam`` (default): each learner and the instructor log in with their own Unix password, made by
-  ``workshop up`` and printed once. Nobody can log in as another learner.
+* ``hub`` (default): each learner and the instructor log in with their own password, made by
+  ``workshop up`` and printed once, checked by the hub against scrypt hashes in a file only root reads
+  (:class:`labkit.workshop.hubauth.WorkshopAuthenticator`). Nobody can log in as another learner.
 * ``shared``: JupyterHub's ``SharedPasswordAuthenticator`` (5.3+): one workshop password for every
   learner, a separate one (32+ characters) for the instructor. JupyterHub warns that anyone holding the
   shared password can log in as any learner: for short events where that is acceptable.
@@ -12,11 +13,16 @@ Authentication, one of two:
 Either way only the workshop's learners (and the instructor, the hub's only admin) may log in; each
 server is a JupyterLab in ``~/course`` started by :class:`labkit.workshop.spawner.WorkshopSpawner`;
 the class view is a hub-managed service (``/services/class/``) run as the instructor's Unix user,
-open to holders of ``access:services!service=class``, which only the admin role has.
+open to holders of ``access:services!service=class``, which only the admin role has. JupyterLab's
+terminals run ``bash -l`` (:data:`TERMINAL`), whatever the account's shell (``nologin``).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +30,13 @@ from labkit.core import contract
 
 SERVICE = "class"  # the class view's service name: /services/class/
 DEFAULT_URL = "/lab/tree/labs/00_start_here.ipynb"
+TERMINAL = ["/usr/bin/env", "SHELL=/bin/bash", "/bin/bash", "-l"]  # the account's shell is nologin
+AUTHS = ("hub", "shared")
+SUBDOMAIN_HOST = re.compile(r"https?://[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+(:[0-9]{1,5})?")
+SHARED_ORIGIN = ("every learner's server is served from the hub's own address (no subdomain host): a page a learner "
+                 "serves from their server, opened by the instructor, can act as the instructor on the hub. Do not "
+                 "open learners' pages (/user/NAME/...) while logged in as the instructor, or give the hub a wildcard "
+                 "name (*.hub.example.org) with HTTPS and a subdomain host (JupyterHub's subdomain_host)")
 
 
 @dataclass
@@ -35,24 +48,46 @@ class HubSettings:
     service_port: int
     learners: list[str]
     instructor: str
-    course_source: Path
+    release: Path  # the learners' released course, root's, read-only (labkit.workshop.readonly.publish)
     class_dir: Path
     python: str  # the shared environment's interpreter (runs the class view service)
     proxy: str  # configurable-http-proxy
     ip: str = "127.0.0.1"
-    auth: str = "pam"  # or "shared"
+    auth: str = "hub"  # or "shared"
     user_password: str | None = None  # shared mode
     admin_password: str | None = None  # shared mode
     data_dir: Path | None = None
     cores: float | None = None
-    memory: str | None = None  # e.g. "2G"
+    memory: int | None = None  # bytes (limits.parse_memory of "2G")
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. SLURM_CONF for every learner
+    logins: Path | None = None  # hub mode: the password hashes (passwords.save_hashes)
+    subdomain_host: str = ""  # e.g. https://hub.example.org: each learner's server at https://NAME.hub.example.org
 
     def check(self) -> None:
-        if self.auth not in ("pam", "shared"):
-            raise ValueError(f"auth is pam or shared, got {self.auth!r}")
+        if self.subdomain_host and not SUBDOMAIN_HOST.fullmatch(self.subdomain_host):
+            raise ValueError(f"subdomain host is http(s)://NAME[:PORT], a wildcard DNS name: {self.subdomain_host!r}")
+        if self.auth not in AUTHS:
+            raise ValueError(f"auth is hub or shared, got {self.auth!r}")
+        if self.auth == "hub" and self.logins is None:
+            raise ValueError("the hub's login needs the file of password hashes (logins)")
+        check_ip(self.ip)
+        for port in (self.port, self.hub_port, self.proxy_api_port, self.service_port):
+            if type(port) is not int or not 0 < port < 65536:
+                raise ValueError(f"port {port!r} is not a port number")
+        if self.cores is not None and (not math.isfinite(self.cores) or self.cores <= 0):
+            raise ValueError(f"cores {self.cores!r} is not a number of cores above 0")
+        if self.memory is not None and (type(self.memory) is not int or self.memory <= 0):
+            raise ValueError(f"memory {self.memory!r} is not a number of bytes above 0")
         if self.auth == "shared" and (len(self.user_password or "") < 8 or len(self.admin_password or "") < 32):
             raise ValueError("the shared password needs 8+ characters and the instructor's 32+")
+
+
+def check_ip(ip: str) -> str:
+    """``ip`` when it is an IPv4 or IPv6 address (it is written into a configuration root runs); else ValueError."""
+    try:
+        return str(ipaddress.ip_address(ip))
+    except ValueError:
+        raise ValueError(f"--ip {ip!r} is not an IP address (e.g. 127.0.0.1, or 0.0.0.0 for every interface)") from None
 
 
 def _auth_lines(s: HubSettings) -> list[str]:
@@ -60,9 +95,24 @@ def _auth_lines(s: HubSettings) -> list[str]:
         return ['c.JupyterHub.authenticator_class = "shared-password"',
                 f"c.SharedPasswordAuthenticator.user_password = {s.user_password!r}",
                 f"c.SharedPasswordAuthenticator.admin_password = {s.admin_password!r}"]
-    return ['c.JupyterHub.authenticator_class = "pam"',
-            "c.PAMAuthenticator.open_sessions = False  # no login session manager needed",
-            "c.PAMAuthenticator.check_account = True"]
+    return ['c.JupyterHub.authenticator_class = "labkit.workshop.hubauth.WorkshopAuthenticator"',
+            f"c.WorkshopAuthenticator.password_file = {str(s.logins)!r}"]
+
+
+def _isolation_lines(s: HubSettings) -> list[str]:
+    """JupyterHub's security model: no configuration from the learner's home, kernels over files in the
+    learner's home (IPC, not loopback TCP that every user can reach), and one origin per learner when the
+    hub has a wildcard name."""
+    args = ["--KernelManager.transport=ipc", f"--LabApp.app_settings_dir={s.release / 'jupyter' / 'lab-settings'}"]
+    lines = ["c.Spawner.disable_user_config = True", f"c.Spawner.args = {args!r}"]
+    if s.subdomain_host:
+        lines.append(f"c.JupyterHub.subdomain_host = {s.subdomain_host!r}")
+    return lines
+
+
+def risks(s: HubSettings) -> list[str]:
+    """What this configuration leaves open, said plainly in ``workshop up``'s output."""
+    return [] if s.subdomain_host else [SHARED_ORIGIN]
 
 
 def config_text(s: HubSettings) -> str:
@@ -73,11 +123,12 @@ def config_text(s: HubSettings) -> str:
     if s.cores:
         limits.append(f"c.Spawner.cpu_limit = {float(s.cores)!r}")
     if s.memory:
-        limits.append(f"c.Spawner.mem_limit = {s.memory!r}")
+        limits.append(f"c.Spawner.mem_limit = {int(s.memory)!r}")
     service = {"name": SERVICE, "url": f"http://127.0.0.1:{s.service_port}", "display": True,
                "command": [s.python, "-m", "labkit.workshop.service"], "user": s.instructor, "cwd": str(s.class_dir),
                "oauth_no_confirm": True, "environment": {contract.CLASS_DIR: str(s.class_dir),
-                                                         contract.WORKSHOP_LEARNERS: ",".join(s.learners)}}
+                                                         contract.WORKSHOP_LEARNERS: ",".join(s.learners),
+                                                         "PYTHONPATH": str(s.release)}}
     lines = [
         "# Written by `labkit workshop up`; removed by `labkit workshop down`.",
         "c = get_config()  # noqa: F821",
@@ -94,13 +145,15 @@ def config_text(s: HubSettings) -> str:
         f"c.Authenticator.allowed_users = {set(s.learners)!r}",
         f"c.Authenticator.admin_users = {{{s.instructor!r}}}",
         "c.JupyterHub.spawner_class = 'labkit.workshop.spawner.WorkshopSpawner'",
-        f"{spawner}.course_source = {str(s.course_source)!r}",
+        f"{spawner}.release_dir = {str(s.release)!r}",
         f"{spawner}.class_dir = {str(s.class_dir)!r}",
         f"{spawner}.data_dir = {str(s.data_dir) if s.data_dir else ''!r}",
         "c.Spawner.notebook_dir = '~/course'",
         f"c.Spawner.default_url = {DEFAULT_URL!r}",
         "c.Spawner.start_timeout = 180\nc.Spawner.http_timeout = 180",
         f"c.Spawner.environment = {dict(s.extra_env)!r}",
+        *_isolation_lines(s),
+        f"c.Spawner.args.append({'--ServerApp.terminado_settings=' + json.dumps({'shell_command': TERMINAL})!r})",
         *limits,
         f"c.JupyterHub.services = [{service!r}]",
     ]

@@ -23,7 +23,7 @@ from labkit.core import tfconfig
 from labkit.course import sources
 from labkit.nodes import virtual
 from labkit.records import classlog
-from labkit.workshop import accounts, homes, hub, hubconfig, limits, passwords
+from labkit.workshop import accounts, homes, hub, hubconfig, limits, passwords, readonly, slurmlimits
 from labkit.workshop.state import State, state_folder
 
 NEEDS_ROOT = ("a workshop needs root: it creates Unix users and groups, runs JupyterHub as root so that each "
@@ -35,8 +35,9 @@ class WorkshopError(RuntimeError):
     """The workshop cannot start or stop; the message says what to do."""
 
 
-def _slurm(st: State, extra_env: dict[str, str]) -> None:
-    """Virtual nodes with Slurm (started unless up already); learners reach their Slurm config by name."""
+def _slurm(st: State, extra_env: dict[str, str], job_minutes: int) -> None:
+    """Virtual nodes with Slurm (started unless up already); learners reach their Slurm config by name; each
+    job may run at most ``job_minutes`` (the partition's MaxTime, set live: the nodes' own file is unchanged)."""
     cluster = virtual.VirtualNodes.load()
     if cluster is None:
         st.made["nodes"] = True
@@ -48,15 +49,52 @@ def _slurm(st: State, extra_env: dict[str, str]) -> None:
     st.save()
     cluster.folder.chmod(0o711)  # learners' sbatch reads slurm/slurm.conf and the munge socket below it
     extra_env["SLURM_CONF"] = str(cluster.slurm_conf)
+    st.made["slurm_max_time"] = slurmlimits.max_time(cluster.slurm_conf)
+    st.save()
+    slurmlimits.set_max_time(cluster.slurm_conf, str(job_minutes))
 
 
-def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = False, auth: str = "pam",
+def ask_limits(cores: float | None, memory: str | None, pids: int | None, no_limits: bool) -> limits.Limits:
+    """The per-learner limits asked for, checked (:class:`WorkshopError` names a bad one)."""
+    try:
+        asked = limits.Limits(limits.check_cores(cores) if cores is not None else None,
+                              limits.parse_memory(memory) if memory is not None else None,
+                              limits.check_pids(pids) if pids is not None else None)
+    except limits.LimitError as e:
+        raise WorkshopError(str(e)) from e
+    if no_limits and (asked.cores or asked.memory):
+        raise WorkshopError("--no-limits and --cores/--memory: choose one")
+    return limits.Limits() if no_limits else asked
+
+
+def enforceable(asked: limits.Limits, no_limits: bool) -> str | None:
+    """None when the limits hold here (each probed); else :class:`WorkshopError`, or the note for --no-limits."""
+    if no_limits:
+        return "learners run without core, memory or process limits (--no-limits)"
+    problem = limits.probe(asked)
+    if problem:
+        raise WorkshopError(f"the limits per learner ({asked.describe()}) cannot be enforced on this machine: "
+                            f"{problem}. Run with --no-limits to hold the workshop without them (a learner can "
+                            "then take every core and all memory, or the machine with a fork bomb); on a systemd "
+                            "host see docs/workshop.md")
+    return None
+
+
+def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = False, auth: str = "hub",
        cores: float | None = None, memory: str | None = None, folder: str | None = None,
-       say: Callable[[str], None] = print) -> tuple[State, dict[str, str]]:
-    """Start a workshop for ``learners`` learners; its state and the passwords (to print once)."""
+       say: Callable[[str], None] = print, pids: int | None = limits.DEFAULT_PIDS, no_limits: bool = False,
+       job_minutes: int = slurmlimits.DEFAULT_MINUTES) -> tuple[State, dict[str, str]]:
+    """Start a workshop for ``learners`` learners; its state and the passwords (to print once: only their hashes
+    are kept). Refuses when a limit asked for cannot be enforced here, unless ``no_limits``."""
     if os.geteuid() != 0:
         raise WorkshopError(NEEDS_ROOT)
     names = accounts.learner_names(learners)
+    try:
+        hubconfig.check_ip(ip)
+    except ValueError as e:
+        raise WorkshopError(str(e)) from e
+    asked = ask_limits(cores, memory, pids, no_limits)
+    note = enforceable(asked, no_limits)
     source = sources.course_source()
     proxy = hub.find_proxy() or hub.install_proxy(say)
     hub.jupyterhub()
@@ -70,25 +108,34 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
                made={"folder": not where.exists()})
     where.mkdir(parents=True, exist_ok=True)
     where.chmod(0o711)
+    if note:
+        st.problems.append(note)
     st.save()
     try:
-        _start(st, source, proxy, cores, memory, say)
+        pw = _start(st, source, proxy, asked, job_minutes, say)
     except BaseException:
         down(where)
         raise
     st.phase, st.seconds_up = "up", round(time.monotonic() - started, 2)
     st.save()
-    return st, passwords.load(st.passwords)
+    return st, pw
 
 
-def _start(st: State, source: Path, proxy: str, cores: float | None, memory: str | None,
-           say: Callable[[str], None]) -> None:
-    for folder in homes.closed_folders([*homes.shared_paths(source), st.folder]):
-        st.made.setdefault("modes", {})[str(folder)] = folder.stat().st_mode & 0o7777
+def _open_exactly(st: State, changes: list[readonly.ModeChange]) -> None:
+    """Apply the mode changes (each old mode recorded first, for `down`) and say what they open."""
+    for change in changes:
+        st.made.setdefault("modes", {})[str(change.path)] = change.path.stat().st_mode & 0o7777
         st.save()
-        folder.chmod(folder.stat().st_mode | 0o001)
-        st.problems.append(f"{folder} lets others pass now (o+x, no listing) so that learners reach the shared "
-                           "environment; `down` restores its mode")
+        change.path.chmod(change.mode)
+    opened = [str(c.path) for c in changes if c.mode & 0o001 and c.path.is_dir()]
+    if opened:
+        st.problems.append(f"learners pass through {', '.join(opened)} to the shared environment (o+x, no listing); "
+                           f"{len(changes) - len(opened)} other entries closed to them; `down` restores every mode")
+
+
+def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minutes: int,
+           say: Callable[[str], None]) -> dict[str, str]:
+    _open_exactly(st, readonly.plan_access(source, [*readonly.env_paths(), st.folder]))
     st.private.mkdir(mode=0o700)
     acc = accounts.Accounts(st.learners, st.instructor)
     accounts.create(acc, st.made, st.save)
@@ -101,7 +148,7 @@ def _start(st: State, source: Path, proxy: str, cores: float | None, memory: str
         info = pwd.getpwnam(name)
         classlog.prepare(st.class_dir, name, info.pw_uid, instructors)
     (st.folder / "data").mkdir(mode=0o755)
-    data = homes.share_data(st.data_dir)
+    data = readonly.share_data(st.data_dir)
     if data is None:
         st.problems.append("no Fashion-MNIST on this machine: learners' scripts will try to download it")
     pw = {n: passwords.generate() for n in acc.users}
@@ -111,25 +158,23 @@ def _start(st: State, source: Path, proxy: str, cores: float | None, memory: str
         pw = {**{n: shared for n in st.learners}, st.instructor: passwords.generate(32)}
         settings = dict(user_password=shared, admin_password=pw[st.instructor])
     else:
-        passwords.set_unix(pw, st.private / "hash.in")
-    passwords.save(pw, st.passwords)
+        passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
     extra_env: dict[str, str] = {}
     if st.slurm:
-        _slurm(st, extra_env)
+        _slurm(st, extra_env, job_minutes)
     hub_port, api_port, service_port = tfconfig.free_ports(3)
-    hubconfig.write(hubconfig.HubSettings(
+    hub_settings = hubconfig.HubSettings(
         state=st.private, port=st.port, hub_port=hub_port, proxy_api_port=api_port, service_port=service_port,
-        learners=st.learners, instructor=st.instructor, course_source=source, class_dir=st.class_dir,
-        python=sys.executable, proxy=proxy, ip=st.ip, auth=st.auth, data_dir=data, cores=cores, memory=memory,
-        extra_env=extra_env, **settings), st.config)
-    procs, problem = limits.make("probe", cores, None) if cores else ([], None)
-    if procs:
-        limits.remove(["probe"])
-    if problem:
-        st.problems.append(problem)
-    st.hub_pid = hub.start(st.config, st.log, st.job_id)
+        learners=st.learners, instructor=st.instructor, release=readonly.publish(source, st.folder / "release"),
+        class_dir=st.class_dir,
+        python=sys.executable, proxy=proxy, ip=st.ip, auth=st.auth, data_dir=data, cores=asked.cores,
+        memory=asked.memory, extra_env=extra_env, logins=st.logins, **settings)
+    hubconfig.write(hub_settings, st.config)
+    st.problems.extend(hubconfig.risks(hub_settings))  # said in `up`'s output
+    st.hub = hub.start(st.config, st.log, st.job_id, {limits.PIDS_ENV: str(asked.pids)} if asked.pids else None)
     st.save()
-    hub.wait_ready(st.hub_pid, st.port, st.log)
+    hub.wait_ready(st.hub, st.port, st.log)
+    return pw
 
 
 def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
@@ -141,9 +186,9 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     if st is None:
         return []
     removed = []
-    hub.stop(st.hub_pid, st.job_id)
-    if st.hub_pid:
-        removed.append(f"JupyterHub (pid {st.hub_pid}) and its proxy")
+    if hub.alive(st.hub):
+        removed.append(f"JupyterHub (pid {st.hub.pid}) and its proxy")
+    hub.stop(st.hub, st.job_id)
     removed += accounts.remove(st.made, st.save)
     removed += limits.remove(st.made.get("cgroups", []))
     st.made["cgroups"] = []
@@ -152,9 +197,12 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         st.made["nodes"] = False
     elif "nodes_mode" in st.made and (cluster := virtual.VirtualNodes.load()) is not None:
         cluster.folder.chmod(st.made["nodes_mode"])
+        if st.made.get("slurm_max_time"):
+            slurmlimits.set_max_time(cluster.slurm_conf, st.made["slurm_max_time"])
     for folder, mode in st.made.get("modes", {}).items():
-        os.chmod(folder, mode)
-        removed.append(f"o+x on {folder}")
+        if os.path.lexists(folder) and not os.path.islink(folder):  # the path itself, never a link's target
+            os.chmod(folder, mode)
+        removed.append(f"the mode of {folder} restored")
     if st.made.get("folder", True):
         shutil.rmtree(where, ignore_errors=True)
     else:
@@ -175,9 +223,10 @@ def status(folder: str | os.PathLike[str] | None = None) -> dict:
         home = accounts.Accounts(st.learners, st.instructor).home(name)
         running = bool(accounts.processes_of(accounts.uids_of([name])))
         learners.append({"name": name, "course": (home / homes.COURSE).is_dir(), "processes": running})
-    ok = st.phase == "up" and hub.alive(st.hub_pid) and answer is not None
+    ok = st.phase == "up" and hub.alive(st.hub) and answer is not None
     return {"state": "up" if ok else ("starting" if st.phase == "starting" else "broken"), "folder": str(where),
-            "url": st.url, "jupyterhub": (answer or {}).get("version"), "hub_pid": st.hub_pid, "auth": st.auth,
+            "url": st.url, "jupyterhub": (answer or {}).get("version"), "hub_pid": st.hub.pid if st.hub else None,
+            "auth": st.auth,
             "instructor": st.instructor, "learners": learners, "class_page": st.url + "services/class/",
-            "class_dir": str(st.class_dir), "passwords": str(st.passwords), "slurm": st.slurm,
+            "class_dir": str(st.class_dir), "logins": str(st.logins), "slurm": st.slurm,
             "seconds_up": st.seconds_up, "problems": st.problems}

@@ -132,6 +132,7 @@ def _limited(who: str) -> None:
     else:
         assert int((bases["cpu"] / who / "cpu.cfs_quota_us").read_text()) == 150000
         assert int((bases["memory"] / who / "memory.limit_in_bytes").read_text()) == 3 * 2**30
+        assert int((bases["pids"] / who / "pids.max").read_text()) == limits.DEFAULT_PIDS
 
 
 def _checking(who: str) -> bool:
@@ -148,8 +149,8 @@ def _checking(who: str) -> bool:
     return False
 
 
-def _records(st: lifecycle.State, who: str) -> list[dict]:
-    return list(classlog.read_file(st.class_dir / f"{who}{classlog.SUFFIX}"))
+def _records(st: lifecycle.State, who: str) -> list[classlog.Record]:
+    return classlog.read_file(st.class_dir / f"{who}{classlog.SUFFIX}").records  # the file's owner's
 
 
 def test_learners_check_and_the_instructor_sees_them(workshop: tuple[lifecycle.State, dict[str, str]]) -> None:
@@ -162,6 +163,8 @@ def test_learners_check_and_the_instructor_sees_them(workshop: tuple[lifecycle.S
         print(f"\nworkshop up: {st.seconds_up} s; login to a running JupyterLab: "
               f"{json.dumps({k: round(v, 1) for k, v in took.items()})} s")
         _limited("learner01")
+        shell = _terminal(one, "learner01", 'echo "SHELL-IS $SHELL $(id -un) $(getent passwd learner01 | cut -d: -f7)"')
+        assert "SHELL-IS /bin/bash learner01 /usr/sbin/nologin" in shell, shell  # bash here, nologin for ssh
         script = home1 / "course" / "labs" / "fashion_mnist.py"
         assert script.is_file() and not (home1 / "course" / "solutions").exists()
         assert script.stat().st_uid == pwd.getpwnam("learner01").pw_uid
@@ -174,9 +177,9 @@ def test_learners_check_and_the_instructor_sees_them(workshop: tuple[lifecycle.S
                         every=2)
         outs = {w: (Path(pwd.getpwnam(w).pw_dir) / "course" / "labs" / "check.out").read_text(errors="replace")
                 for w in ("learner01", "learner02")}
-        assert [(r["step"], r["passed"]) for r in _records(st, "learner01")] == [(1, True)], outs
+        assert [(r.step, r.passed) for r in _records(st, "learner01")] == [(1, True)], outs
         assert "all steps pass" in outs["learner01"] and "fix step 1 first" in outs["learner02"], outs
-        assert [(r["step"], r["passed"]) for r in _records(st, "learner02")] == [(1, False)]
+        assert [(r.step, r.passed) for r in _records(st, "learner02")] == [(1, False)]
         # apart: another's server, files, records, processes, and the class page are closed to a learner
         out = _terminal(one, "learner01", "cat ~learner02/course/labs/fashion_mnist.py; ls " + str(st.class_dir)
                         + "; cat " + str(st.class_dir / "learner02.jsonl") + "; kill -0 $(pgrep -u learner02 -o)")

@@ -4,6 +4,7 @@ the hub's configuration text, the account and password commands, and the command
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -21,21 +22,58 @@ from labkit.core.cliargs import Parser
 from labkit.grading import reports
 from labkit.grading.grade import Case, Result
 from labkit.records import classlog
-from labkit.workshop import accounts, classpage, classview, homes, hubconfig, passwords, results
+from labkit.workshop import accounts, classpage, classview, hubconfig, limits, passwords, results
 
 ROOT = paths.ROOT
 FIXTURES = paths.FIXTURES / "classview"
 
 
 def fixture_view() -> classview.View:
-    return classview.build(classlog.read(FIXTURES), ["learner03"])
+    return classview.build(classlog.read(FIXTURES, by_owner=False).records, ["learner03"])
 
 
 def test_class_records_are_read_skipping_bad_lines() -> None:
-    rows = classlog.read(FIXTURES)
-    assert len(rows) == 10  # two malformed lines of learner02.jsonl are skipped
-    assert [r["time"] for r in rows] == sorted(r["time"] for r in rows)
-    assert {r["learner"] for r in rows} == {"learner01", "learner02"}
+    reading = classlog.read(FIXTURES, by_owner=False)  # a copy: each file's records are its name's
+    rows = reading.records
+    assert len(rows) == 10  # two malformed lines of learner02.jsonl are skipped, and named
+    assert [r.time for r in rows] == sorted(r.time for r in rows)
+    assert {r.learner for r in rows} == {"learner01", "learner02"}
+    assert len(reading.problems) == 2 and all("learner02.jsonl line" in p for p in reading.problems)
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ('{"learner": "learner02", "lab": "horovod", "step": 1, "passed": true, "message": "", "time": 1.0}',
+     "names another learner"),
+    ('{"lab": "horovod", "step": true, "passed": true, "message": "", "time": 1.0}', "step is not"),
+    ('{"lab": "horovod", "step": 1, "passed": "yes", "message": "", "time": 1.0}', "passed is not"),
+    ('{"lab": "../../x", "step": 1, "passed": true, "message": "", "time": 1.0}', "lab is not"),
+    ('{"lab": "horovod", "step": 1, "passed": true, "message": 5, "time": 1.0}', "message is not"),
+    ('{"lab": "horovod", "step": 1, "passed": true, "message": "", "time": NaN}', "time is not"),
+    ('{"lab": "horovod", "step": 1, "passed": true}', "missing message, time"),
+    ('[1, 2]', "not a JSON object"),
+])
+def test_a_bad_record_is_named_and_skipped(tmp_path: Path, line: str, why: str) -> None:
+    good = '{"learner": "learner01", "lab": "horovod", "step": 2, "passed": false, "message": "m", "time": 2.0}'
+    (tmp_path / "learner01.jsonl").write_text(line + "\n" + good + "\n")
+    reading = classlog.read(tmp_path, by_owner=False)
+    assert [(r.learner, r.step) for r in reading.records] == [("learner01", 2)]
+    assert len(reading.problems) == 1 and "learner01.jsonl line 1" in reading.problems[0] and why in reading.problems[0]
+    view = classview.build(reading.records, ["learner01"], reading.problems)
+    assert why in view.text() and "Skipped records" in classpage.html_page(view)
+
+
+def test_class_files_are_capped_and_never_followed(tmp_path: Path) -> None:
+    good = '{"lab": "horovod", "step": 1, "passed": true, "message": "", "time": 1.0}\n'
+    (tmp_path / "big.jsonl").write_text(good * 100)
+    got = classlog.read_file(tmp_path / "big.jsonl", "big", limit=len(good) * 10 + 5)
+    assert len(got.records) == 10 and "only its first" in got.problems[0]
+    (tmp_path / "target").write_text(good)
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "target")
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    got = classlog.read(tmp_path, by_owner=False)
+    assert {r.learner for r in got.records} == {"big"}
+    assert any("link.jsonl: a symbolic link, not read" in p for p in got.problems)
+    assert any("fifo.jsonl: not a regular file" in p for p in got.problems)
 
 
 def test_class_view_grid_rates_failures_and_minutes() -> None:
@@ -80,11 +118,11 @@ def test_check_report_is_recorded_in_the_class_folder(tmp_path: Path, monkeypatc
     assert classlog.record_check(report) is None
     verdict = SimpleNamespace(passed=True, message="reached 83% after 70 s")
     assert classlog.record_assessment(verdict) is None
-    rows = classlog.read(tmp_path)
+    rows = classlog.read(tmp_path).records  # the file's owner (this user) is the learner
     me = classlog.learner_name()
-    assert [(r["learner"], r["lab"], r["step"], r["passed"]) for r in rows] == [
+    assert [(r.learner, r.lab, r.step, r.passed) for r in rows] == [
         (me, "horovod", 1, True), (me, "horovod", 2, False), (me, "assessment", 1, True)]
-    assert len(rows[1]["message"]) == classlog.MESSAGE_LIMIT
+    assert len(rows[1].message) == classlog.MESSAGE_LIMIT
     monkeypatch.setenv(contract.CLASS_DIR, str(tmp_path / "missing"))
     assert "not written" in classlog.record_check(report)  # said, not raised
 
@@ -114,8 +152,9 @@ def test_grade_results_are_read_from_json_classroom_and_junit(tmp_path: Path) ->
 
 def _settings(tmp_path: Path, **kw: object) -> hubconfig.HubSettings:
     base = dict(state=tmp_path, port=8123, hub_port=8124, proxy_api_port=8125, service_port=8126,
-                learners=["learner01", "learner02"], instructor="instructor", course_source=ROOT,
-                class_dir=tmp_path / "class", python=sys.executable, proxy="/usr/bin/configurable-http-proxy")
+                learners=["learner01", "learner02"], instructor="instructor", release=tmp_path / "release",
+                class_dir=tmp_path / "class", python=sys.executable, proxy="/usr/bin/configurable-http-proxy",
+                logins=tmp_path / "logins")
     return hubconfig.HubSettings(**{**base, **kw})
 
 
@@ -126,20 +165,24 @@ def _load(text: str) -> object:
     return config
 
 
-def test_hub_config_pam_mode(tmp_path: Path) -> None:
-    c = _load(hubconfig.config_text(_settings(tmp_path, cores=1.5, memory="2G", extra_env={"SLURM_CONF": "/x"})))
+def test_hub_config_own_login_mode(tmp_path: Path) -> None:
+    c = _load(hubconfig.config_text(_settings(tmp_path, cores=1.5, memory=2 * 2**30, extra_env={"SLURM_CONF": "/x"})))
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8123" and c.JupyterHub.hub_port == 8124
-    assert c.JupyterHub.authenticator_class == "pam" and c.PAMAuthenticator.open_sessions is False
+    assert c.JupyterHub.authenticator_class == "labkit.workshop.hubauth.WorkshopAuthenticator"
+    assert c.WorkshopAuthenticator.password_file == str(tmp_path / "logins")
+    terminal = [a for a in c.Spawner.args if a.startswith("--ServerApp.terminado_settings=")]
+    assert [json.loads(a.split("=", 1)[1]) for a in terminal] == [{"shell_command": hubconfig.TERMINAL}]
     assert c.Authenticator.allowed_users == {"learner01", "learner02"} and c.Authenticator.admin_users == {"instructor"}
     assert c.JupyterHub.spawner_class == "labkit.workshop.spawner.WorkshopSpawner"
-    assert c.WorkshopSpawner.course_source == str(ROOT) and c.WorkshopSpawner.class_dir == str(tmp_path / "class")
-    assert (c.Spawner.cpu_limit, c.Spawner.mem_limit) == (1.5, "2G") and c.Spawner.environment == {"SLURM_CONF": "/x"}
+    assert c.WorkshopSpawner.release_dir == str(tmp_path / "release") and c.WorkshopSpawner.class_dir == str(tmp_path / "class")
+    assert (c.Spawner.cpu_limit, c.Spawner.mem_limit) == (1.5, 2 * 2**30)
+    assert c.Spawner.environment == {"SLURM_CONF": "/x"}
     assert c.JupyterHub.db_url == f"sqlite:///{tmp_path}/jupyterhub.sqlite"
     service = c.JupyterHub.services[0]
     assert service["name"] == "class" and service["user"] == "instructor" and service["url"].endswith(":8126")
     assert service["command"][-1] == "labkit.workshop.service"
     assert service["environment"][contract.CLASS_DIR] == str(tmp_path / "class")
-    assert "password" not in hubconfig.config_text(_settings(tmp_path)).lower().replace("pamauthenticator", "")
+    assert "password" not in hubconfig.config_text(_settings(tmp_path)).lower().replace("password_file", "")
 
 
 def test_hub_config_shared_password_mode(tmp_path: Path) -> None:
@@ -149,7 +192,7 @@ def test_hub_config_shared_password_mode(tmp_path: Path) -> None:
     assert c.SharedPasswordAuthenticator.user_password == "abcdefgh"
     with pytest.raises(ValueError, match="8\\+ characters"):
         hubconfig.config_text(_settings(tmp_path, auth="shared", user_password="short", admin_password="a" * 32))
-    with pytest.raises(ValueError, match="pam or shared"):
+    with pytest.raises(ValueError, match="hub or shared"):
         hubconfig.config_text(_settings(tmp_path, auth="oauth"))
     path = hubconfig.write(_settings(tmp_path), tmp_path / "jupyterhub_config.py")
     assert path.stat().st_mode & 0o777 == 0o600
@@ -167,6 +210,8 @@ def test_account_commands_are_built_without_running() -> None:
                                    ("user", "learner01"), ("user", "instructor")]
     assert up[2][2][:5] == ["useradd", "--create-home", "--home-dir", "/srv/homes/learner01", "--shell"]
     assert up[3][2][up[3][2].index("--groups") + 1] == accounts.INSTRUCTOR_GROUP
+    for _, _, argv in up[2:]:  # no password opens the account, no shell lets it log in (ssh, su)
+        assert argv[argv.index("--password") + 1] == "!" and argv[argv.index("--shell") + 1].endswith("/nologin")
     down = accounts.plan_down({"users": ["learner01", "instructor"], "groups": ["g1", "g2"]})
     assert [s[2] for s in down] == [["userdel", "--remove", "learner01"], ["userdel", "--remove", "instructor"],
                                     ["groupdel", "g2"], ["groupdel", "g1"]]
@@ -174,22 +219,92 @@ def test_account_commands_are_built_without_running() -> None:
     assert accounts.plan_down({}) == [] and accounts.temp_files({-5}) == []
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
-def test_passwords_are_hashed_from_a_file_never_the_command_line(tmp_path: Path) -> None:
+def test_cron_and_at_jobs_of_the_users_are_found(tmp_path: Path) -> None:
+    crontabs, atjobs = tmp_path / "crontabs", tmp_path / "atjobs"
+    crontabs.mkdir()
+    atjobs.mkdir()
+    (crontabs / "learner01").write_text("* * * * * true\n")
+    (atjobs / "a0001").write_text("true\n")
+    (atjobs / "link").symlink_to(crontabs / "learner01")
+    me = os.getuid()
+    assert sorted(p.name for p in accounts.scheduled_jobs({me}, [crontabs, atjobs, tmp_path / "none"])) == [
+        "a0001", "learner01"]
+    assert accounts.scheduled_jobs({me + 12345}, [crontabs, atjobs]) == []
+
+
+def test_passwords_are_kept_only_as_salted_scrypt_hashes(tmp_path: Path) -> None:
     pw = {"learner01": passwords.generate(), "instructor": passwords.generate(32)}
     assert len(pw["learner01"]) == 12 and set(pw["instructor"]) <= set(passwords.ALPHABET)
-    calls: list[list[str]] = []
+    logins = tmp_path / "logins"
+    passwords.save_hashes(pw, logins)
+    text = logins.read_text()
+    assert logins.stat().st_mode & 0o777 == 0o600 and not any(secret in text for secret in pw.values())
+    hashes = passwords.load_hashes(logins)
+    assert all(h.startswith("scrypt$16384$8$1$") for h in hashes.values())
+    assert passwords.hash_password("same") != passwords.hash_password("same")  # salted
+    assert passwords.check(logins, "learner01", pw["learner01"])
+    assert passwords.check(logins, "instructor", pw["instructor"])
+    assert not passwords.check(logins, "learner01", pw["instructor"]) and not passwords.check(logins, "nobody", "x")
+    assert not passwords.check(logins, "learner01", pw["learner01"] + "x")
+    for broken in ("", "scrypt$1$1$1$x$y", "scrypt$16384$8$1$%%%$abc", "md5$x"):
+        assert passwords.verify("x", broken) is False
+    passwords.replace("learner01", "new-one", logins)
+    assert passwords.check(logins, "learner01", "new-one") and not passwords.check(logins, "learner01", pw["learner01"])
+    assert passwords.check(logins, "instructor", pw["instructor"])
+    with pytest.raises(KeyError):
+        passwords.replace("learner09", "x", logins)
 
-    def runner(argv: list[str]) -> str:
-        calls.append(argv)
-        return accounts.run(argv) if argv[0] == "openssl" else ""  # hash for real, change no account
 
-    passwords.set_unix(pw, tmp_path / "hash.in", runner=runner)
-    assert not any(secret in " ".join(argv) for argv in calls for secret in pw.values())
-    assert [c[:2] for c in calls[1:]] == [["usermod", "--password"]] * 2 and calls[1][-1] == "learner01"
-    assert all(c[2].startswith("$6$") for c in calls[1:]) and not (tmp_path / "hash.in").exists()
-    passwords.save(pw, tmp_path / "pw")
-    assert passwords.load(tmp_path / "pw") == pw and (tmp_path / "pw").stat().st_mode & 0o777 == 0o600
+def test_the_hubs_login_checks_the_hashes(tmp_path: Path) -> None:
+    pytest.importorskip("jupyterhub")
+    from labkit.workshop import hubauth
+
+    passwords.save_hashes({"learner01": "right-one"}, tmp_path / "logins")
+    auth = hubauth.WorkshopAuthenticator(password_file=str(tmp_path / "logins"))
+
+    def login(name: str, password: str) -> object:
+        return asyncio.run(auth.authenticate(None, {"username": name, "password": password}))
+
+    assert login("learner01", "right-one") == "learner01"
+    assert login("learner01", "wrong") is None and login("learner02", "right-one") is None
+    assert login("learner01", "") is None and login("learner01", "x" * 10_000) is None
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--ip", "0.0.0.0'; import os; os.system('x') #"], "not an IP address"),
+    (["--ip", "localhost"], "not an IP address"),
+    (["--cores", "inf"], "above 0"), (["--cores", "nan"], "above 0"), (["--cores", "0"], "above 0"),
+    (["--cores", "-2"], "above 0"), (["--cores", "two"], "above 0"),
+    (["--memory", "0G"], "at least 64M"), (["--memory", "lots"], "a number with K, M, G or T"),
+    (["--memory=-1G"], "a number with K, M, G or T"), (["--pids", "3"], "from 16 up"),
+])
+def test_up_refuses_bad_values_before_anything(argv: list[str], message: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        _parser().parse_args(["workshop", "up", "--learners", "2", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_limits_and_addresses_are_checked() -> None:
+    assert limits.parse_memory("4G") == 4 * 2**30 and limits.parse_memory("1.5G") == int(1.5 * 2**30)
+    assert limits.parse_memory("512M") == 512 * 2**20 and limits.parse_memory("2GiB") == 2 * 2**30
+    for bad in ("0G", "", "4", "G", "1e9G", "4X", "10K"):
+        with pytest.raises(limits.LimitError):
+            limits.parse_memory(bad)
+    for bad in (float("inf"), float("nan"), 0, -1.0, 1e9, True):
+        with pytest.raises(limits.LimitError):
+            limits.check_cores(bad)  # type: ignore[arg-type]
+    assert limits.check_cores(1.5) == 1.5 and limits.check_pids(64) == 64
+    assert hubconfig.check_ip("::1") == "::1" and hubconfig.check_ip("0.0.0.0") == "0.0.0.0"
+    for bad in ("", "127.0.0.1:80", "1.2.3.4'\nimport os", "hub.example.org"):
+        with pytest.raises(ValueError, match="not an IP address"):
+            hubconfig.check_ip(bad)
+    for kw in ({"ip": "1.2.3"}, {"cores": float("inf")}, {"memory": 0}, {"memory": "2G"}, {"port": 0},
+               {"logins": None}):
+        with pytest.raises(ValueError):
+            _settings(Path("/x"), **kw).check()
+    assert limits.Limits(1.5, 2**30, 64).describe() == "1.5 cores, 1 GiB, 64 tasks"
+    assert limits.Limits().asked() == [] and limits.probe(limits.Limits()) is None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -217,8 +332,11 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkey
     assert cli.run(_parser().parse_args(["class", "status", "--json", "--html", str(out), "--from",
                                          str(tmp_path / "records")])) == 0
     assert "stuck at horovod/3" in out.read_text()  # a copy of a class folder reads as records
-    shown = json.loads(capsys.readouterr().out)
-    assert shown == json.loads(json.dumps(fixture_view().to_dict()))  # the same view as from the class folder
+    said = capsys.readouterr()
+    shown = json.loads(said.out)
+    assert len(shown.pop("skipped")) == 2 and "learner02.jsonl line 5" in said.err  # named
+    expected = json.loads(json.dumps(fixture_view().to_dict()))
+    assert shown == {k: v for k, v in expected.items() if k != "skipped"}  # the same view as from the class folder
 
 
 def test_up_and_down_refuse_without_root(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -232,23 +350,3 @@ def test_up_and_down_refuse_without_root(tmp_path: Path, capsys: pytest.CaptureF
     (tmp_path / "state" / "state.json").write_text("{}")
     assert cli.run(_parser().parse_args(["workshop", "down"])) == 1
     assert "needs root" in capsys.readouterr().err and (tmp_path / "state" / "state.json").exists()
-
-
-def test_closed_folders_and_the_login_profile(tmp_path: Path) -> None:
-    shut = tmp_path / "private"
-    (shut / "env" / "bin").mkdir(parents=True)
-    (shut / "env" / "bin" / "python").write_text("")
-    shut.chmod(0o700)
-    try:
-        assert shut in homes.closed_folders([shut / "env" / "bin" / "python"])
-        shut.chmod(0o711)
-        assert shut not in homes.closed_folders([shut / "env" / "bin" / "python"])
-    finally:
-        shut.chmod(0o755)
-    profile = tmp_path / ".profile"
-    profile.write_text("# skel\n")
-    for _ in range(2):
-        homes.add_to_profile(profile, os.getuid(), os.getgid())
-    text = profile.read_text()
-    assert text.startswith("# skel\n") and text.count(homes.PROFILE_MARK) == 1
-    assert f'export PATH="{homes.venv() / "bin"}:$PATH"' in text
