@@ -71,6 +71,9 @@ def add_parser(sub) -> None:
     u.add_argument("--port", type=positive_int, default=8000, help="the hub's port (default: %(default)s)")
     u.add_argument("--ip", default="127.0.0.1", type=_arg(hubconfig.check_ip),
                    help="address to listen on (default: %(default)s; 0.0.0.0 for a class on the network, behind HTTPS)")
+    u.add_argument("--subdomain-host", type=_arg(hubconfig.check_subdomain_host), default=None, metavar="URL",
+                   help="e.g. https://hub.example.org: each learner's server on a name of its own "
+                   "(https://learner07.hub.example.org; needs a wildcard DNS name and certificate)")
     u.add_argument("--slurm", action="store_true", help="learners' jobs go to Slurm on virtual nodes")
     u.add_argument("--shared-password", action="store_true",
                    help="one password for all learners (JupyterHub's SharedPasswordAuthenticator) instead of one "
@@ -125,7 +128,8 @@ def _up(a: argparse.Namespace) -> int:
     st, pw = lifecycle.up(a.learners, port=a.port, ip=a.ip, slurm=a.slurm,
                           auth="shared" if a.shared_password else "hub", cores=a.cores, memory=a.memory,
                           say=lambda text: print(text, file=sys.stderr), pids=pids, no_limits=a.no_limits,
-                          **({"job_minutes": a.job_minutes} if a.job_minutes else {}))
+                          **({"job_minutes": a.job_minutes} if a.job_minutes else {}),
+                          subdomain_host=a.subdomain_host or "")
     status = lifecycle.status()
     if a.json:
         print(json.dumps({**status, "passwords": pw}, indent=1))

@@ -64,8 +64,8 @@ class HubSettings:
     subdomain_host: str = ""  # e.g. https://hub.example.org: each learner's server at https://NAME.hub.example.org
 
     def check(self) -> None:
-        if self.subdomain_host and not SUBDOMAIN_HOST.fullmatch(self.subdomain_host):
-            raise ValueError(f"subdomain host is http(s)://NAME[:PORT], a wildcard DNS name: {self.subdomain_host!r}")
+        if self.subdomain_host:
+            check_subdomain_host(self.subdomain_host)
         if self.auth not in AUTHS:
             raise ValueError(f"auth is hub or shared, got {self.auth!r}")
         if self.auth == "hub" and self.logins is None:
@@ -80,6 +80,14 @@ class HubSettings:
             raise ValueError(f"memory {self.memory!r} is not a number of bytes above 0")
         if self.auth == "shared" and (len(self.user_password or "") < 8 or len(self.admin_password or "") < 32):
             raise ValueError("the shared password needs 8+ characters and the instructor's 32+")
+
+
+def check_subdomain_host(url: str) -> str:
+    """``url`` when it is ``http(s)://NAME[:PORT]`` (written into a configuration root runs); else ValueError."""
+    if not SUBDOMAIN_HOST.fullmatch(url):
+        raise ValueError(f"subdomain host {url!r} is not https://NAME[:PORT] with NAME a wildcard DNS name "
+                         "(e.g. https://hub.example.org for https://learner07.hub.example.org)")
+    return url
 
 
 def check_ip(ip: str) -> str:

@@ -83,7 +83,7 @@ def enforceable(asked: limits.Limits, no_limits: bool) -> str | None:
 def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = False, auth: str = "hub",
        cores: float | None = None, memory: str | None = None, folder: str | None = None,
        say: Callable[[str], None] = print, pids: int | None = limits.DEFAULT_PIDS, no_limits: bool = False,
-       job_minutes: int = slurmlimits.DEFAULT_MINUTES) -> tuple[State, dict[str, str]]:
+       job_minutes: int = slurmlimits.DEFAULT_MINUTES, subdomain_host: str = "") -> tuple[State, dict[str, str]]:
     """Start a workshop for ``learners`` learners; its state and the passwords (to print once: only their hashes
     are kept). Refuses when a limit asked for cannot be enforced here, unless ``no_limits``."""
     if os.geteuid() != 0:
@@ -112,7 +112,7 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
         st.problems.append(note)
     st.save()
     try:
-        pw = _start(st, source, proxy, asked, job_minutes, say)
+        pw = _start(st, source, proxy, asked, job_minutes, say, subdomain_host)
     except BaseException:
         down(where)
         raise
@@ -134,7 +134,7 @@ def _open_exactly(st: State, changes: list[readonly.ModeChange]) -> None:
 
 
 def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minutes: int,
-           say: Callable[[str], None]) -> dict[str, str]:
+           say: Callable[[str], None], subdomain_host: str = "") -> dict[str, str]:
     _open_exactly(st, readonly.plan_access(source, [*readonly.env_paths(), st.folder]))
     st.private.mkdir(mode=0o700)
     acc = accounts.Accounts(st.learners, st.instructor)
@@ -168,7 +168,7 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
         learners=st.learners, instructor=st.instructor, release=readonly.publish(source, st.folder / "release"),
         class_dir=st.class_dir,
         python=sys.executable, proxy=proxy, ip=st.ip, auth=st.auth, data_dir=data, cores=asked.cores,
-        memory=asked.memory, extra_env=extra_env, logins=st.logins, **settings)
+        memory=asked.memory, extra_env=extra_env, logins=st.logins, subdomain_host=subdomain_host, **settings)
     hubconfig.write(hub_settings, st.config)
     st.problems.extend(hubconfig.risks(hub_settings))  # said in `up`'s output
     st.hub = hub.start(st.config, st.log, st.job_id, {limits.PIDS_ENV: str(asked.pids)} if asked.pids else None)

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import paths
 
+from labkit.cli import workshop as cli
+from labkit.core.cliargs import Parser
 from labkit.workshop import asuser, homes, hubconfig, readonly
 
 HOME_CODE = ("homes.py", "asuser.py", "spawner.py", "readonly.py")
@@ -165,3 +167,14 @@ def test_the_hub_follows_jupyterhubs_security_model(tmp_path: Path) -> None:
     for bad in ("hub.example.org", "https://hub", "https://x.org/'\nimport os", "ftp://hub.example.org"):
         with pytest.raises(ValueError, match="subdomain host"):
             hubconfig.config_text(_settings(tmp_path, subdomain_host=bad))
+
+
+def test_the_command_line_takes_a_subdomain_host(capsys: pytest.CaptureFixture[str]) -> None:
+    p = Parser(prog="labkit")
+    cli.add_parser(p.add_subparsers(dest="subcommand", required=True))
+    up = ["workshop", "up", "--learners", "2"]
+    assert p.parse_args(up).subdomain_host is None
+    assert p.parse_args([*up, "--subdomain-host", "https://hub.example.org"]).subdomain_host == "https://hub.example.org"
+    with pytest.raises(SystemExit):
+        p.parse_args([*up, "--subdomain-host", "hub.example.org"])
+    assert "wildcard DNS name" in capsys.readouterr().err
