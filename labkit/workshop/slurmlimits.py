@@ -10,10 +10,12 @@ the virtual nodes run ``TaskPlugin=task/none`` (docs/workshop.md says why).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 DEFAULT_MINUTES = 30  # per learner's job: the labs' jobs take a few minutes
+SLURM_TIME = re.compile(r"UNLIMITED|INFINITE|\d+|\d+:\d+(:\d+)?|\d+-\d+(:\d+(:\d+)?)?")
 
 
 class SlurmLimitError(RuntimeError):
@@ -46,7 +48,7 @@ def max_time(conf: Path) -> str:
 
 def set_max_time(conf: Path, value: str) -> None:
     """Set the partition's ``MaxTime`` (minutes, or ``UNLIMITED``)."""
-    if not (value.isdigit() or value in ("UNLIMITED", "INFINITE")) and ":" not in value and "-" not in value:
+    if not SLURM_TIME.fullmatch(value):
         raise SlurmLimitError(f"MaxTime {value!r} is not a Slurm time")
     name, _ = partition(conf)
     _scontrol(conf, "update", f"PartitionName={name}", f"MaxTime={value}")

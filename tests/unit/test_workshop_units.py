@@ -22,7 +22,8 @@ from labkit.core.cliargs import Parser
 from labkit.grading import reports
 from labkit.grading.grade import Case, Result
 from labkit.records import classlog
-from labkit.workshop import accounts, classpage, classview, hubconfig, limits, passwords, results
+from labkit.workshop import accounts, classpage, classview, hubconfig, limits, passwords, results, slurmlimits
+from labkit.workshop.state import State
 
 ROOT = paths.ROOT
 FIXTURES = paths.FIXTURES / "classview"
@@ -174,7 +175,8 @@ def test_hub_config_own_login_mode(tmp_path: Path) -> None:
     assert [json.loads(a.split("=", 1)[1]) for a in terminal] == [{"shell_command": hubconfig.TERMINAL}]
     assert c.Authenticator.allowed_users == {"learner01", "learner02"} and c.Authenticator.admin_users == {"instructor"}
     assert c.JupyterHub.spawner_class == "labkit.workshop.spawner.WorkshopSpawner"
-    assert c.WorkshopSpawner.release_dir == str(tmp_path / "release") and c.WorkshopSpawner.class_dir == str(tmp_path / "class")
+    assert c.WorkshopSpawner.release_dir == str(tmp_path / "release")
+    assert c.WorkshopSpawner.class_dir == str(tmp_path / "class")
     assert (c.Spawner.cpu_limit, c.Spawner.mem_limit) == (1.5, 2 * 2**30)
     assert c.Spawner.environment == {"SLURM_CONF": "/x"}
     assert c.JupyterHub.db_url == f"sqlite:///{tmp_path}/jupyterhub.sqlite"
@@ -283,6 +285,35 @@ def test_up_refuses_bad_values_before_anything(argv: list[str], message: str,
     with pytest.raises(SystemExit) as e:
         _parser().parse_args(["workshop", "up", "--learners", "2", *argv])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_slurm_jobs_get_the_partitions_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, ...]] = []
+
+    def scontrol(conf: Path, *args: str) -> str:
+        calls.append(args)
+        return "PartitionName=nodes AllowGroups=ALL Default=YES MaxTime=UNLIMITED Nodes=node[1-2]\n"
+
+    monkeypatch.setattr(slurmlimits, "_scontrol", scontrol)
+    assert slurmlimits.partition(Path("/x")) == ("nodes", "UNLIMITED")
+    slurmlimits.set_max_time(Path("/x"), "30")
+    assert calls[-1] == ("update", "PartitionName=nodes", "MaxTime=30")
+    with pytest.raises(slurmlimits.SlurmLimitError):
+        slurmlimits.set_max_time(Path("/x"), "30 Nodes=evil")
+
+
+def test_a_new_password_for_one_learner(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    st = State(tmp_path, ["learner01"])
+    st.private.mkdir()
+    st.save()
+    passwords.save_hashes({"learner01": "old-one", "instructor": "x" * 32}, st.logins)
+    monkeypatch.setenv(contract.WORKSHOP_STATE, str(tmp_path))
+    assert cli.run(_parser().parse_args(["workshop", "password", "learner01"])) == 0
+    name, secret = capsys.readouterr().out.split()
+    assert name == "learner01" and passwords.check(st.logins, "learner01", secret)
+    assert not passwords.check(st.logins, "learner01", "old-one") and passwords.check(st.logins, "instructor", "x" * 32)
+    assert cli.run(_parser().parse_args(["workshop", "password", "learner09"])) == 2
 
 
 def test_limits_and_addresses_are_checked() -> None:
