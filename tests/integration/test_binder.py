@@ -42,6 +42,7 @@ def test_runtime_and_apt_files_match_what_setup_needs() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a fresh environment from PyPI's wheels: make test-heavy
 @pytest.mark.horovod
 def test_postbuild_installs_a_working_lab_into_a_fresh_environment(tmp_path: Path) -> None:
     repo, env_dir = tmp_path / "repo", tmp_path / "env"

@@ -165,6 +165,7 @@ def image():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # builds the course image: make test-heavy
 def test_image_runs_doctor(image):
     out = _podman(*recipe.podman_run(image, ["labkit", "doctor"])[3:], timeout=300)
     assert "Ready: every lab can run here." in out.stdout, out.stdout
@@ -175,6 +176,7 @@ def test_image_runs_doctor(image):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # builds the course image: make test-heavy
 def test_horovod_solution_on_two_ranks_in_one_container(image):
     size = ["mpirun", "-np", "2", "python", "-c",
             "import horovod.tensorflow as hvd; hvd.init(); print('rank', hvd.rank(), 'of', hvd.size(), flush=True)"]
@@ -189,6 +191,7 @@ def test_horovod_solution_on_two_ranks_in_one_container(image):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # builds the course image: make test-heavy
 def test_one_job_across_two_containers(image):
     """Two containers on an internal podman network: the second runs the image's ssh server, the first runs
     mpirun over both (one rank each), as the cloud bootstrap does on a service's machines."""
@@ -231,6 +234,7 @@ def _service_env(service: str, hosts: list[str], me: int, ps: int) -> dict[str, 
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # builds the course image: make test-heavy
 # One per service and one per solution: each trains for a minute or more (all five ran when this was written).
 @pytest.mark.parametrize("service,solution", [("sagemaker", "multiworker"), ("vertex", "horovod"), ("azureml", "ps")])
 def test_cloud_bootstrap_runs_the_job_on_containers(image, tmp_path, service, solution):
