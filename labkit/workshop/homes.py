@@ -56,6 +56,7 @@ class Plan:
 class Report:
     course_written: bool = False
     notes: list[str] = field(default_factory=list)  # what was left alone, and why
+    seconds: float = 0.0  # the child's, from start to end (set by :func:`give`)
 
 
 def _copy_file(src: Path, dest: Path) -> None:
@@ -171,9 +172,10 @@ def give(learner: asuser.Learner, release: Path, data: Path | None, timeout: flo
     except OSError as e:
         return Report(notes=[f"preparing {learner.home} as {learner.name} could not start: {e}"])
     if done.timed_out:
-        return Report(notes=[f"preparing {learner.home} as {learner.name} took more than {timeout:g} s: stopped"])
+        note = f"preparing {learner.home} as {learner.name} took more than {timeout:g} s: stopped"
+        return Report(notes=[note], seconds=done.seconds)
     try:
-        return Report(**json.loads(done.out.strip().splitlines()[-1]))
+        return Report(**{**json.loads(done.out.strip().splitlines()[-1]), "seconds": done.seconds})
     except (ValueError, IndexError, TypeError):
         return Report(notes=[f"preparing {learner.home} as {learner.name} failed (exit {done.code}): "
-                             f"{done.err.strip()[-500:]}"])
+                             f"{done.err.strip()[-500:]}"], seconds=done.seconds)

@@ -56,7 +56,8 @@ class WorkshopSpawner(LocalProcessSpawner):
         data = Path(self.data_dir) if self.data_dir else None
         report = await asyncio.to_thread(homes.give, learner, Path(self.release_dir), data, self.home_timeout)
         if report.course_written:
-            self.log.info("%s: the course is in %s", learner.name, learner.home / homes.COURSE)
+            self.log.info("%s: the course is in %s (copied by %s in %.1f s)", learner.name,
+                          learner.home / homes.COURSE, learner.name, report.seconds)
         for note in report.notes:
             self.log.warning("%s: %s", learner.name, note)
         return await super().start()
