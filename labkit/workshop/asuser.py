@@ -4,10 +4,11 @@ The hub runs as root, and a learner's home is the learner's: whatever is there (
 of root's, a FIFO, a folder renamed half-way) was put there by the learner. So root does nothing in it;
 :func:`run` starts a new Python (``-I``: no ``PYTHON*`` variable, no user site, no current folder on the
 import path) whose process drops root before it runs any Python: ``setgroups`` to the learner's groups,
-then the group id, then the user id (real, effective and saved: the child cannot become root again;
-:func:`verify_dropped` checks it in the child before it touches anything). The child runs in a session
-of its own, from ``/``, with a small environment; at ``timeout`` its whole process group is killed, so a
-learner's FIFO or a huge tree cannot hold a thread of the hub.
+then the group id, then the user id (real, effective and saved: the child cannot become root again).
+:func:`verify_dropped` checks in the child, before it touches anything, the ids, that no capability is
+left and that root cannot be taken back. The child runs in a session of its own, from ``/``, with a small
+environment; at ``timeout`` its whole process group is killed, so a learner's FIFO or a huge tree cannot
+hold a thread of the hub.
 """
 
 from __future__ import annotations
@@ -109,9 +110,18 @@ def verify_dropped(uid: int, gid: int, groups: tuple[int, ...]) -> None:
         raise StillPrivileged(f"ids are {os.getresuid()}/{os.getresgid()}, not {uid}/{gid}")
     if set(os.getgroups()) - set(groups) or 0 in os.getgroups():
         raise StillPrivileged(f"groups are {os.getgroups()}, not {list(groups)}")
+    if any(capabilities()):
+        raise StillPrivileged(f"capabilities kept: {capabilities()}")
     for regain in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0])):
         try:
             regain()
         except PermissionError:
             continue
         raise StillPrivileged("root could be taken back")
+
+
+def capabilities() -> tuple[int, int, int]:
+    """This process's effective, permitted and ambient capability sets (``/proc/self/status``), as numbers."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    eff, prm, amb = (int(fields.get(name, "0").strip(), 16) for name in ("CapEff", "CapPrm", "CapAmb"))
+    return eff, prm, amb
