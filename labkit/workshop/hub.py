@@ -71,9 +71,9 @@ def jupyterhub() -> str:
     return str(path)
 
 
-def start(config: Path, log: Path, job_id: str, extra_env: dict[str, str] | None = None) -> Started:
+def start(config: Path, log: Path, job_id: str) -> Started:
     """Start the hub in its own session, marked ``job_id``; its pid, start time and command line."""
-    env = proc.Job(job_id).env(extra_env)
+    env = proc.Job(job_id).env()
     p = net.daemon([jupyterhub(), "-f", str(config)], log, env)
     return Started.of(p.pid)
 

@@ -59,6 +59,7 @@ class HubSettings:
     data_dir: Path | None = None
     cores: float | None = None
     memory: int | None = None  # bytes (limits.parse_memory of "2G")
+    pids: int | None = None  # tasks per learner (pids.max)
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. SLURM_CONF for every learner
     logins: Path | None = None  # hub mode: the password hashes (passwords.save_hashes)
     subdomain_host: str = ""  # e.g. https://hub.example.org: each learner's server at https://NAME.hub.example.org
@@ -132,6 +133,8 @@ def config_text(s: HubSettings) -> str:
         limits.append(f"c.Spawner.cpu_limit = {float(s.cores)!r}")
     if s.memory:
         limits.append(f"c.Spawner.mem_limit = {int(s.memory)!r}")
+    if s.pids:
+        limits.append(f"{spawner}.pids_limit = {int(s.pids)!r}")
     service = {"name": SERVICE, "url": f"http://127.0.0.1:{s.service_port}", "display": True,
                "command": [s.python, "-m", "labkit.workshop.service"], "user": s.instructor, "cwd": str(s.class_dir),
                "oauth_no_confirm": True, "environment": {contract.CLASS_DIR: str(s.class_dir),

@@ -166,12 +166,12 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
     hub_settings = hubconfig.HubSettings(
         state=st.private, port=st.port, hub_port=hub_port, proxy_api_port=api_port, service_port=service_port,
         learners=st.learners, instructor=st.instructor, release=readonly.publish(source, st.folder / "release"),
-        class_dir=st.class_dir,
-        python=sys.executable, proxy=proxy, ip=st.ip, auth=st.auth, data_dir=data, cores=asked.cores,
-        memory=asked.memory, extra_env=extra_env, logins=st.logins, subdomain_host=subdomain_host, **settings)
+        class_dir=st.class_dir, python=sys.executable, proxy=proxy, ip=st.ip, auth=st.auth, data_dir=data,
+        cores=asked.cores, memory=asked.memory, pids=asked.pids, extra_env=extra_env, logins=st.logins,
+        subdomain_host=subdomain_host, **settings)
     hubconfig.write(hub_settings, st.config)
     st.problems.extend(hubconfig.risks(hub_settings))  # said in `up`'s output
-    st.hub = hub.start(st.config, st.log, st.job_id, {limits.PIDS_ENV: str(asked.pids)} if asked.pids else None)
+    st.hub = hub.start(st.config, st.log, st.job_id)
     st.save()
     hub.wait_ready(st.hub, st.port, st.log)
     return pw

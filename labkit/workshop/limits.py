@@ -26,7 +26,6 @@ from pathlib import Path
 CGROUP = Path("/sys/fs/cgroup")
 FOLDER = "labkit-workshop"
 PERIOD = 100_000  # microseconds
-PIDS_ENV = "LABKIT_WORKSHOP_PIDS"  # the hub's environment: pids.max per learner (set by workshop up)
 DEFAULT_PIDS = 2048  # tasks per learner: a server, kernels and a few multi-threaded TensorFlow ranks fit
 MIN_MEMORY = 64 * 2**20  # less does not start a JupyterLab
 MAX_CORES = 4096
@@ -78,11 +77,6 @@ def check_pids(pids: int) -> int:
     if not isinstance(pids, int) or isinstance(pids, bool) or not 16 <= pids <= 4_194_304:
         raise LimitError(f"--pids {pids!r}: a whole number of tasks from 16 up")
     return pids
-
-
-def pids_from_env() -> int | None:
-    value = os.environ.get(PIDS_ENV, "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def _own(controller: str | None) -> str:
@@ -141,19 +135,16 @@ def _make(name: str, limits: Limits) -> list[Path]:
     return folders
 
 
-def make(learner: str, cores: float | None, memory: int | None,
-         pids: int | None = None) -> tuple[list[str], str | None]:
-    """Make ``learner``'s groups with the limits (``pids`` None: the hub's ``$LABKIT_WORKSHOP_PIDS``); their
-    ``cgroup.procs`` files, and a problem (or None)."""
-    limits = Limits(cores or None, memory or None, pids if pids is not None else pids_from_env())
+def make(learner: str, limits: Limits) -> tuple[list[str], str | None]:
+    """Make ``learner``'s groups with ``limits``; their ``cgroup.procs`` files, and a problem (or None)."""
     if not limits.asked():
         return [], None
     if not bases():
-        return [], "no writable control groups: learners run without core, memory or process limits"
+        return [], "no writable control groups for the core, memory or process limits"
     try:
         folders = _make(learner, limits)
     except OSError as e:
-        return [], f"control groups could not be set up ({e}): learners run without some limits"
+        return [], f"control groups could not be set up ({e})"
     return [str(f / "cgroup.procs") for f in folders], None
 
 

@@ -16,7 +16,7 @@ import asyncio
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
-from traitlets import Float, Unicode
+from traitlets import Float, Integer, Unicode
 
 from labkit.core import contract
 from labkit.workshop import asuser, homes, limits, readonly
@@ -29,11 +29,15 @@ class WorkshopSpawner(LocalProcessSpawner):
     data_dir = Unicode("", help="the read-only Fashion-MNIST copy linked into each home").tag(config=True)
     class_dir = Unicode("", help="the class folder checks write their records to").tag(config=True)
     home_timeout = Float(60.0, help="seconds the learner's home preparation may take").tag(config=True)
+    pids_limit = Integer(0, help="tasks (processes and threads) per learner, pids.max; 0: none").tag(config=True)
 
     def make_preexec_fn(self, name: str):  # JupyterHub's signature
-        procs, problem = limits.make(name, self.cpu_limit or None, int(self.mem_limit) if self.mem_limit else None)
-        if problem:
-            self.log.warning("%s: %s", name, problem)
+        asked = limits.Limits(self.cpu_limit or None, int(self.mem_limit) if self.mem_limit else None,
+                              self.pids_limit or None)
+        procs, problem = limits.make(name, asked)
+        if problem:  # `up` probed these limits: a server that would run without them does not start
+            self.log.error("%s: %s", name, problem)
+            raise RuntimeError(f"{name}'s server was not started: {problem}")
         drop = set_user_setuid(name)
 
         def preexec() -> None:

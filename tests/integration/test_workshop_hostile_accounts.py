@@ -327,7 +327,7 @@ print("NOT STOPPED", flush=True)
 
 
 def _group_files(name: str) -> tuple[list[str], Path]:
-    procs, problem = limits.make(name, None, limits.parse_memory(MEMORY), PIDS)
+    procs, problem = limits.make(name, limits.Limits(None, limits.parse_memory(MEMORY), PIDS))
     assert problem is None and procs
     folder = Path(next(p for p in procs if "/pids/" in p or "/memory/" not in p)).parent
     return procs, folder

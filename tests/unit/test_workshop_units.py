@@ -167,7 +167,8 @@ def _load(text: str) -> object:
 
 
 def test_hub_config_own_login_mode(tmp_path: Path) -> None:
-    c = _load(hubconfig.config_text(_settings(tmp_path, cores=1.5, memory=2 * 2**30, extra_env={"SLURM_CONF": "/x"})))
+    c = _load(hubconfig.config_text(_settings(tmp_path, cores=1.5, memory=2 * 2**30, pids=512,
+                                              extra_env={"SLURM_CONF": "/x"})))
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8123" and c.JupyterHub.hub_port == 8124
     assert c.JupyterHub.authenticator_class == "labkit.workshop.hubauth.WorkshopAuthenticator"
     assert c.WorkshopAuthenticator.password_file == str(tmp_path / "logins")
@@ -177,7 +178,7 @@ def test_hub_config_own_login_mode(tmp_path: Path) -> None:
     assert c.JupyterHub.spawner_class == "labkit.workshop.spawner.WorkshopSpawner"
     assert c.WorkshopSpawner.release_dir == str(tmp_path / "release")
     assert c.WorkshopSpawner.class_dir == str(tmp_path / "class")
-    assert (c.Spawner.cpu_limit, c.Spawner.mem_limit) == (1.5, 2 * 2**30)
+    assert (c.Spawner.cpu_limit, c.Spawner.mem_limit, c.WorkshopSpawner.pids_limit) == (1.5, 2 * 2**30, 512)
     assert c.Spawner.environment == {"SLURM_CONF": "/x"}
     assert c.JupyterHub.db_url == f"sqlite:///{tmp_path}/jupyterhub.sqlite"
     service = c.JupyterHub.services[0]
