@@ -69,8 +69,8 @@ def test_what_a_learner_would_see_as_wrong_is_found() -> None:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-@pytest.mark.parametrize("state", ["starters", "finished"])
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize(("name", "state"), [pytest.param(name, state, marks=browser.tier(name, state))
+                                            for name in NOTEBOOKS for state in browser.STATES])
 def test_notebook_runs_in_the_browser_without_errors(name: str, state: str, request: pytest.FixtureRequest) -> None:
 
     runner = request.getfixturevalue("notebooks" if state == "starters" else "finished_notebooks")

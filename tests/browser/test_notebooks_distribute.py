@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import paths
+from helpers import browser, paths
 
 LABS = paths.LABS
 NOTEBOOKS = ["03_mirrored_strategy.ipynb", "04_multi_worker.ipynb", "05_parameter_server.ipynb"]
@@ -20,7 +20,7 @@ def test_committed_without_outputs(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=browser.tier(name, "finished")) for name in NOTEBOOKS])
 def test_notebook_runs_and_leaves_nothing_running(name: str, finished_notebooks) -> None:
     done = finished_notebooks.run(name)  # every lab finished: the cells run the learner's own scripts
     nb = done.nb

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from helpers import paths
 from labkit.core import contract, proc
 from labkit.core.env import NOISE_MARKERS
@@ -48,6 +50,17 @@ SETTINGS = {
 }
 NEWS_PROMPT = "official Jupyter news"
 STATES = ("starters", "finished")  # the released course as handed out, and with every lab finished
+# The one state each notebook runs in under `make test` (the other runs in `make test-heavy`): the starters, as a
+# learner gets them, except where the finished run is the only end-to-end test of what its cells start (lab 3:
+# MirroredStrategy launched from a cell with its widget; lab 7: the virtual nodes and Slurm jobs from a cell).
+# Finished runs of labs 2, 4, 5, 6 and 8 train for 2-5 minutes each; their checks, clusters and sweeps have
+# integration tests of their own.
+MAKE_TEST_STATE = {"03_mirrored_strategy.ipynb": "finished", "07_scale_out.ipynb": "finished"}
+
+
+def tier(name: str, state: str) -> list[Any]:
+    """The marks of notebook ``name`` run in ``state``: none under `make test`, ``heavy`` otherwise."""
+    return [] if MAKE_TEST_STATE.get(name, "starters") == state else [pytest.mark.heavy]
 
 
 # Log lines a learner should not see: TensorFlow's Python logging, absl/glog lines, native start-up noise.
