@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from helpers import browser, paths
+from helpers.notebooks import outputs_text
 
 LABS = paths.LABS
 NOTEBOOKS = ["03_mirrored_strategy.ipynb", "04_multi_worker.ipynb", "05_parameter_server.ipynb"]
@@ -17,6 +18,14 @@ def test_committed_without_outputs(name: str) -> None:
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, f"{name} has outputs"
+
+
+@pytest.mark.slow
+def test_lab_3_shows_where_each_strategy_keeps_a_variable(notebooks) -> None:
+    """The relatives of MirroredStrategy (no script of the learner's involved): in the starters' run."""
+    text = outputs_text(notebooks.run("03_mirrored_strategy.ipynb").nb)
+    assert "MirroredVariable: 2 copy on CPU:0, CPU:1" in text and "AggregatingVariable: 1 copy on CPU:0" in text
+    assert "['CPU:0', 'CPU:1'] [ 9. 21. 33. 45.]" in text
 
 
 @pytest.mark.slow

@@ -51,11 +51,10 @@ SETTINGS = {
 NEWS_PROMPT = "official Jupyter news"
 STATES = ("starters", "finished")  # the released course as handed out, and with every lab finished
 # The one state each notebook runs in under `make test` (the other runs in `make test-heavy`): the starters, as a
-# learner gets them, except where the finished run is the only end-to-end test of what its cells start (lab 3:
-# MirroredStrategy launched from a cell with its widget; lab 7: the virtual nodes and Slurm jobs from a cell).
-# Finished runs of labs 2, 4, 5, 6 and 8 train for 2-5 minutes each; their checks, clusters and sweeps have
-# integration tests of their own.
-MAKE_TEST_STATE = {"03_mirrored_strategy.ipynb": "finished", "07_scale_out.ipynb": "finished"}
+# learner gets them, except lab 7, whose finished run is the only test of its cells on virtual nodes and Slurm.
+# The finished runs of the other labs train for 2-5 minutes each (docs/testing.md); the checks, clusters, sweeps
+# and the assessment they run have integration tests of their own.
+MAKE_TEST_STATE = {"07_scale_out.ipynb": "finished"}
 
 
 def tier(name: str, state: str) -> list[Any]:

@@ -170,7 +170,7 @@ def _original_lab_solution(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-@pytest.mark.parametrize("which", ["horovod-example", "original-lab-solution"])
+@pytest.mark.parametrize("which", ["horovod-example", pytest.param("original-lab-solution", marks=pytest.mark.heavy)])
 def test_bench_measures_an_unchanged_script_against_the_ceiling(tmp_path: Path, which: str) -> None:
     """Scripts that know nothing of labkit are benchmarked, shrunk from outside, with the ceiling."""
     import subprocess

@@ -55,10 +55,10 @@ def test_a_deadlock_is_reported_within_the_timeout(tmp_path: Path, running) -> N
         "        hvd.allreduce(tf.constant(1.0), name='only_rank_0')\n")
     script = tmp_path / "deadlock.py"
     script.write_text(text)
-    report = check.run_check("horovod", script, timeout=90, fresh=True)
+    report = check.run_check("horovod", script, timeout=50, fresh=True)  # the hang starts before the model
     assert not report.passed
     assert "deadlock" in report.format() or "stuck" in report.format(), report.format()
-    assert report.seconds is not None and report.seconds < 100
+    assert report.seconds is not None and report.seconds < 60
     assert not running("labkit.instrument.probe")
 
 

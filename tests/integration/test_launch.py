@@ -88,7 +88,8 @@ def test_timeout_kills_every_process(tmp_path: Path, launcher: dict[str, Any],
             "    time.sleep(300)"
     script = _script(tmp_path, JOB.replace("{extra}", extra))
     t = time.perf_counter()
-    res = launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=10, cwd=tmp_path,
+    # 5 s: the ranks (plain Python, no TensorFlow) and their children start in about one
+    res = launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=5, cwd=tmp_path,
                      **launcher)
     assert res.timed_out and not res.ok and res.returncode != 0
     assert time.perf_counter() - t < 60

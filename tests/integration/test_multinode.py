@@ -170,7 +170,8 @@ def _hosts(cluster: nodes.VirtualNodes, slots: int) -> str:
 
 
 @pytest.mark.horovod
-@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun", "gloo"])
+# Gloo's training run in make test-heavy: Gloo across the nodes runs in make test in test_allreduce.py.
+@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun", pytest.param("gloo", marks=pytest.mark.heavy)])
 def test_horovod_solution_runs_on_two_nodes_and_records_where_each_rank_ran(
         cluster: nodes.VirtualNodes, work: Path, launcher: str) -> None:
     r = _cli("run", "--launcher", launcher, "--hostfile", str(cluster.hostfile), "--np", "4", "--",
@@ -211,7 +212,10 @@ def test_parameter_server_cluster_has_tasks_on_both_nodes(cluster: nodes.Virtual
 
 
 @pytest.mark.horovod
-@pytest.mark.parametrize(("start", "tasks"), [(s, t) for s in ("mpirun", "srun", "tf_config") for t in (1, 2)])
+# Each start once in make test (1 or 2 tasks per node); the other task count of each in make test-heavy.
+@pytest.mark.parametrize(("start", "tasks"), [
+    pytest.param(s, t, marks=[] if (s, t) in {("mpirun", 1), ("srun", 2), ("tf_config", 1)} else [pytest.mark.heavy])
+    for s in ("mpirun", "srun", "tf_config") for t in (1, 2)])
 def test_slurm_runs_across_both_nodes(cluster: nodes.VirtualNodes, work: Path, start: str, tasks: int) -> None:
     script = MULTIWORKER if start == "tf_config" else SOLUTION
     extra = ["--backup-dir", str(work / "backup")] if start == "tf_config" else []
@@ -393,6 +397,7 @@ def test_a_tf_distribute_cluster_whose_node_goes_away_ends_naming_it(cluster: no
 
 
 @pytest.mark.horovod
+@pytest.mark.heavy  # make test runs the same elastic job on virtual nodes in lab 8 (test_notebook_communication.py)
 def test_an_elastic_job_shrinks_when_a_node_leaves_and_grows_when_it_returns(cluster: nodes.VirtualNodes,
                                                                              work: Path) -> None:
     """Horovod Elastic over Gloo: node2 leaves the host discovery after 3 epochs and returns after 4 more."""

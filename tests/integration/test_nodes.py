@@ -58,28 +58,35 @@ _problem = nodes_problem
 
 
 needs_root = pytest.mark.skipif(_problem() is not None, reason=str(_problem()))
-BEFORE = {"netns_dir": net.NETNS_DIR.exists(), "privsep": nodes_ssh.PRIVSEP.exists()}
+def system_folders() -> dict[str, bool]:
+    """Whether the system folders the nodes may make exist (``/run/netns`` is also made by podman and ``ip``)."""
+    return {"netns_dir": net.NETNS_DIR.exists(), "privsep": nodes_ssh.PRIVSEP.exists()}
 
 
-def assert_nothing_left(folder: Path) -> None:
-    """No namespace, link, bridge, daemon or file of virtual nodes remains."""
+def assert_nothing_left(folder: Path, before: dict[str, bool]) -> None:
+    """No namespace, link, bridge, daemon or file of virtual nodes remains; the system folders are as ``before``."""
     assert net.netns_names() == []
     assert not net.link_exists(net.BRIDGE)
     assert not [line for line in net.run(["ip", "-br", "link"]).stdout.splitlines() if net.PREFIX in line]
     ours = [p.pid for p in psutil.process_iter(["cmdline"]) if str(folder) in " ".join(p.info["cmdline"] or [])]
     assert ours == [], "a daemon of the virtual nodes is still running"
     assert not folder.exists()
-    assert net.NETNS_DIR.exists() == BEFORE["netns_dir"]
-    assert nodes_ssh.PRIVSEP.exists() == BEFORE["privsep"]
+    assert system_folders() == before
 
 
 @pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def before() -> dict[str, bool]:
+    """The system folders as the test found them."""
+    return system_folders()
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: dict[str, bool]) -> Iterator[Path]:
     folder = tmp_path / "nodes"
     monkeypatch.setenv(contract.NODES_STATE, str(folder))
     yield folder
     nodes.down(folder)
-    assert_nothing_left(folder)
+    assert_nothing_left(folder, before)
 
 
 def test_up_refuses_without_root_and_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -120,7 +127,7 @@ def _transfer(cluster: nodes.VirtualNodes, size: int, port: int = 5201) -> float
 
 @pytest.mark.slow  # several seconds: out of make test-fast
 @needs_root
-def test_cli_up_status_down_and_down_again(state: Path) -> None:
+def test_cli_up_status_down_and_down_again(state: Path, before: dict[str, bool]) -> None:
     up = _cli("up", "--count", "2", "--slots", "2")
     assert up.returncode == 0, up.stderr
     st = json.loads(_cli("status", "--json").stdout)
@@ -141,20 +148,20 @@ def test_cli_up_status_down_and_down_again(state: Path) -> None:
     assert [n["state"] for n in json.loads(broken.stdout)["nodes"]] == ["up", "down"]
     down = _cli("down")
     assert down.returncode == 0 and "node1, node2" in down.stdout, down.stderr
-    assert_nothing_left(state)
+    assert_nothing_left(state, before)
     twice = _cli("down")
     assert twice.returncode == 0 and "nothing was up" in twice.stdout
     assert json.loads(_cli("status", "--json").stdout)["state"] == "down"
 
 
 @needs_root
-def test_a_failed_start_leaves_nothing(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_start_leaves_nothing(state: Path, before: dict[str, bool], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nodes_ssh, "sshd_path", lambda: "/bin/false")  # every sshd exits at once
     start = time.perf_counter()
     with pytest.raises(nodes.NodesError, match="sshd exited with code 1"):
         nodes.VirtualNodes(count=2, folder=state).up()
     assert time.perf_counter() - start < 10
-    assert_nothing_left(state)
+    assert_nothing_left(state, before)
 
 
 @needs_root
@@ -183,12 +190,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[nodes.VirtualN
     if problem:
         pytest.skip(problem)
     folder = tmp_path_factory.mktemp("vn") / "nodes"
+    before = system_folders()
     saved = os.environ.get(contract.NODES_STATE)
     os.environ[contract.NODES_STATE] = str(folder)  # launchers find the cluster through it
     try:
         with nodes.VirtualNodes(count=2, slots=2, rate="50mbit", folder=folder) as c:
             yield c
-        assert_nothing_left(folder)
+        assert_nothing_left(folder, before)
     finally:
         if saved is None:
             os.environ.pop(contract.NODES_STATE, None)

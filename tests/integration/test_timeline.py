@@ -137,6 +137,7 @@ def test_the_diagnosis_names_the_slow_rank_and_the_wait(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # make test names a straggler end to end in lab 8 (tests/browser/test_notebook_communication.py)
 def test_a_slowed_rank_is_named_by_the_step_times_and_the_timeline(tmp_path: Path) -> None:
     start = time.perf_counter()
     d = timeline_straggler.run(np=2, steps=300, slow=1, share=0.3, log_dir=tmp_path / "logs", timeout=400)
