@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import paths
+from helpers import aio, paths
 from tornado import httpclient, websocket
 
 from labkit.core import proc, tfconfig
@@ -259,7 +259,7 @@ def test_the_learners_own_configuration_and_python_files_are_not_loaded(workshop
         assert info["transport"] == "ipc" and info["ip"].startswith(str(me.home)), info
         assert psutil.Process(pid).net_connections("inet") == []  # nothing on loopback TCP for others to reach
         url = base.replace("http", "ws", 1) + f"kernels/{kernel}/channels"
-        said = asyncio.run(_execute(url, w.tokens["learner02"], "import labkit; print(6 * 7, labkit.__file__)"))
+        said = aio.run(_execute(url, w.tokens["learner02"], "import labkit; print(6 * 7, labkit.__file__)"))
         assert said.split() == ["42", str(w.release / "labkit" / "__init__.py")]  # the release's labkit, over IPC
     finally:
         urllib.request.urlopen(urllib.request.Request(base + f"kernels/{kernel}", method="DELETE", headers={

@@ -4,7 +4,6 @@ the hub's configuration text, the account and password commands, and the command
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import paths
+from helpers import aio, paths
 
 from labkit.check.report import Report, StepResult
 from labkit.cli import workshop as cli
@@ -266,7 +265,7 @@ def test_the_hubs_login_checks_the_hashes(tmp_path: Path) -> None:
     auth = hubauth.WorkshopAuthenticator(password_file=str(tmp_path / "logins"))
 
     def login(name: str, password: str) -> object:
-        return asyncio.run(auth.authenticate(None, {"username": name, "password": password}))
+        return aio.run(auth.authenticate(None, {"username": name, "password": password}))
 
     assert login("learner01", "right-one") == "learner01"
     assert login("learner01", "wrong") is None and login("learner02", "right-one") is None
