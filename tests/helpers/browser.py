@@ -50,16 +50,17 @@ SETTINGS = {
 }
 NEWS_PROMPT = "official Jupyter news"
 STATES = ("starters", "finished")  # the released course as handed out, and with every lab finished
-# The one state each notebook runs in under `make test` (the other runs in `make test-heavy`): the starters, as a
-# learner gets them, except lab 7, whose finished run is the only test of its cells on virtual nodes and Slurm.
-# The finished runs of the other labs train for 2-5 minutes each (docs/testing.md); the checks, clusters, sweeps
-# and the assessment they run have integration tests of their own.
-MAKE_TEST_STATE = {"07_scale_out.ipynb": "finished"}
+# The states each notebook runs in under `make test` (the others run in `make test-heavy`): the starters, as a
+# learner gets them, except lab 7, whose finished run is the only test of its cells on virtual nodes and Slurm,
+# and lab 6, whose finished run is also the end-to-end test of the sweeps, learning-rate runs and assessment from
+# a notebook (tests/integration/test_bench.py). The finished runs of the other labs train for 2-5 minutes each
+# (docs/testing.md); the checks and clusters they run have integration tests of their own.
+MAKE_TEST_STATES = {"06_scaling.ipynb": ("starters", "finished"), "07_scale_out.ipynb": ("finished",)}
 
 
 def tier(name: str, state: str) -> list[Any]:
     """The marks of notebook ``name`` run in ``state``: none under `make test`, ``heavy`` otherwise."""
-    return [] if MAKE_TEST_STATE.get(name, "starters") == state else [pytest.mark.heavy]
+    return [] if state in MAKE_TEST_STATES.get(name, ("starters",)) else [pytest.mark.heavy]
 
 
 # Log lines a learner should not see: TensorFlow's Python logging, absl/glog lines, native start-up noise.
