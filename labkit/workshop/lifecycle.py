@@ -124,9 +124,9 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
 def _open_exactly(st: State, changes: list[readonly.ModeChange]) -> None:
     """Apply the mode changes (each old mode recorded first, for `down`) and say what they open."""
     for change in changes:
-        st.made.setdefault("modes", {})[str(change.path)] = change.path.stat().st_mode & 0o7777
+        st.made.setdefault("modes", {})[str(change.path)] = change.path.lstat().st_mode & 0o7777
         st.save()
-        change.path.chmod(change.mode)
+        readonly.set_mode(change.path, change.mode)
     opened = [str(c.path) for c in changes if c.mode & 0o001 and c.path.is_dir()]
     if opened:
         st.problems.append(f"learners pass through {', '.join(opened)} to the shared environment (o+x, no listing); "
@@ -200,9 +200,11 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         if st.made.get("slurm_max_time"):
             slurmlimits.set_max_time(cluster.slurm_conf, st.made["slurm_max_time"])
     for folder, mode in st.made.get("modes", {}).items():
-        if os.path.lexists(folder) and not os.path.islink(folder):  # the path itself, never a link's target
-            os.chmod(folder, mode)
-        removed.append(f"the mode of {folder} restored")
+        try:
+            readonly.set_mode(Path(folder), mode)  # the path itself, never a link's target
+            removed.append(f"the mode of {folder} restored")
+        except OSError as e:
+            removed.append(f"the mode of {folder} not restored ({e.strerror}): it is gone or no longer what up changed")
     if st.made.get("folder", True):
         shutil.rmtree(where, ignore_errors=True)
     else:

@@ -105,6 +105,18 @@ def _reachable(path: Path, passable: set[Path]) -> bool:
     return all(p in passable or p.stat().st_mode & 0o001 for p in path.parents)
 
 
+def set_mode(path: Path, mode: int) -> int:
+    """Set ``path``'s permission bits, never through a symbolic link (opened ``O_NOFOLLOW``, so a link put there
+    after the plan is refused, not followed; ``O_NONBLOCK``: a FIFO does not hold root); the mode it had."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        old = stat.S_IMODE(os.fstat(fd).st_mode)
+        os.fchmod(fd, mode)
+        return old
+    finally:
+        os.close(fd)
+
+
 def plan_access(source: Path, targets: list[Path] | None = None) -> list[ModeChange]:
     """The mode changes letting others reach ``targets`` (default :func:`env_paths`) and not ``source``'s answers."""
     targets = env_paths() if targets is None else targets

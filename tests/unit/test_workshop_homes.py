@@ -178,3 +178,18 @@ def test_the_command_line_takes_a_subdomain_host(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         p.parse_args([*up, "--subdomain-host", "hub.example.org"])
     assert "wildcard DNS name" in capsys.readouterr().err
+
+
+def test_a_mode_is_set_on_the_path_itself_never_through_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_text("canary")
+    target.chmod(0o644)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        readonly.set_mode(link, 0o600)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o644)
+    assert readonly.set_mode(fifo, 0o600) == 0o644 and stat.S_IMODE(fifo.lstat().st_mode) == 0o600  # no hang
+    assert readonly.set_mode(target, 0o640) == 0o644 and stat.S_IMODE(target.stat().st_mode) == 0o640
