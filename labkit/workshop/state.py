@@ -3,9 +3,10 @@
 ``up`` made, also after the machine restarted (accounts, homes, permission changes).
 
 The folder (root's, ``rwx--x--x``) holds ``state.json`` (no secret in it) and ``hub/`` (``rwx------``: the
-hub's configuration, database, cookie secret, log and the learners' password hashes), plus two folders learners reach by
-name only: ``data/`` (the read-only data set) and ``class/`` (the class records, ``rwxr-x--x``, root's and
-the instructors' group's).
+hub's configuration, database, cookie secret, log and the learners' password hashes), plus three folders learners
+reach: ``release/`` (the released course and its ``labkit``, root's and read-only, which each learner's own child
+copies into their home and their server imports), ``data/`` (the read-only data set) and ``class/`` (the class
+records, ``rwxr-x--x``, root's and the instructors' group's).
 """
 
 from __future__ import annotations
