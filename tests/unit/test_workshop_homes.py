@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import paths
+from helpers import hubconf, paths
 
 from labkit.cli import workshop as cli
 from labkit.core.cliargs import Parser
@@ -138,18 +138,10 @@ def test_no_code_that_runs_as_root_changes_an_owner_in_a_home() -> None:
 
 
 def _settings(tmp_path: Path, **kw: object) -> hubconfig.HubSettings:
-    base = dict(state=tmp_path, port=8123, hub_port=8124, proxy_api_port=8125, service_port=8126,
-                learners=["learner01"], instructor="instructor", release=tmp_path / "release",
-                class_dir=tmp_path / "class", python=sys.executable, proxy="/usr/bin/configurable-http-proxy",
-                logins=tmp_path / "logins")
-    return hubconfig.HubSettings(**{**base, **kw})
+    return hubconf.settings(tmp_path, **{"learners": ["learner01"], **kw})
 
 
-def _load(text: str) -> object:
-    traitlets = pytest.importorskip("traitlets.config")
-    config = traitlets.Config()
-    exec(compile(text, "jupyterhub_config.py", "exec"), {"get_config": lambda: config})  # noqa: S102
-    return config
+_load = hubconf.load
 
 
 def test_the_hub_follows_jupyterhubs_security_model(tmp_path: Path) -> None:

@@ -7,12 +7,11 @@ import argparse
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import aio, paths
+from helpers import aio, hubconf, paths
 
 from labkit.check.report import Report, StepResult
 from labkit.cli import workshop as cli
@@ -150,19 +149,8 @@ def test_grade_results_are_read_from_json_classroom_and_junit(tmp_path: Path) ->
     assert view.columns[2].failures == [("step 3 fails", 2)] and view.columns[0].minutes is None
 
 
-def _settings(tmp_path: Path, **kw: object) -> hubconfig.HubSettings:
-    base = dict(state=tmp_path, port=8123, hub_port=8124, proxy_api_port=8125, service_port=8126,
-                learners=["learner01", "learner02"], instructor="instructor", release=tmp_path / "release",
-                class_dir=tmp_path / "class", python=sys.executable, proxy="/usr/bin/configurable-http-proxy",
-                logins=tmp_path / "logins")
-    return hubconfig.HubSettings(**{**base, **kw})
-
-
-def _load(text: str) -> object:
-    traitlets = pytest.importorskip("traitlets.config")
-    config = traitlets.Config()
-    exec(compile(text, "jupyterhub_config.py", "exec"), {"get_config": lambda: config})  # noqa: S102
-    return config
+_settings = hubconf.settings
+_load = hubconf.load
 
 
 def test_hub_config_own_login_mode(tmp_path: Path) -> None:
