@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
+    # TODO: Step 2: add --seed (an int, e.g. default 1234), the shuffle seed every worker shares
     # TODO: Step 5: add --warmup-epochs (default 3), the epochs over which the learning rate ramps up
     return apply_mode(p.parse_args(argv))
 
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     # TODO: Step 5: scale the learning rate by the number of replicas (strategy.num_replicas_in_sync)
     base_lr = args.base_lr
     train_ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
+    # TODO: Step 2: shuffle with a seed shared by all workers: shuffle(len(x_train), seed=args.seed)
     train_ds = train_ds.shuffle(len(x_train))
     train_ds = (train_ds.repeat()
                 .batch(global_batch, drop_remainder=True)
@@ -238,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                .batch(val_batch)
                .map(standardize(mean, std), num_parallel_calls=tf.data.AUTOTUNE)
                .prefetch(tf.data.AUTOTUNE))
-    # TODO: Step 2: give the training dataset a shuffle seed shared by all workers (shuffle(..., seed=)),
-    # and set the datasets' auto-shard policy to DATA so that each worker reads its own shard
+    # TODO: Step 2: set the datasets' auto-shard policy to DATA (tf.data.Options, with_options), so that
+    # each worker keeps its own part of every batch
     steps_per_epoch = math.ceil(len(x_train) / global_batch)
     validation_steps = math.ceil(len(x_test) / val_batch)
 

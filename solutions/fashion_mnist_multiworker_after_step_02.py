@@ -52,8 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
-    # TODO: Step 5: add --warmup-epochs (default 3), the epochs over which the learning rate ramps up
     p.add_argument("--seed", type=int, default=1234, help="shuffle seed, the same on every worker")
+    # TODO: Step 5: add --warmup-epochs (default 3), the epochs over which the learning rate ramps up
     return apply_mode(p.parse_args(argv))
 
 

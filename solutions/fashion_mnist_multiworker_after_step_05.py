@@ -52,9 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training images, 0 for all (mode default: small 6000, full all)")
     p.add_argument("--test-size", type=int, default=None,
                    help="test images, 0 for all (mode default: small 1000, full all)")
+    p.add_argument("--seed", type=int, default=1234, help="shuffle seed, the same on every worker")
     p.add_argument("--warmup-epochs", type=int, default=3,
                    help="epochs to ramp the learning rate up to its scaled value")
-    p.add_argument("--seed", type=int, default=1234, help="shuffle seed, the same on every worker")
     return apply_mode(p.parse_args(argv))
 
 
