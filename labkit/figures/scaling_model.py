@@ -20,10 +20,19 @@ def learning_rate(epoch: float, workers: int, base_lr: float = 0.01, warmup_epoc
     return step_decay(int(epoch), scaled)
 
 
+def ring_allreduce_s(grad_bytes: float, workers: int, bandwidth: float, latency_s: float = 1e-4) -> float:
+    """Seconds a ring all-reduce of ``grad_bytes`` takes on ``workers`` workers: ``2 (N-1)`` steps (N-1 of
+    reduce-scatter, N-1 of all-gather), each paying ``latency_s`` and sending ``1/N`` of the bytes at
+    ``bandwidth`` bytes/s, so ``2 (N-1) × latency + 2 (N-1)/N × bytes / bandwidth`` in all."""
+    if workers == 1:
+        return 0.0
+    steps = 2 * (workers - 1)
+    return steps * latency_s + steps / workers * grad_bytes / bandwidth
+
+
 def efficiency(compute_s: float, grad_bytes: float, workers: int, bandwidth: float, latency_s: float = 1e-4) -> float:
     """Share of a step spent computing on ``workers`` workers when the ring all-reduce of ``grad_bytes``
-    (``2 (N-1)/N`` of them sent per worker at ``bandwidth`` bytes/s, plus ``latency_s``) follows the compute."""
+    (:func:`ring_allreduce_s`) follows the compute."""
     if workers == 1:
         return 1.0
-    allreduce = latency_s + 2 * (workers - 1) / workers * grad_bytes / bandwidth
-    return compute_s / (compute_s + allreduce)
+    return compute_s / (compute_s + ring_allreduce_s(grad_bytes, workers, bandwidth, latency_s))

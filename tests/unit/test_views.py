@@ -97,3 +97,15 @@ def test_efficiency_falls_with_slow_links_and_big_gradients() -> None:
     slow, fast = efficiency(0.05, 68e6, 8, 1.25e9), efficiency(0.05, 68e6, 8, 100e9)
     assert 0 < slow < 0.5 < fast < 1
     assert efficiency(0.05, 68e6, 2, 1.25e9) > slow  # more workers send more of the gradient
+
+
+def test_a_ring_allreduce_pays_one_latency_per_step_of_the_ring() -> None:
+    from labkit.figures.scaling_model import efficiency, ring_allreduce_s
+
+    # N workers: N-1 steps of reduce-scatter and N-1 of all-gather, each a latency and 1/N of the bytes
+    assert ring_allreduce_s(0, 8, 1e9, latency_s=1e-3) == pytest.approx(14e-3)
+    assert ring_allreduce_s(8e6, 4, 1e9, latency_s=0) == pytest.approx(2 * 3 / 4 * 8e6 / 1e9)
+    assert ring_allreduce_s(8e6, 4, 1e9, latency_s=1e-3) == pytest.approx(6e-3 + 12e-3)
+    assert ring_allreduce_s(8e6, 1, 1e9) == 0.0
+    # a tiny gradient on 8 workers: latency is all that costs, 14 of them (one latency would give 1 / 1.1)
+    assert efficiency(0.01, 0, 8, 1e9, latency_s=1e-3) == pytest.approx(0.01 / (0.01 + 14e-3))
