@@ -27,7 +27,7 @@ from labkit.core import proc
 from labkit.core.tfconfig import free_ports
 from labkit.launching import slurm
 from labkit.launching.launchers import LaunchError
-from labkit.nodes.slurm_conf import SETTINGS
+from labkit.nodes.slurm_conf import SETTINGS, UNCONFINED
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
@@ -67,6 +67,7 @@ def slurm_conf(folder: Path, node: str, cpus: int, memory_mb: int, ports: tuple[
         f"SlurmctldLogFile={folder / 'slurmctld.log'}",
         f"SlurmdLogFile={folder / 'slurmd.log'}",
         *SETTINGS,
+        *UNCONFINED,
         f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
         # Oversubscription lets a lab put more ranks than cores on this one node.
         f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",

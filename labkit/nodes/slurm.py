@@ -21,10 +21,13 @@ import psutil
 from labkit.core import proc
 from labkit.core.tfconfig import free_ports
 from labkit.nodes import net
-from labkit.nodes.slurm_conf import SETTINGS
+from labkit.nodes.slurm_conf import CGROUP_CONF, SETTINGS, tracking
 
 if TYPE_CHECKING:
     from labkit.nodes.virtual import VirtualNodes
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 class SlurmError(RuntimeError):
@@ -63,6 +66,8 @@ def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path
         f"SlurmdLogFile={folder / '%n' / 'slurmd.log'}",
         f"TmpFS={folder / '%n' / 'tmp'}",  # job steps of different nodes must not share /tmp (pmix files)
         *SETTINGS,
+        *tracking(cluster.confined),
+        *([f"DefMemPerCPU={memory // cluster.slots}"] if cluster.confined else []),
         "SlurmdParameters=config_overrides",  # the nodes share this machine's cores: CPUs are the slots
         *(f"NodeName={n.name} NodeAddr={n.address} CPUs={n.slots} RealMemory={memory} State=UNKNOWN"
           for n in cluster.nodes),
@@ -87,6 +92,8 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     key.chmod(0o600)
     sock = munge / "munge.socket.2"
     conf.write_text(conf_text(cluster, folder, free_ports(1, net.gateway())[0], sock))
+    if cluster.confined:
+        (folder / "cgroup.conf").write_text(CGROUP_CONF)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     pids: dict[str, int] = {}
     p = net.daemon([_find("munged") or "munged", "-F", "--force", f"--socket={sock}", f"--key-file={key}",
@@ -100,12 +107,30 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     cluster.children.append(p)
     pids["slurmctld"] = p.pid
     for n in cluster.nodes:
-        argv = [*net.enter(n.holder or 0), _find("slurmd") or "slurmd", "-D", "-N", n.name, "-f", str(conf)]
+        # A job's tasks inherit slurmd's hard limits (Slurm hands on only the submitter's soft ones): with a task
+        # cap, a learner's job cannot raise its soft RLIMIT_NPROC past it (root's slurmd is not held by it).
+        cap = ["prlimit", f"--nproc={cluster.task_cap}:{cluster.task_cap}", "--"] if cluster.task_cap else []
+        argv = [*net.enter(n.holder or 0), *cap, _find("slurmd") or "slurmd", "-D", "-N", n.name, "-f", str(conf)]
         cluster.children.append(net.daemon(argv, folder / n.name / "slurmd.out", env))
     logs = [folder / "slurmctld.out", folder / "slurmctld.log", *(folder / n.name / "slurmd.out"
                                                                 for n in cluster.nodes)]
     _wait(lambda: _idle(env, cluster.count), "slurmd on every node", timeout, logs)
     return pids
+
+
+def remove_groups(nodes: list[str], root: Path = CGROUP_ROOT) -> list[str]:
+    """Remove the control groups a confined cluster's slurmd made for ``nodes`` (``slurm_NODE`` in each v1
+    hierarchy, or at the v2 root), deepest first; they must hold no process any more. What was removed."""
+    removed = []
+    for name in nodes:
+        for top in (*root.glob(f"*/slurm_{name}"), *root.glob(f"slurm_{name}")):
+            if top.is_symlink() or not top.is_dir():
+                continue
+            for folder in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                folder.rmdir()
+            top.rmdir()
+            removed.append(str(top))
+    return removed
 
 
 def _idle(env: dict[str, str], count: int) -> bool:

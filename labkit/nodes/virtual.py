@@ -66,7 +66,8 @@ class VirtualNodes:
     """``count`` virtual nodes of ``slots`` slots each; ``up()``/``down()`` or a ``with`` block."""
 
     def __init__(self, count: int = 2, slots: int = 2, rate: str | None = None, slurm: bool = False,
-                 folder: str | os.PathLike[str] | None = None) -> None:
+                 folder: str | os.PathLike[str] | None = None, *, confined: bool = False,
+                 task_cap: int | None = None) -> None:
         if not isinstance(count, int) or not 1 <= count <= 200:
             raise ValueError(f"count must be a whole number from 1 to 200, got {count!r}")
         if not isinstance(slots, int) or slots < 1:
@@ -77,6 +78,8 @@ class VirtualNodes:
         if any(c.isspace() for c in str(self.folder)):
             raise ValueError(f"the state folder {self.folder} must not contain spaces (mpirun's ssh agent names it)")
         self.count, self.slots, self.rate, self.slurm = count, slots, rate, slurm
+        self.confined = slurm and confined  # Slurm's job steps in control groups (slurm_conf.CONFINED)
+        self.task_cap = task_cap if self.confined else None  # a hard RLIMIT_NPROC for the users of jobs
         self.nodes = [Node(f"node{i}", net.address(i), slots) for i in range(1, count + 1)]
         self.made: dict[str, bool] = {}  # shared things that did not exist before up: netns_dir, privsep, folder
         self.daemons: dict[str, int] = {}  # pids of daemons outside the nodes (Slurm's controller, munged)
@@ -113,7 +116,8 @@ class VirtualNodes:
 
     def _save(self, state: str) -> None:
         data = {"state": state, "count": self.count, "slots": self.slots, "rate": self.rate, "slurm": self.slurm,
-                "subnet": str(net.SUBNET), "bridge": net.BRIDGE, "made": self.made, "daemons": self.daemons,
+                "confined": self.confined, "task_cap": self.task_cap, "subnet": str(net.SUBNET), "bridge": net.BRIDGE,
+                "made": self.made, "daemons": self.daemons,
                 "seconds_up": self.seconds_up, "nodes": [asdict(n) for n in self.nodes]}
         self.state_file.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -123,7 +127,8 @@ class VirtualNodes:
         path = state_folder(folder) / "state.json"
         try:
             data = json.loads(path.read_text())
-            self = cls(data["count"], data["slots"], data["rate"], data["slurm"], path.parent)
+            self = cls(data["count"], data["slots"], data["rate"], data["slurm"], path.parent,
+                       confined=data.get("confined", False), task_cap=data.get("task_cap"))
         except (OSError, ValueError, KeyError, TypeError):
             return None
         self.nodes = [Node(**n) for n in data["nodes"]]
@@ -242,6 +247,11 @@ class VirtualNodes:
             p.wait(5)
         self.children = []
         problems = net.remove_links(netnses)
+        if self.confined:
+            try:
+                removed += nodes_slurm.remove_groups([n.name for n in self.nodes])
+            except OSError as e:
+                problems.append(f"Slurm's control groups of the nodes ({e})")
         if self.made.get("netns_dir"):
             net.release_netns_dir()
         if self.made.get("privsep"):
@@ -270,7 +280,8 @@ class VirtualNodes:
         up = all(n["state"] == "up" for n in nodes) and all(daemons.values())
         return {"state": "up" if up else "broken", "folder": str(self.folder), "hostfile": str(self.hostfile),
                 "ssh_config": str(self.ssh_config), "known_hosts": str(self.known_hosts), "subnet": str(net.SUBNET),
-                "bridge": net.BRIDGE, "rate": self.rate, "slurm": self.slurm, "seconds_up": self.seconds_up,
+                "bridge": net.BRIDGE, "rate": self.rate, "slurm": self.slurm, "confined": self.confined,
+                "seconds_up": self.seconds_up,
                 "nodes": nodes, **({"slurm_conf": str(self.slurm_conf)} if self.slurm else {})}
 
     def __enter__(self) -> VirtualNodes:

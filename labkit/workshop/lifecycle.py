@@ -35,23 +35,30 @@ class WorkshopError(RuntimeError):
     """The workshop cannot start or stop; the message says what to do."""
 
 
-def _slurm(st: State, extra_env: dict[str, str], job_minutes: int) -> None:
-    """Virtual nodes with Slurm (started unless up already); learners reach their Slurm config by name; each
-    job may run at most ``job_minutes`` (the partition's MaxTime, set live: the nodes' own file is unchanged)."""
+def _slurm(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits.Limits) -> None:
+    """Virtual nodes with Slurm (started unless up already); learners reach their Slurm config by name. Each job
+    may run at most ``job_minutes`` and, with limits, is held to its CPUs and the learner's memory per node
+    (control groups of Slurm's own, and the partition's limits set live: the nodes' own file is unchanged)."""
+    confine = bool(asked.asked())
     cluster = virtual.VirtualNodes.load()
     if cluster is None:
         st.made["nodes"] = True
         st.save()
-        cluster = virtual.VirtualNodes(count=2, slots=2, slurm=True).up()
+        cluster = virtual.VirtualNodes(count=2, slots=2, slurm=True, confined=confine,
+                                       task_cap=asked.pids).up()
     elif not cluster.slurm:
         raise WorkshopError("virtual nodes without Slurm are up: `labkit nodes down` first, or run without --slurm")
+    elif confine and (not cluster.confined or cluster.task_cap != asked.pids):
+        raise WorkshopError("virtual nodes are up whose Slurm jobs are not held to their cores, memory and this "
+                            "workshop's task cap (`labkit nodes up --slurm`): `labkit nodes down` first, so that "
+                            "`workshop up --slurm` starts them with these job limits, or run with --no-limits")
     st.made["nodes_mode"] = cluster.folder.stat().st_mode & 0o777
     st.save()
     cluster.folder.chmod(0o711)  # learners' sbatch reads slurm/slurm.conf and the munge socket below it
     extra_env["SLURM_CONF"] = str(cluster.slurm_conf)
-    st.made["slurm_max_time"] = slurmlimits.max_time(cluster.slurm_conf)
+    st.made["slurm_partition"] = slurmlimits.current(cluster.slurm_conf)
     st.save()
-    slurmlimits.set_max_time(cluster.slurm_conf, str(job_minutes))
+    slurmlimits.apply(cluster.slurm_conf, slurmlimits.for_jobs(job_minutes, asked.memory))
 
 
 def ask_limits(cores: float | None, memory: str | None, pids: int | None, no_limits: bool) -> limits.Limits:
@@ -161,7 +168,7 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
         passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
     extra_env: dict[str, str] = {}
     if st.slurm:
-        _slurm(st, extra_env, job_minutes)
+        _slurm(st, extra_env, job_minutes, asked)
     hub_port, api_port, service_port = tfconfig.free_ports(3)
     hub_settings = hubconfig.HubSettings(
         state=st.private, port=st.port, hub_port=hub_port, proxy_api_port=api_port, service_port=service_port,
@@ -197,8 +204,8 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         st.made["nodes"] = False
     elif "nodes_mode" in st.made and (cluster := virtual.VirtualNodes.load()) is not None:
         cluster.folder.chmod(st.made["nodes_mode"])
-        if st.made.get("slurm_max_time"):
-            slurmlimits.set_max_time(cluster.slurm_conf, st.made["slurm_max_time"])
+        if st.made.get("slurm_partition"):
+            slurmlimits.apply(cluster.slurm_conf, st.made["slurm_partition"])
     for folder, mode in st.made.get("modes", {}).items():
         try:
             readonly.set_mode(Path(folder), mode)  # the path itself, never a link's target

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import resource
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +206,16 @@ def join(procs_files: list[str]) -> None:
                 f.write(str(os.getpid()))
         except OSError as e:
             os.write(2, f"labkit workshop: could not join {path}: {e}\n".encode())
+
+
+def enter(procs_files: list[str], limits: Limits) -> None:
+    """In a child before it becomes the learner: join the learner's groups, and cap the learner's tasks with
+    ``RLIMIT_NPROC`` too (soft and hard: the learner cannot raise it). The cap counts the learner's tasks
+    everywhere on the machine, and Slurm hands it on to the learner's jobs (``PropagateResourceLimits``), whose
+    control groups hold CPUs and memory but not tasks."""
+    join(procs_files)
+    if limits.pids:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.pids, limits.pids))
 
 
 def remove(learners: list[str]) -> list[str]:

@@ -41,7 +41,7 @@ class WorkshopSpawner(LocalProcessSpawner):
         drop = set_user_setuid(name)
 
         def preexec() -> None:
-            limits.join(procs)
+            limits.enter(procs, asked)
             drop()
 
         return preexec

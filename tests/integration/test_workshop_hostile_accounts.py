@@ -20,12 +20,12 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.learner import BOMB, HOG, PYTHON, becomes, run_as
 
 from labkit.records import classlog
 from labkit.workshop import accounts, hub, lifecycle, limits, passwords, started
@@ -36,7 +36,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is 
 
 PIDS = 64  # tasks per learner in this module's workshop
 MEMORY = "128M"
-PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # the system's, which learners can run
 
 
 def _snapshot() -> dict[str, object]:
@@ -93,26 +92,6 @@ def _user(name: str) -> pwd.struct_passwd:
     return pwd.getpwnam(name)
 
 
-def _as(name: str, procs: list[str] | None = None):  # noqa: ANN202
-    """A preexec_fn: join ``procs`` (control groups) as root, then become ``name`` for good."""
-    info = _user(name)
-
-    def drop() -> None:
-        limits.join(procs or [])
-        os.setgroups(os.getgrouplist(name, info.pw_gid))
-        os.setgid(info.pw_gid)
-        os.setuid(info.pw_uid)
-
-    return drop
-
-
-def _run_as(name: str, argv: list[str], timeout: float = 30, procs: list[str] | None = None,
-            **kw: object) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": _user(name).pw_dir, "LANG": "C.UTF-8"}
-    return subprocess.run(argv, preexec_fn=_as(name, procs), env=env, capture_output=True, text=True,  # noqa: PLW1509
-                          timeout=timeout, cwd="/", **kw)
-
-
 def _shadow(name: str) -> str:
     for line in Path("/etc/shadow").read_text().splitlines():
         fields = line.split(":")
@@ -141,7 +120,7 @@ def _su_from_a_terminal(as_user: str, target: str, password: str, timeout: float
     pid, fd = pty.fork()
     if pid == 0:  # the child: become the other learner, then ask su for the target
         try:
-            _as(as_user)()
+            becomes(as_user)()
             os.execve("/usr/bin/su", ["su", target, "-c", "echo SU-GOT-IN"], {"PATH": "/usr/bin:/bin", "LANG": "C"})
         finally:
             os._exit(127)
@@ -248,7 +227,7 @@ def _record(**kw: object) -> str:
 
 
 def _append_as(name: str, path: Path, text: str) -> subprocess.CompletedProcess[str]:
-    return _run_as(name, [PYTHON, "-c", "import sys; open(sys.argv[1], 'a').write(sys.stdin.read())", str(path)],
+    return run_as(name, [PYTHON, "-c", "import sys; open(sys.argv[1], 'a').write(sys.stdin.read())", str(path)],
                    input=text)
 
 
@@ -302,30 +281,6 @@ def test_the_class_view_reads_no_link_no_fifo_and_no_more_than_its_cap(workshop:
 
 # --- limits that hold ----------------------------------------------------------------------------------------
 
-BOMB = """
-import os, sys, time
-born = 0
-for _ in range(1000):
-    try:
-        if os.fork() == 0:
-            os.close(1)
-            os.close(2)
-            time.sleep(60)
-            os._exit(0)
-        born += 1
-    except OSError:
-        break
-print(born, flush=True)
-"""
-
-HOG = """
-chunks = []
-for _ in range(64):  # up to 1 GiB, a page touched at a time
-    chunks.append(bytearray(16 * 2**20))
-print("NOT STOPPED", flush=True)
-"""
-
-
 def _group_files(name: str) -> tuple[list[str], Path]:
     procs, problem = limits.make(name, limits.Limits(None, limits.parse_memory(MEMORY), PIDS))
     assert problem is None and procs
@@ -338,7 +293,7 @@ def test_a_fork_bomb_stops_at_pids_max(workshop: Workshop) -> None:
     uid = _user("learner01").pw_uid
     start = time.monotonic()
     try:
-        out = _run_as("learner01", [PYTHON, "-c", BOMB], timeout=60, procs=procs, start_new_session=True)
+        out = run_as("learner01", [PYTHON, "-c", BOMB], timeout=60, procs=procs, start_new_session=True)
         born = int(out.stdout.split()[0])
         took = time.monotonic() - start
         assert 0 < born < PIDS, out  # the rest were refused by the kernel
@@ -354,7 +309,7 @@ def test_a_memory_hog_is_ended_at_the_memory_limit(workshop: Workshop) -> None:
     uid = _user("learner02").pw_uid
     start = time.monotonic()
     try:
-        out = _run_as("learner02", [PYTHON, "-c", HOG], timeout=60, procs=procs)
+        out = run_as("learner02", [PYTHON, "-c", HOG], timeout=60, procs=procs)
     finally:
         accounts.stop_processes({uid})
     took = time.monotonic() - start
@@ -395,7 +350,7 @@ def test_no_kill_by_name_in_the_workshop() -> None:
 def test_down_after_stale_pids_removes_everything_and_kills_nothing_else(workshop: Workshop) -> None:
     st = workshop.st
     uid = _user("learner01").pw_uid
-    left = subprocess.Popen(["sleep", "600"], preexec_fn=_as("learner01"), start_new_session=True,  # noqa: PLW1509
+    left = subprocess.Popen(["sleep", "600"], preexec_fn=becomes("learner01"), start_new_session=True,  # noqa: PLW1509
                             stdin=subprocess.DEVNULL)
     crontab = workshop.spools[0] / "learner01"
     crontab.write_text("* * * * * touch /tmp/x\n")  # as crontab(1) leaves it: the learner's file in the spool

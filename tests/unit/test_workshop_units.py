@@ -275,19 +275,25 @@ def test_up_refuses_bad_values_before_anything(argv: list[str], message: str,
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_slurm_jobs_get_the_partitions_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slurm_jobs_get_the_partitions_time_and_memory_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, ...]] = []
 
     def scontrol(conf: Path, *args: str) -> str:
         calls.append(args)
-        return "PartitionName=nodes AllowGroups=ALL Default=YES MaxTime=UNLIMITED Nodes=node[1-2]\n"
+        return ("PartitionName=nodes AllowGroups=ALL Default=YES MaxTime=UNLIMITED MaxMemPerNode=UNLIMITED "
+                "Nodes=node[1-2]\n")
 
     monkeypatch.setattr(slurmlimits, "_scontrol", scontrol)
-    assert slurmlimits.partition(Path("/x")) == ("nodes", "UNLIMITED")
-    slurmlimits.set_max_time(Path("/x"), "30")
+    assert slurmlimits.current(Path("/x")) == {"MaxTime": "UNLIMITED", "DefMemPerNode": "UNLIMITED",
+                                               "MaxMemPerNode": "UNLIMITED"}
+    slurmlimits.apply(Path("/x"), slurmlimits.for_jobs(30, None))
     assert calls[-1] == ("update", "PartitionName=nodes", "MaxTime=30")
-    with pytest.raises(slurmlimits.SlurmLimitError):
-        slurmlimits.set_max_time(Path("/x"), "30 Nodes=evil")
+    slurmlimits.apply(Path("/x"), slurmlimits.for_jobs(5, 3 * 2**30))
+    assert calls[-1] == ("update", "PartitionName=nodes", "MaxTime=5", "DefMemPerNode=3072", "MaxMemPerNode=3072")
+    for bad in ({"MaxTime": "30 Nodes=evil"}, {"MaxMemPerNode": "1G"}, {"AllowGroups": "ALL"}):
+        with pytest.raises(slurmlimits.SlurmLimitError):
+            slurmlimits.apply(Path("/x"), bad)
+    assert len(calls) == 5  # nothing was sent for the bad values
 
 
 def test_a_new_password_for_one_learner(tmp_path: Path, capsys: pytest.CaptureFixture[str],

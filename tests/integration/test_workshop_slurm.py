@@ -1,0 +1,175 @@
+"""``labkit workshop up --slurm``: learners' jobs on the virtual nodes, limited by Slurm, under a hostile learner.
+
+One workshop for the module (``lifecycle.up`` for one learner with ``slurm=True``, the hub replaced by a canary
+``sleep``: the jobs are what is tested, submitted the way the learner's server would, from a process in the
+learner's limits). The learner's jobs run as the learner on a node, get the partition's time limit, are held to
+their CPUs, are ended by Slurm's control groups at the memory limit, and a fork bomb stops at the learner's task
+cap; a job asking for more time or memory never runs. ``down`` leaves no job, node, account or control group.
+Needs root, useradd, Slurm and munge; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.learner import BOMB, HOG, PYTHON, run_as
+
+from labkit.nodes import net, virtual
+from labkit.nodes import slurm as nodes_slurm
+from labkit.workshop import accounts, hub, lifecycle, limits
+from labkit.workshop.started import Started
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None or nodes_slurm.missing() is not None,
+                       reason="needs root, useradd, Slurm and munge"),
+    pytest.mark.slow,
+]
+
+LEARNER = "learner01"
+PIDS = 64
+MEMORY = "256M"
+MINUTES = 2
+# What a hostile learner's job does first: raise its soft task limit as far as the hard one lets it.
+RAISE_SOFT_CAP = "import resource; _, hard = resource.getrlimit(resource.RLIMIT_NPROC); " \
+                 "resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))\n"
+
+
+def _slurm_groups() -> set[Path]:
+    """Control groups Slurm's cgroup plugin makes (``slurm*`` under each v1 hierarchy, or the v2 tree)."""
+    root = Path("/sys/fs/cgroup")
+    return {p for p in (*root.glob("slurm*"), *root.glob("*/slurm*")) if p.is_dir()}
+
+
+class Workshop:
+    def __init__(self, st: lifecycle.State, conf: Path, asked: limits.Limits, procs: list[str]) -> None:
+        self.st, self.conf, self.asked, self.procs = st, conf, asked, procs
+
+    def submit(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``sbatch ARGS`` as the learner, from a process in the learner's limits (as their server is)."""
+        return run_as(LEARNER, ["sbatch", "--parsable", *args], procs=self.procs, asked=self.asked,
+                      env={"SLURM_CONF": str(self.conf)})
+
+    def job(self, job_id: str) -> dict[str, str]:
+        out = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True,
+                             env={**os.environ, "SLURM_CONF": str(self.conf)}, timeout=30)
+        return dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+
+    def wait(self, job_id: str, timeout: float = 90) -> dict[str, str]:
+        """The job's fields once it has ended (or ``timeout`` passed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            fields = self.job(job_id)
+            if fields.get("JobState") not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", None) \
+                    or time.monotonic() > deadline:
+                return fields
+            time.sleep(0.5)
+
+    def output(self, name: str) -> str:
+        """A file the job wrote in the learner's home, read as the learner."""
+        home = pwd.getpwnam(LEARNER).pw_dir
+        return run_as(LEARNER, ["cat", f"{home}/{name}"]).stdout
+
+
+@pytest.fixture(scope="module")
+def workshop() -> Iterator[Workshop]:
+    if lifecycle.State.load() is not None or accounts.user_exists(LEARNER):
+        pytest.skip("a workshop is up on this machine already")
+    if virtual.VirtualNodes.load() is not None or net.netns_names():
+        pytest.skip("virtual nodes are up on this machine already")
+    asked = limits.Limits(None, limits.parse_memory(MEMORY), PIDS)
+    if limits.probe(asked) is not None:
+        pytest.skip(f"control groups cannot hold limits here: {limits.probe(asked)}")
+    state = Path(f"/run/labkit-workshop-slurm-{os.getpid()}")
+    groups_before = _slurm_groups()
+    users_before = {p.pw_name for p in pwd.getpwall()}
+    fake_hub = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, start_new_session=True)
+    uids: set[int] = set()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hub, "find_proxy", lambda: "/bin/true")
+        mp.setattr(hub, "jupyterhub", lambda: "/bin/true")
+        mp.setattr(hub, "start", lambda *args: Started.of(fake_hub.pid))
+        mp.setattr(hub, "wait_ready", lambda *args, **kw: 0.0)
+        try:
+            start = time.monotonic()
+            st, _ = lifecycle.up(1, port=1, folder=str(state), slurm=True, memory=MEMORY, pids=PIDS,
+                                 job_minutes=MINUTES, say=print)
+            print(f"\nworkshop up --slurm: {time.monotonic() - start:.1f} s")
+            uids = accounts.uids_of(st.made["users"])
+            cluster = virtual.VirtualNodes.load()
+            assert cluster is not None and cluster.confined
+            procs, problem = limits.make(LEARNER, asked)
+            assert problem is None
+            yield Workshop(st, cluster.slurm_conf, asked, procs)
+        finally:
+            accounts.stop_processes(uids)
+            lifecycle.down(str(state))
+            fake_hub.kill()
+            fake_hub.wait()
+    assert virtual.VirtualNodes.load() is None and net.netns_names() == []
+    assert {p.pw_name for p in pwd.getpwall()} == users_before and not state.exists()
+    assert accounts.processes_of(uids) == []
+    assert _slurm_groups() <= groups_before  # Slurm's groups of the nodes are gone with them
+
+
+def test_a_learners_job_runs_as_the_learner_held_to_its_cpus_time_and_tasks(workshop: Workshop) -> None:
+    nproc_cap = f"{PYTHON} -c 'import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[1])'"
+    script = f"echo WHO $(id -un) $(nproc) $({nproc_cap}) $(hostname)"
+    out = workshop.submit("-c", "1", "-o", "who-%j.out", f"--chdir={pwd.getpwnam(LEARNER).pw_dir}",
+                          "--wrap", script)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip()
+    fields = workshop.wait(job)
+    assert fields["JobState"] == "COMPLETED", fields
+    assert fields["TimeLimit"] == f"00:{MINUTES:02d}:00"  # the partition's MaxTime, as no --time was asked
+    text = workshop.output(f"who-{job}.out")
+    who = next((line.split()[1:] for line in text.splitlines() if line.startswith("WHO ")), [])
+    assert len(who) == 4, text
+    user, cpus, tasks, host = who
+    assert (user, cpus, tasks) == (LEARNER, "1", str(PIDS)) and host.startswith("node"), (user, cpus, tasks, host)
+
+
+def test_a_job_asking_for_more_time_or_memory_never_runs(workshop: Workshop) -> None:
+    for ask in (["-t", str(MINUTES + 5)], ["--mem", "1G"]):
+        out = workshop.submit(*ask, "--wrap", "echo RAN")
+        if out.returncode != 0:  # refused at once: fine, it did not run
+            assert "limit" in out.stderr.lower() or "memory" in out.stderr.lower(), out.stderr
+            continue
+        job = out.stdout.strip()
+        time.sleep(3)
+        fields = workshop.job(job)
+        try:
+            assert fields["JobState"] == "PENDING", (ask, fields)
+            assert fields["Reason"] in ("PartitionTimeLimit", "PartitionConfig", "MaxMemPerLimit"), (ask, fields)
+        finally:
+            subprocess.run(["scancel", job], env={**os.environ, "SLURM_CONF": str(workshop.conf)}, check=False)
+
+
+def test_a_memory_hog_in_a_job_is_ended_by_slurm(workshop: Workshop) -> None:
+    out = workshop.submit("-o", "/dev/null", "--wrap", f"{PYTHON} -c '{HOG}'")
+    assert out.returncode == 0, out.stderr
+    fields = workshop.wait(out.stdout.strip())
+    assert fields["JobState"] == "OUT_OF_MEMORY", fields
+    print(f"\nmemory hog in a job under {MEMORY}: {fields['JobState']} after {fields.get('RunTime')}")
+
+
+def test_a_fork_bomb_in_a_job_stops_at_the_learners_task_cap(workshop: Workshop) -> None:
+    home = pwd.getpwnam(LEARNER).pw_dir
+    out = run_as(LEARNER, ["sbatch", "--parsable", "-o", "bomb-%j.out", f"--chdir={home}"],
+                 procs=workshop.procs, asked=workshop.asked, env={"SLURM_CONF": str(workshop.conf)},
+                 input=f"#!/bin/sh\n{PYTHON} - <<'EOF'\n{RAISE_SOFT_CAP}{BOMB}\nEOF\n")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip()
+    try:
+        workshop.wait(job)
+        born = int(workshop.output(f"bomb-{job}.out").split()[0])
+        assert 0 < born < PIDS, born  # the rest were refused by the kernel
+    finally:
+        subprocess.run(["scancel", job], env={**os.environ, "SLURM_CONF": str(workshop.conf)}, check=False)
+    print(f"\nfork bomb in a job under the task cap {PIDS}: {born} children, then fork failed")
