@@ -140,6 +140,7 @@ def test_a_job_asking_for_more_time_or_memory_never_runs(workshop: Workshop) -> 
         out = workshop.submit(*ask, "--wrap", "echo RAN")
         if out.returncode != 0:  # refused at once: fine, it did not run
             assert "limit" in out.stderr.lower() or "memory" in out.stderr.lower(), out.stderr
+            print(f"\nsbatch {' '.join(ask)}: refused: {out.stderr.strip()}")
             continue
         job = out.stdout.strip()
         time.sleep(3)
@@ -147,6 +148,7 @@ def test_a_job_asking_for_more_time_or_memory_never_runs(workshop: Workshop) -> 
         try:
             assert fields["JobState"] == "PENDING", (ask, fields)
             assert fields["Reason"] in ("PartitionTimeLimit", "PartitionConfig", "MaxMemPerLimit"), (ask, fields)
+            print(f"\nsbatch {' '.join(ask)}: pending, {fields['Reason']}")
         finally:
             subprocess.run(["scancel", job], env={**os.environ, "SLURM_CONF": str(workshop.conf)}, check=False)
 
