@@ -146,8 +146,10 @@ def _find_rank(tag: str, rank: int) -> psutil.Process | None:
     return None
 
 
-def _slow_down(tag: str, rank: int, share: float, log: Path, done: threading.Event) -> None:
-    """Once ``rank`` prints its first step, run it ``share`` of the time until ``done``."""
+def _slow_down(tag: str, rank: int, share: float, log: Path, done: threading.Event, period: float) -> None:
+    """Once ``rank`` prints its first step, run it ``share`` of the time until ``done``, stopped and continued
+    every ``period`` seconds: a fraction of a step, so that every step is slowed alike (as on a slower machine),
+    not a few steps stopped whole while the median step runs at full speed."""
     found = None
     while not done.is_set() and found is None:  # found while it starts: the search is slow on a busy machine
         found = _find_rank(tag, rank)
@@ -155,7 +157,7 @@ def _slow_down(tag: str, rank: int, share: float, log: Path, done: threading.Eve
     while not done.is_set() and not (log.exists() and timeline_job.MARK in log.read_text(errors="replace")):
         done.wait(0.05)
     if found is not None and not done.is_set():
-        with faults.Throttle(_Rank(found), share):
+        with faults.Throttle(_Rank(found), share, period):
             done.wait()
 
 
@@ -173,8 +175,9 @@ def run(np: int = 2, steps: int = 40, slow: int | None = None, share: float = 0.
     done = threading.Event()
     slower = None
     if slow is not None:
-        slower = threading.Thread(target=_slow_down, args=(tag, slow, share, logs / f"rank.{slow}.log", done),
-                                  daemon=True)
+        period = compute_ms / 4000  # a quarter of a step's compute
+        slower = threading.Thread(target=_slow_down, daemon=True,
+                                  args=(tag, slow, share, logs / f"rank.{slow}.log", done, period))
         slower.start()
     try:
         job = launch.run(command, np=np, launcher=launcher, hostfile=hostfile, env=env, log_dir=logs,
