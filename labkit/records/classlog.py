@@ -131,8 +131,11 @@ def write(records: Iterable[Record], folder: Path | None = None) -> Path | None:
         return None
     path = folder / f"{rows[0].learner}{SUFFIX}"
     data = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o640)
     try:
+        size = os.fstat(fd).st_size
+        if size + len(data) > MAX_BYTES:  # the view would not read it: say so instead of growing the file
+            raise ValueError(f"{path} holds {size / 2**20:.1f} MiB, all the class view reads; ask your instructor")
         os.write(fd, data)  # one write of whole lines: records of two checks never interleave
     finally:
         os.close(fd)

@@ -75,6 +75,24 @@ def test_class_files_are_capped_and_never_followed(tmp_path: Path) -> None:
     assert any("fifo.jsonl: not a regular file" in p for p in got.problems)
 
 
+def test_the_writer_stops_at_the_cap_and_never_follows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(classlog, "MAX_BYTES", 1000)
+    rec = classlog.make_record("ann", "horovod", 1, True, "ok", 1.0)
+    written = 0
+    with pytest.raises(ValueError, match="all the class view reads"):
+        for _ in range(100):
+            classlog.write([rec], tmp_path)
+            written += 1
+    path = tmp_path / f"ann{classlog.SUFFIX}"
+    assert 0 < written < 100 and path.stat().st_size <= 1000
+    assert len(classlog.read_file(path, "ann").records) == written  # what was written stays whole
+    (tmp_path / "target").write_text("")
+    (tmp_path / f"bob{classlog.SUFFIX}").symlink_to(tmp_path / "target")
+    with pytest.raises(OSError):
+        classlog.write([classlog.make_record("bob", "horovod", 1, True, "ok", 1.0)], tmp_path)
+    assert (tmp_path / "target").read_text() == ""
+
+
 def test_class_view_grid_rates_failures_and_minutes() -> None:
     view = fixture_view()
     assert view.learners == ["learner01", "learner02", "learner03"]
