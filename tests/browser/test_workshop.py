@@ -11,7 +11,6 @@ import json
 import os
 import pwd
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,22 +18,19 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import browser, paths
+from helpers.hubconf import hub_missing
 
 from labkit.core import proc, tfconfig
 from labkit.records import classlog
-from labkit.workshop import accounts, hub, lifecycle, limits
+from labkit.workshop import accounts, lifecycle, limits
 
 ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_after_step_01.py"
 
 
 def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "a workshop needs root (Unix users, JupyterHub as root)"
-    if not (Path(sys.executable).parent / "jupyterhub").exists():
-        return "JupyterHub is not installed: pip install -e '.[workshop]'"
-    if hub.find_proxy() is None and shutil.which("npm") is None:
-        return "neither configurable-http-proxy nor npm to install it"
+    if hub_missing() is not None:
+        return hub_missing()
     if shutil.which("openssl") is None:
         return "openssl is missing"
     if "classlog" not in (ROOT / "labkit" / "check" / "__init__.py").read_text():

@@ -1,13 +1,16 @@
-"""A workshop hub's settings for unit tests, and the configuration file they write, loaded as JupyterHub loads it."""
+"""A workshop hub's settings for unit tests, the configuration file they write, loaded as JupyterHub loads it,
+and what a real hub in a test needs."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from labkit.workshop import hubconfig
+from labkit.workshop import hub, hubconfig
 
 
 def settings(tmp_path: Path, **kw: object) -> hubconfig.HubSettings:
@@ -23,3 +26,16 @@ def load(text: str) -> object:
     config = traitlets.Config()
     exec(compile(text, "jupyterhub_config.py", "exec"), {"get_config": lambda: config})  # noqa: S102
     return config
+
+
+def hub_missing() -> str | None:
+    """Why a real workshop hub cannot run here (root, JupyterHub, a proxy or npm, useradd), or None."""
+    if os.geteuid() != 0:
+        return "a workshop needs root (Unix users, JupyterHub as root)"
+    if not (Path(sys.executable).parent / "jupyterhub").exists():
+        return "JupyterHub is not installed: pip install -e '.[workshop]'"
+    if hub.find_proxy() is None and shutil.which("npm") is None:
+        return "neither configurable-http-proxy nor npm to install it"
+    if shutil.which("useradd") is None:
+        return "useradd is missing"
+    return None

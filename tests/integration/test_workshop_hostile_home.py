@@ -15,7 +15,6 @@ import pwd
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import aio, paths
+from helpers.hubconf import hub_missing
 from tornado import httpclient, websocket
 
 from labkit.core import proc, tfconfig
@@ -38,20 +38,8 @@ ANSWERS = [SOURCE / "solutions" / "fashion_mnist_solution.py", SOURCE / "course"
            SOURCE / ".git" / "HEAD", SOURCE / "tests" / "conftest.py"]
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "a workshop needs root (Unix users, JupyterHub as root)"
-    if not (Path(sys.executable).parent / "jupyterhub").exists():
-        return "JupyterHub is not installed: pip install -e '.[workshop]'"
-    if hub.find_proxy() is None and shutil.which("npm") is None:
-        return "neither configurable-http-proxy nor npm to install it"
-    if shutil.which("useradd") is None:
-        return "useradd is missing"
-    return None
-
-
 # every test uses the module's hub (about 35 s to start with two servers, 5 s to stop)
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(hub_missing() is not None, reason=str(hub_missing()))]
 
 
 @dataclass(frozen=True)
