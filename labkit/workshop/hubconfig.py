@@ -32,7 +32,9 @@ SERVICE = "class"  # the class view's service name: /services/class/
 DEFAULT_URL = "/lab/tree/labs/00_start_here.ipynb"
 TERMINAL = ["/usr/bin/env", "SHELL=/bin/bash", "/bin/bash", "-l"]  # the account's shell is nologin
 AUTHS = ("hub", "shared")
-SUBDOMAIN_HOST = re.compile(r"https?://[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+(:[0-9]{1,5})?")
+# A wildcard DNS name, or localhost (browsers resolve NAME.localhost to this machine: a workshop tried locally)
+SUBDOMAIN_HOST = re.compile(r"https?://(localhost|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+)"
+                            r"(:[0-9]{1,5})?")
 SHARED_ORIGIN = ("every learner's server is served from the hub's own address (no subdomain host): a page a learner "
                  "serves from their server, opened by the instructor, can act as the instructor on the hub. Do not "
                  "open learners' pages (/user/NAME/...) while logged in as the instructor, or give the hub a wildcard "

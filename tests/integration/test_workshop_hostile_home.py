@@ -13,11 +13,13 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import stat
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ from helpers.hubconf import hub_missing
 from tornado import httpclient, websocket
 
 from labkit.core import proc, tfconfig
-from labkit.workshop import accounts, asuser, homes, hub, lifecycle
+from labkit.workshop import accounts, asuser, homes, hub, hubconfig, lifecycle
 
 SOURCE = paths.ROOT
 ANSWERS = [SOURCE / "solutions" / "fashion_mnist_solution.py", SOURCE / "course" / "INSTRUCTOR.md",
@@ -101,6 +103,22 @@ class Workshop:
     def release(self) -> Path:
         return self.st.folder / "release"
 
+    def server(self, who: str) -> str:
+        """The learner's server on their own origin (``NAME.localhost``, see :func:`_localhost_names`)."""
+        return f"http://{who}.localhost:{self.st.port}/user/{who}/"
+
+
+def _localhost_names(mp: pytest.MonkeyPatch) -> None:
+    """Resolve ``NAME.localhost`` to this machine in this process, as browsers do (the system resolver may not)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if isinstance(host, str) and host.endswith(".localhost"):
+            host = "127.0.0.1"
+        return real(host, *args, **kw)
+
+    mp.setattr(socket, "getaddrinfo", getaddrinfo)
+
 
 def _token(st: lifecycle.State, who: str) -> str:
     out = subprocess.run([hub.jupyterhub(), "token", "-f", str(st.config), who], capture_output=True, text=True,
@@ -155,8 +173,12 @@ def workshop() -> Iterator[Workshop]:
     before, canary_state = _snapshot(), canaries.state()
     uids: set[int] = set()
     job = ""
+    mp = pytest.MonkeyPatch()
+    _localhost_names(mp)
     try:
-        st, _ = lifecycle.up(3, port=tfconfig.free_ports(1)[0], folder=str(state), no_limits=True, say=print)
+        port = tfconfig.free_ports(1)[0]  # learners at NAME.localhost, which resolves to this machine
+        st, _ = lifecycle.up(3, port=port, folder=str(state), no_limits=True, say=print,
+                             subdomain_host=f"http://localhost:{port}")
         uids, job = accounts.uids_of(st.made["users"]), st.job_id
         # before their first start: learner01 plants links to root's canaries, learner02 a FIFO as ~/.profile,
         # their own server configuration and Python start-up files, and a ~/course of their own
@@ -179,6 +201,7 @@ def workshop() -> Iterator[Workshop]:
         print(f"\nservers ready after {json.dumps({k: round(v, 1) for k, v in started.items()})} s")
         yield Workshop(st, canaries, admin, tokens, started)
     finally:
+        mp.undo()
         removed = lifecycle.down(str(state))
         after = _snapshot()
         try:
@@ -238,7 +261,7 @@ def test_the_learners_own_configuration_and_python_files_are_not_loaded(workshop
     done = as_learner("learner02", PLANT, str(me.home), "/nonexistent", "/nonexistent", "course",
                       str(me.home / homes.COURSE))  # where PYTHONPATH pointed before: the kernel's folder
     assert done.code == 0, done.err
-    base = f"{w.st.url}user/learner02/api/"
+    base = f"{w.server('learner02')}api/"
     kernel = _api(base + "kernels", w.tokens["learner02"], "POST")["id"]
     try:
         assert proc.wait_until(lambda: _kernel(kernel) is not None, 60)
@@ -414,3 +437,29 @@ def test_a_fifo_and_links_in_a_fresh_home_are_left_alone_by_the_child(workshop: 
     assert any("not linked" in n for n in report.notes) and any(".profile: not a regular" in n for n in report.notes)
     assert stat.S_ISFIFO((me.home / ".profile").lstat().st_mode)
     assert c.state() == _make_state(c) and _owners_below(me.home) == {me.uid}
+
+
+def _get(url: str, token: str) -> tuple[int, str]:
+    """GET ``url`` without following redirects: its status and the body's start."""
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.build_opener(_NoRedirect).open(request, timeout=30) as r:
+            return r.status, r.read(2000).decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, f"{e.headers.get('Location', '')} {e.read(2000).decode(errors='replace')}"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kw: object) -> None:
+        return None
+
+
+def test_each_learner_is_served_from_an_origin_of_their_own(workshop: Workshop) -> None:
+    w, port = workshop, workshop.st.port
+    assert hubconfig.SHARED_ORIGIN not in w.st.problems  # the shared-origin risk is not said: it is not there
+    code, body = _get(w.server("learner01") + "api/status", w.tokens["learner01"])
+    assert code == 200 and "started" in body, (code, body)  # the learner's own server, on its own origin
+    for origin in (f"http://localhost:{port}", f"http://learner02.localhost:{port}", w.st.url.rstrip("/")):
+        code, body = _get(f"{origin}/user/learner01/api/status", w.tokens["learner01"])
+        assert not (code == 200 and "started" in body), (origin, code, body)  # never learner01's server there
+        print(f"\n{origin}/user/learner01/api/status: {code} {body[:120]!r}")
