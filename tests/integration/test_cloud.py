@@ -49,6 +49,7 @@ def rejects(provider: str, obj: dict, *needles: str) -> str:
 # ----------------------------------------------------------------------------- writing all of them
 
 
+@pytest.mark.slow  # each SDK imported and run: 2-3 s a provider
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_writes_three_files_each_accepted_by_its_sdk(provider, tmp_path):
     """The command writes one file per solution, with a header, the course image and the bucket; each is
@@ -263,6 +264,7 @@ def test_vertex_cluster_spec_gives_the_mpi_hosts():
     assert bootstrap.machines("vertex", env) == (["c-0", "w-0", "w-1"], 2)
 
 
+@pytest.mark.slow  # waits for a task to end
 def test_bootstrap_ends_a_ps_task_when_the_chief_has_gone():
     """A parameter server or worker serves for ever; the bootstrap stops it once the chief stopped answering."""
     import socket

@@ -45,6 +45,7 @@ def line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
+@pytest.mark.slow  # waits for a stopped rank
 def test_a_stopped_process_tells_where_it_was(tmp_path: Path) -> None:
     """SIGTERM makes the interpreter write its stacks (from C, even in a busy loop), then it dies as before."""
     script = tmp_path / "spin.py"

@@ -46,6 +46,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+@pytest.mark.slow  # starts TensorFlow
 def test_missing_data_says_how_to_get_it(tmp_path: Path) -> None:
     # An empty home (no Keras cache) and a proxy that refuses: the download fails at once.
     env = _clean_env(HOME=str(tmp_path), https_proxy="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9")

@@ -31,8 +31,9 @@ from labkit.records import classlog
 from labkit.workshop import accounts, hub, lifecycle, limits, passwords, started
 from labkit.workshop.started import Started
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                                reason="needs root and useradd (Unix accounts for the learners)")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                                 reason="needs root and useradd (Unix accounts for the learners)"),
+              pytest.mark.slow]  # accounts made and removed, logins through PAM and sshd
 
 PIDS = 64  # tasks per learner in this module's workshop
 MEMORY = "128M"
