@@ -32,6 +32,7 @@ from labkit.launching.launchers import (
     LaunchError,
     default_threads,
     python_command,
+    typed,
     worker_env,
 )
 from labkit.launching.reach import HostWatch
@@ -47,7 +48,7 @@ class JobResult:
     """What a launched job did."""
 
     returncode: int
-    command: list[str]
+    command: list[str]  # as a person would type it; what really ran, wrapper and all: LOG_DIR/command.txt
     log_dir: Path
     np: int
     duration: float
@@ -192,12 +193,14 @@ def run(
     wrapped = [sys.executable, "-m", "labkit.launching.rank", str(logs), "--", *command]
     shown = [argv for _, argv, _ in chosen.commands(wrapped, wenv)]
     (logs / "command.txt").write_text("".join(shlex.join(a) + "\n" for a in shown))
+    # What the learner could type for the same job (their own variables only); what really runs, with labkit's
+    # wrapper and variables, is in command.txt.
+    typed_command = typed(chosen.commands(command, env or {})[0][1])
     sink = None if quiet else (sink or default_sink())
     renderer = Renderer(sink.line, sink.progress) if sink else None
-    if sink and chosen.name != "slurm":  # what really runs, before its output (Slurm shows its batch script)
-        sink.line(command_line(shown[0]))
-        if len(shown) > 1:
-            sink.line(f"  (and {len(shown) - 1} more like it: every command in {logs / 'command.txt'})")
+    if sink and chosen.name != "slurm":  # the command before its output (Slurm shows its batch script)
+        sink.line(command_line(typed_command))
+        sink.line(f"  (as run, with labkit's rank wrapper and variables: {logs / 'command.txt'})")
 
     def feed(chunk: bytes) -> None:
         if renderer:
@@ -214,7 +217,7 @@ def run(
         if not procs:  # only a script was written
             if sink:
                 sink.line(f"batch script written: {chosen.script_path}")
-            return JobResult(0, shown[0] if shown else [], logs, np, 0.0)
+            return JobResult(0, typed_command, logs, np, 0.0)
         if sink and chosen.name == "slurm":
             sink.line(f"submitted {logs / 'job.sbatch'}:")
             for line in (logs / "job.sbatch").read_text().splitlines():
@@ -237,7 +240,7 @@ def run(
         code = 124 if timed_out else 130
     if watch.lost and not (timed_out or interrupted):
         code = code or 1
-    result = JobResult(code, shown[0], logs, np, duration, timed_out, interrupted, exits, errors,
+    result = JobResult(code, typed_command, logs, np, duration, timed_out, interrupted, exits, errors,
                        lost=watch.message() if watch.lost else None, rank_hosts=rank_hosts(logs, np))
     if record:
         status = "ok" if result.ok else "timeout" if timed_out else "interrupted" if interrupted else "failed"

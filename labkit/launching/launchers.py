@@ -75,6 +75,18 @@ def python_command(command: Sequence[str]) -> list[str]:
     return [sys.executable if c in ("python", "python3") else c for c in command]
 
 
+def typed(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a person would type it in a terminal of the course's environment (pure): the launcher and
+    the environment's own tools by name, this interpreter as ``python``, no ``nsenter ... --`` into a node."""
+    argv = list(argv)
+    if argv and Path(argv[0]).name == "nsenter" and "--" in argv:
+        argv = argv[argv.index("--") + 1:]
+    here = Path(sys.executable).parent
+    shown = ["python" if a == sys.executable else Path(a).name if "/" in a and Path(a).parent == here else a
+             for a in argv]
+    return [Path(shown[0]).name, *shown[1:]] if shown else shown
+
+
 def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 

@@ -132,3 +132,13 @@ def test_one_exit_status_for_the_job() -> None:
     assert launch.exit_code([0, 0]) == 0
     assert launch.exit_code([-15, 1], first_failure=1) == 1  # the rest were stopped because of rank 1
     assert launch.exit_code([-9]) == 137 and launch.exit_code([]) == 1
+
+
+def test_a_command_is_shown_as_a_person_would_type_it() -> None:
+    here = Path(sys.executable).parent
+    argv = ["nsenter", "-t", "42", "-n", "--wd=/x", "--", str(here / "horovodrun"), "-np", "2", "-H", "node1:1",
+            sys.executable, "/home/me/fashion_mnist.py", "--epochs", "1"]
+    assert launchers.typed(argv) == ["horovodrun", "-np", "2", "-H", "node1:1", "python", "/home/me/fashion_mnist.py",
+                                     "--epochs", "1"]
+    assert launchers.typed(["/usr/bin/mpirun", "-np", "2", "/opt/x/python3", "/tmp/a.py"]) == [
+        "mpirun", "-np", "2", "/opt/x/python3", "/tmp/a.py"]  # the launcher by name; other paths as they are
