@@ -69,9 +69,16 @@ def directives(o: SlurmOptions, output: str) -> list[str]:
     if o.cpus_per_task:
         lines.append(f"--cpus-per-task={o.cpus_per_task}")
     if o.gpus_per_task:
-        lines.append(f"--gpus-per-task={o.gpus_per_task}")
+        lines.append(f"--gpus-per-node={o.gpus_per_task * o.tasks_per_node}")
     for flag, value in (("partition", o.partition), ("account", o.account), ("time", o.time)):
         if value:
             lines.append(f"--{flag}={value}")
     lines.append(f"--output={directive_value(output)}")
-    return [f"#SBATCH {line}" for line in lines]
+    return [*(GPU_NOTE if o.gpus_per_task else []), *(f"#SBATCH {line}" for line in lines)]
+
+
+# Why GPUs are asked per node: the scripts pin `gpus[hvd.local_rank()]`, which needs every GPU of the node
+# visible to every rank. Where Slurm binds one GPU to each task (--gpus-per-task), each rank sees only its own,
+# as GPU 0, and local rank 1 finds no gpus[1].
+GPU_NOTE = ["# GPUs per node, not per task: every rank sees all of its node's GPUs and takes its own by local",
+            "# rank (gpus[hvd.local_rank()]); bound one per task, each rank would see only its own as GPU 0."]

@@ -26,7 +26,7 @@ def test_notebook_runs_and_submits_to_slurm(finished_notebooks, slurm: object) -
     text = outputs_text(nb)
     assert "rank 4 -> node2, local rank 2" in text and "node1 slots=2" in text
     assert "merge" in text.lower() or "twice" in text.lower()  # the duplicate host was named
-    assert "Slurm: a cluster answers" in text and "#SBATCH --gpus-per-task=1" in text
+    assert "Slurm: a cluster answers" in text and "#SBATCH --gpus-per-node=4" in text
     assert "allreduce on the engines: [3, 3]" in text
     assert "kind: MPIJob" in text and '"index": 3' in text
     assert "Traceback" not in text

@@ -29,7 +29,7 @@ def test_batch_script_asks_for_what_was_given(tmp_path: Path) -> None:
     text = slurm.batch_script(o, ["python", "train.py", "--epochs", "2"], env, "/logs/slurm-%j.out", tmp_path)
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
-    for want in ("--nodes=2", "--ntasks-per-node=4", "--gpus-per-task=1", "--partition=gpu", "--account=course42",
+    for want in ("--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--partition=gpu", "--account=course42",
                  "--time=01:30:00", "--output=/logs/slurm-%j.out"):
         assert f"#SBATCH {want}" in lines
     assert f"cd {tmp_path}" in lines and "export TF_USE_LEGACY_KERAS=1" in lines

@@ -63,7 +63,8 @@ def test_each_start_starts_the_ranks_its_way(tmp_path: Path) -> None:
     tf = script(tmp_path, "tf_config")
     assert "scontrol show hostnames" in tf and "$SLURM_PROCID" in tf and "--mpi=none" in tf
     gpus = script(tmp_path, "mpirun", gpus_per_task=1)
-    assert "#SBATCH --gpus-per-task=1" in gpus and "CUDA_VISIBLE_DEVICES" not in gpus
+    assert "#SBATCH --gpus-per-node=2" in gpus and "#SBATCH --gpus-per-task" not in gpus
+    assert "CUDA_VISIBLE_DEVICES" not in gpus
 
 
 def test_the_command_line_writes_it(tmp_path: Path) -> None:
