@@ -133,12 +133,19 @@ CASES: list[Case] = [
     Case("horovod", "pin_by_rank", HVD, 0, "hvd.local_rank()", (("gpus[hvd.local_rank()]", "gpus[hvd.rank()]"),)),
     Case("horovod", "broadcast_from_rank1", HVD, 3, "rank 0",
          (("BroadcastGlobalVariablesCallback(0)", "BroadcastGlobalVariablesCallback(1)"),)),
-    # A shard's worth of validation per worker is a correct way of step 5 too (judged up to step 6: this
-    # recording has no checkpoint runs).
+    # Step 5's validation: a shard's worth per worker is a correct way too, given as validation_steps or by a
+    # sharded test set that fit runs through (judged up to step 6: these recordings have no checkpoint runs);
+    # the whole test set per worker, or 3x it, is validation_steps not divided by the workers.
     Case("horovod", "validation_not_tripled", HVD, 6, "",
          (("3 * validation_steps // hvd.size()", "validation_steps // hvd.size()"),), step=6),
-    Case("horovod", "validation_not_divided", HVD, 4, "validation_steps",
+    Case("horovod", "validation_sharded_no_steps", HVD, 6, "", (
+        ("               .shuffle(len(x_test)).repeat()\n", "               .shard(hvd.size(), hvd.rank())\n"),
+        ("validation_data=test_ds, validation_steps=validation_steps,", "validation_data=test_ds,"),
+        ("model.evaluate(test_ds, steps=test_steps,", "model.evaluate(test_ds,")), step=6),
+    Case("horovod", "validation_not_divided", HVD, 4, "validation_steps=12 was not divided by the 2 workers",
          (("3 * validation_steps // hvd.size()", "3 * validation_steps"),)),
+    Case("horovod", "validation_whole_test_set", HVD, 4, "validation_steps=4 was not divided by the 2 workers",
+         (("3 * validation_steps // hvd.size()", "validation_steps"),)),
     Case("horovod", "metric_average_after_reader", HVD, 5, "read val_", (
         ("    callbacks.append(hvd.callbacks.MetricAverageCallback())\n", ""),
         ("    callbacks.append(StopAtAccuracy(args.target_accuracy, args.patience, verbose))\n",
