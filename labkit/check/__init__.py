@@ -14,7 +14,7 @@ from typing import Any
 from labkit.check import judging
 from labkit.check.report import Report, StepResult
 from labkit.course import labs
-from labkit.records import classlog
+from labkit.records import checklog, classlog
 
 __all__ = ["Report", "StepResult", "horovod", "mirrored", "multiworker", "parameter_server", "run_check"]
 
@@ -33,16 +33,29 @@ def run_check(
 
     Keywords: ``fresh=True`` runs again even for an unchanged script; ``keep=DIR`` keeps
     the run's folder; ``evidence_out=FILE`` writes what the probe recorded, as JSON.
+    Each judged step goes to the learner's check record (:mod:`labkit.records.checklog`), by
+    the script's content, and in a workshop to the class record.
     """
     spec = labs.get(lab)
     step = spec.n_steps if step is None else step
     if not 1 <= step <= spec.n_steps:
         raise ValueError(f"the {lab} lab has steps 1..{spec.n_steps}, got {step}")
     timeout = spec.timeout if timeout is None else timeout
+    checked = _content(script)
     report = judging.check(lab, Path(script), step, timeout, **kw)
+    if _content(script) != checked:
+        report.notes.append(f"{Path(script).name} changed while it was checked: this check is not recorded "
+                            "for it; check it again")
+    elif (problem := checklog.record_check(report, checked or b"")) is not None:  # the learner's own record
+        report.notes.append(problem)
     if (problem := classlog.record_check(report)) is not None:  # a workshop's class record; nothing outside one
         report.notes.append(problem)
     return report
+
+
+def _content(script: str | Path) -> bytes | None:
+    path = Path(script)
+    return path.read_bytes() if path.is_file() else None
 
 
 def horovod(

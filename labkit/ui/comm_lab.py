@@ -125,7 +125,7 @@ def elastic(epochs: int | None = None) -> elastic_job.ElasticReport | None:
 
 def links(script: str, rates: tuple[str, ...] | None = None, epochs: int = 2) -> link_sweep.LinkSweep | None:
     """``script`` alone, then on 2 virtual nodes at each link rate, against the ring model's bounds."""
-    finished = notebook.started(script, "the steps of lab 2")
+    finished = notebook.ready(script, "horovod", 8)
     problem = nodes_lab.why_not() if finished else None
     if finished and not problem and nodes.VirtualNodes.load() is not None:
         problem = ("virtual nodes are up (`labkit nodes up`), and this cell makes its own at each rate: "
@@ -147,7 +147,7 @@ def links(script: str, rates: tuple[str, ...] | None = None, epochs: int = 2) ->
 
 def compression(script: str, epochs: int = 6) -> fp16.Comparison | None:
     """``script`` trained with float32 and with float16 gradients on 2 workers of this machine."""
-    if not notebook.started(script, "the steps of lab 2"):
+    if not notebook.ready(script, "horovod", 8):
         data = _reference_quietly()
         result = comm_reference.compression_result(data) if data and "compression" in data else None
     else:

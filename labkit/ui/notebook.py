@@ -1,14 +1,15 @@
 """What the lab notebooks need besides the lab: a quick mode, no retraining of an unchanged
-script, and whether the learner has started a script.
+script, and whether the learner's script is ready for a cell.
 
 The test suite runs every notebook top to bottom in *quick mode* (``LABKIT_NB_QUICK=1``):
 each run gets one epoch on tiny data, a cluster launch of an untouched starter is skipped
 (the check cell after it runs the script anyway), and an unchanged script is trained once. Learner cells call these
 helpers and never mention the mode.
 
-The notebooks never run solutions: a cell that needs a finished script asks :func:`started`, which
-compares the script's code with the starter as handed out (comments and layout aside), and shows
-the course's reference results (:mod:`labkit.measure.reference`) while it is still the starter.
+The notebooks never run solutions: a cell that needs steps 1-N of a lab asks :func:`ready`, which runs the
+learner's script only when that exact script (by content) has passed those steps in the learner's own checks
+(:mod:`labkit.records.checklog`); otherwise the cell shows the course's reference results
+(:mod:`labkit.measure.reference`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from labkit.core import contract, env, output, proc, progress
 from labkit.course import labs
 from labkit.course import release as course
 from labkit.launching import launch
-from labkit.records import jobrecord, runs
+from labkit.records import checklog, jobrecord, runs
 from labkit.tfdist import cluster
 
 QUICK_VAR = contract.NB_QUICK
@@ -79,15 +80,33 @@ def untouched(script: str | Path) -> bool:
     return lab is not None and course.not_started(path, lab, roots)
 
 
-def started(script: str | Path, steps: str) -> bool:
-    """True once the learner has changed ``script``'s code; else says so and that the reference results follow.
+REFERENCE_FOLLOWS = "below, the course's reference results (the same cell, run with the course's finished script)."
+SHOWN = 160  # characters of a failed step's message in the line a cell prints
 
-    ``steps`` names what to finish, e.g. ``"steps 1-4 of this lab"``."""
-    if not untouched(script):
+
+def ready(script: str | Path, lab: str, steps: int) -> bool:
+    """True when ``script`` as it is now has passed steps 1..``steps`` of ``lab`` in the learner's checks.
+
+    Otherwise prints one line, naming the first step that failed (with its message, shortened) or that was
+    never checked for this version of the script, and says the reference results follow."""
+    name, spec = Path(script).name, labs.get(lab)
+    where = f"lab {int(spec.notebook.split('_')[0])}"
+    wanted = f"steps 1-{steps} of {where}" if steps > 1 else f"step 1 of {where}"
+    if untouched(script):
+        print(f"{name} is still the starter: finish {wanted} to measure your own; {REFERENCE_FOLLOWS}")
+        return False
+    got = checklog.standing(script, lab, steps)
+    if got.ready:
         return True
-    name = Path(script).name
-    print(f"{name} is still the starter: finish {steps} to measure your own; below, the course's reference "
-          "results (the same cell, run with the course's finished script).")
+    if got.failed is not None:
+        message = got.failed.message.splitlines()[0] if got.failed.message else ""
+        message = message if len(message) <= SHOWN else message[: SHOWN - 3] + "..."
+        print(f"{name}: step {got.step} of {where} failed its last check of this version ({message}): fix it and "
+              f"check again; {REFERENCE_FOLLOWS}")
+    else:
+        print(f"{name}: step {got.step} of {where} ({spec.step_title(got.step)}) was never checked for this "
+              f"version of the script: check {wanted} (labkit check {lab} {name} --step {steps}); "
+              f"{REFERENCE_FOLLOWS}")
     return False
 
 

@@ -93,6 +93,7 @@ def test_notebook_runs_in_the_browser_without_errors(name: str, state: str, requ
 def test_the_released_course_gets_the_final_solutions_only_when_finished(tmp_path: Path) -> None:
     from helpers import browser
 
+    from labkit.course import labs
     from labkit.ui import notebook
 
     for state in browser.STATES:
@@ -100,6 +101,8 @@ def test_the_released_course_gets_the_final_solutions_only_when_finished(tmp_pat
         assert not (out / "solutions").exists() and (out / ".venv" / "bin" / "python").exists()
         scripts = [out / "labs" / starter for starter in browser.final_solutions()]
         assert [notebook.untouched(s) for s in scripts] == [state == "starters"] * len(scripts), state
+        needs = [(s, labs.by_script(s)) for s in scripts]  # finished: every step passed in the learner's checks
+        assert [notebook.ready(s, lab.name, lab.n_steps) for s, lab in needs] == [state == "finished"] * len(needs)
     import os
     import subprocess
 

@@ -38,7 +38,7 @@ def test_a_starter_shows_the_reference_link_sweep_and_curves(shown: list[Any], m
     sweep = comm_lab.links("fashion_mnist.py")
     curves = comm_lab.compression("fashion_mnist.py")
     out = capsys.readouterr().out
-    assert out.count("fashion_mnist.py is still the starter: finish the steps of lab 2") == 2
+    assert out.count("fashion_mnist.py is still the starter: finish steps 1-8 of lab 2") == 2
     assert sweep.points[1].images_per_sec == 700.0 and "100mbit" in out and "float16 (fp16)" in out
     assert curves.curves()["float16 (fp16)"] == [0.71, 0.77]
     assert len(shown) == 2 and all(isinstance(f, Figure) for f in shown)
@@ -46,7 +46,7 @@ def test_a_starter_shows_the_reference_link_sweep_and_curves(shown: list[Any], m
 
 def test_without_root_a_finished_script_still_shows_the_reference(shown: list[Any], monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(notebook, "untouched", lambda script: False)
+    monkeypatch.setattr(notebook, "ready", lambda script, lab, steps: (lab, steps) == ("horovod", 8))
     monkeypatch.setattr(nodes_lab, "why_not", lambda: "Virtual nodes need root")
     assert comm_lab.links("fashion_mnist.py").np == 2
     assert "Not run: Virtual nodes need root" in capsys.readouterr().out and len(shown) == 1
@@ -62,7 +62,7 @@ def test_workers_per_host_says_what_it_would_show_without_root(monkeypatch: pyte
 
 def test_nodes_already_up_are_left_alone(shown: list[Any], monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(notebook, "untouched", lambda script: False)
+    monkeypatch.setattr(notebook, "ready", lambda script, lab, steps: (lab, steps) == ("horovod", 8))
     monkeypatch.setattr(nodes_lab, "why_not", lambda: None)
     monkeypatch.setattr(comm_lab.nodes.VirtualNodes, "load", classmethod(lambda cls: object()))
     assert comm_lab.links("fashion_mnist.py") is not None  # the reference, not a sweep

@@ -66,23 +66,23 @@ def test_quick_mode_skips_launching_an_untouched_starter(quick: None, tmp_path: 
     assert started == [["python", str(starter)]]
 
 
-def test_started_reads_the_code_not_the_comments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_untouched_reads_the_code_not_the_comments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A learner who keeps the TODO notes of a finished script has started; one who only deleted them has not."""
     script = _starter(tmp_path)
     text = script.read_text()
     assert "TODO: Step" in text
     script.write_text(text.replace("# TODO: Step", "# my notes, TODO: Step"))  # comments only: not started
-    assert notebook.untouched(script) and not notebook.started(script, "steps 1-4 of this lab")
+    assert notebook.untouched(script) and not notebook.ready(script, "mirrored", 4)
     shown = capsys.readouterr().out
-    assert "fashion_mnist_mirrored.py is still the starter: finish steps 1-4 of this lab" in shown
+    assert "fashion_mnist_mirrored.py is still the starter: finish steps 1-4 of lab 3" in shown
     assert "reference results" in shown
     script.write_text(text + "\nEXTRA = 1  # TODO: Step 4 still to do\n")  # code changed, TODOs kept
-    assert not notebook.untouched(script) and notebook.started(script, "steps 1-4 of this lab")
-    assert capsys.readouterr().out == ""
+    assert not notebook.untouched(script) and not notebook.ready(script, "mirrored", 4)  # but never checked
+    assert "is still the starter" not in capsys.readouterr().out
     assert notebook.untouched(tmp_path / "labs" / "missing.py")
 
 
-def test_started_finds_a_released_courses_pristine_starter(tmp_path: Path) -> None:
+def test_untouched_finds_a_released_courses_pristine_starter(tmp_path: Path) -> None:
     """In a learner's course (no templates) the pristine copy in .labkit/starters decides."""
     from labkit.course import release as course
 
