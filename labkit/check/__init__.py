@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from labkit.check import judging
+from labkit.check import judging, offer
 from labkit.check.report import Report, StepResult
 from labkit.course import labs
 from labkit.records import checklog, classlog
@@ -34,7 +34,8 @@ def run_check(
     Keywords: ``fresh=True`` runs again even for an unchanged script; ``keep=DIR`` keeps
     the run's folder; ``evidence_out=FILE`` writes what the probe recorded, as JSON.
     Each judged step goes to the learner's check record (:mod:`labkit.records.checklog`), by
-    the script's content, and in a workshop to the class record.
+    the script's content, and in a workshop to the class record. A step that failed the same way
+    :data:`labkit.check.offer.TIMES` times in a row ends the report with its solution offered.
     """
     spec = labs.get(lab)
     step = spec.n_steps if step is None else step
@@ -50,6 +51,7 @@ def run_check(
         report.notes.append(problem)
     if (problem := classlog.record_check(report)) is not None:  # a workshop's class record; nothing outside one
         report.notes.append(problem)
+    report.offer = offer.offer(report)  # the step's solution, after it failed the same way a few times
     return report
 
 

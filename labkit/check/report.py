@@ -23,6 +23,7 @@ class Report:
     seconds: float | None = None
     evidence: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # what the probe recorded
     notes: list[str] = field(default_factory=list)  # what the run did besides the steps (e.g. processes left running)
+    offer: str = ""  # the last line: the step's solution, offered after it failed the same way a few times
 
     @property
     def passed(self) -> bool:
@@ -59,6 +60,7 @@ class Report:
             "first_failing_step": self.first_failing_step,
             "steps": [asdict(s) for s in self.steps],
             **({"notes": list(self.notes)} if self.notes else {}),
+            **({"offer": self.offer} if self.offer else {}),
         }
 
     def to_json(self) -> str:
@@ -73,7 +75,7 @@ class Report:
         lines += [f"  note: {n}" for n in self.notes]
         verdict = "all steps pass" if self.passed else f"fix step {self.first_failing_step} first"
         took = f" ({self.seconds:.0f} s)" if self.seconds is not None else ""
-        return "\n".join(lines + [verdict + took])
+        return "\n".join(lines + [verdict + took] + ([self.offer] if self.offer else []))
 
     def __str__(self) -> str:
         return self.format()
@@ -96,4 +98,5 @@ class Report:
         )
         notes = "".join(f"<p>Note: {html.escape(n)}</p>" for n in self.notes)
         title = f"<b>{html.escape(self.lab)}</b> check of <code>{html.escape(self.script)}</code>"
-        return f"<div>{title}<table>{''.join(rows)}</table>{notes}{verdict}</div>"
+        offer = f"<p>{html.escape(self.offer)}</p>" if self.offer else ""
+        return f"<div>{title}<table>{''.join(rows)}</table>{notes}{verdict}{offer}</div>"

@@ -20,6 +20,7 @@ from labkit.cli import nodes as nodes_cli
 from labkit.cli import plot as plot_cli
 from labkit.cli import release as release_cli
 from labkit.cli import run as run_cli
+from labkit.cli import solution as solution_cli
 from labkit.cli import workshop as workshop_cli
 from labkit.core import env
 from labkit.core.cliargs import Parser, UsageError, script_of, split_dashdash
@@ -79,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # The modules of this package that add their own sub-commands (run, check, bench, ...), in --help's order.
-COMMANDS = (run_cli, check_cli, grade_cli, release_cli, bench_cli, plot_cli, cluster_cli, k8s_cli, cloud_cli,
-            image_cli, assess_cli, nodes_cli, workshop_cli)
+COMMANDS = (run_cli, check_cli, solution_cli, grade_cli, release_cli, bench_cli, plot_cli, cluster_cli, k8s_cli,
+            cloud_cli, image_cli, assess_cli, nodes_cli, workshop_cli)
 
 
 def _extra() -> list:

@@ -12,24 +12,31 @@ import sys
 from pathlib import Path
 
 from labkit.core.cliargs import positive_int
+from labkit.course import labs
 from labkit.records import classlog
 from labkit.workshop import accounts, classpage, classview, hub, hubconfig, lifecycle, limits, passwords, results
+from labkit.workshop import reveal as reveals
 from labkit.workshop.state import State, state_folder
 
 HELP = """\
 A JupyterHub on this machine for a class: N learner accounts (learner01 ...) and an instructor (the hub's
 admin), each learner's JupyterLab running as that learner on their own copy of the released course (made at
-first login), the project's environment shared read-only. Passwords are printed once and kept only as hashes
-(`labkit workshop password NAME` gives a learner a new one); the accounts cannot log in by ssh or su.
-Each learner is limited to --pids tasks, and to --cores and --memory when given; `up` refuses when a limit cannot
-be enforced on this machine, unless --no-limits. The instructor sees the class at /services/class/ or with
-`labkit class status`. Needs root. Stop with `labkit workshop down` (removes users, servers, processes, jobs and
-files; safe to repeat, also after a reboot)."""
+first login, with no solutions), the project's environment shared read-only. Passwords are printed once and kept
+only as hashes (`labkit workshop password NAME` gives a learner a new one); the accounts cannot log in by ssh or
+su. Each learner is limited to --pids tasks, and to --cores and --memory when given; `up` refuses when a limit
+cannot be enforced on this machine, unless --no-limits. The instructor sees the class at /services/class/ or with
+`labkit class status`, and gives the class a step's solution with `labkit workshop reveal LAB STEP`. Needs root.
+Stop with `labkit workshop down` (removes users, servers, processes, jobs and files; safe to repeat, also after
+a reboot)."""
 CLASS_HELP = """\
 The class view: a grid of learners x steps from the records every check and assessment of a workshop writes,
-each step's pass rate, commonest failure messages and median minutes to pass. --from DIR reads `labkit grade`
-results instead (JSON, GitHub Classroom JSON or JUnit XML; the learner is the first folder below DIR or the
-file's name)."""
+each step's pass rate, commonest failure messages and median minutes to pass, and the steps whose solutions were
+revealed to the class (by whom, when). --from DIR reads `labkit grade` results instead (JSON, GitHub Classroom
+JSON or JUnit XML; the learner is the first folder below DIR or the file's name)."""
+REVEAL_HELP = """\
+Gives every learner of the workshop the solution after STEP of LAB: it is written, root's and read-only, into
+the workshop's revealed/ folder, which each learner's `labkit solution LAB STEP` (and the notebook helper) reads;
+steps not revealed stay hidden. Each reveal is recorded in the class view (what, by whom, when). Needs root."""
 
 
 def _arg(check):  # noqa: ANN001, ANN202
@@ -95,6 +102,10 @@ def add_parser(sub) -> None:
     acts.add_parser("down", help="stop everything and remove what `up` made (safe to repeat)")
     pw = acts.add_parser("password", help="give one learner (or the instructor) a new password, printed once")
     pw.add_argument("name", help="e.g. learner07")
+    rv = acts.add_parser("reveal", help="give the class one step's solution (`labkit solution LAB STEP` then shows "
+                         "it to every learner); recorded in the class view", description=REVEAL_HELP)
+    rv.add_argument("lab", choices=list(labs.LABS), help="which lab")
+    rv.add_argument("step", type=positive_int, help="the step whose solution (after it) the class may see")
     c = sub.add_parser("class", help="the class view: learners x steps", description=CLASS_HELP)
     cacts = c.add_subparsers(dest="action", required=True)
     cs = cacts.add_parser("status", help="show the class view", description=CLASS_HELP)
@@ -111,8 +122,8 @@ def run(a: argparse.Namespace) -> int:
     try:
         if a.subcommand == "class":
             return _class(a)
-        return {"up": _up, "status": _status, "down": _down, "password": _password}[a.action](a)
-    except (lifecycle.WorkshopError, accounts.AccountsError, hub.HubError) as e:
+        return {"up": _up, "status": _status, "down": _down, "password": _password, "reveal": _reveal}[a.action](a)
+    except (lifecycle.WorkshopError, accounts.AccountsError, hub.HubError, reveals.RevealError) as e:
         print(f"labkit {name}: {e}", file=sys.stderr)
         return 1
 
@@ -184,6 +195,25 @@ def _password(a: argparse.Namespace) -> int:
     return 0
 
 
+def _reveal(a: argparse.Namespace) -> int:
+    st = lifecycle.State.load()
+    if st is None:
+        print("labkit workshop reveal: no workshop is up (`labkit workshop up` first)", file=sys.stderr)
+        return 1
+    if os.geteuid() != 0:
+        print("labkit workshop reveal: needs root, like `workshop up`: the revealed solutions are root's and read-only "
+              "to the class (e.g. `sudo .venv/bin/labkit workshop reveal horovod 5`)", file=sys.stderr)
+        return 1
+    try:
+        done = reveals.reveal(st, a.lab, a.step, os.environ.get("SUDO_USER") or classlog.learner_name())
+    except (ValueError, OSError) as e:
+        print(f"labkit workshop reveal: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+    print(f"revealed {done.lab} step {done.step} to the class: every learner's `labkit solution {done.lab} "
+          f"{done.step}` now shows it; recorded in the class view (by {done.by})")
+    return 0
+
+
 def _down(a: argparse.Namespace) -> int:
     removed = lifecycle.down()
     print("removed: " + ", ".join(removed) if removed else "workshop: nothing was up")
@@ -199,6 +229,8 @@ def _class(a: argparse.Namespace) -> int:
             return 2
         rows, problems = results.read_folder(folder)
         learners = sorted({p.name[: -len(classlog.SUFFIX)] for p in folder.rglob("*" + classlog.SUFFIX)})
+        copied = classlog.read_reveals(folder, check_owner=False)  # a copy of a class folder keeps its reveals
+        revealed, problems = copied.reveals, problems + copied.problems
     else:
         folder = State(state_folder()).class_dir
         if not folder.is_dir():
@@ -212,10 +244,10 @@ def _class(a: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         reading = classlog.read(folder, learners=learners)  # each record is its file owner's, whatever it says
-        rows, problems = reading.records, reading.problems
+        rows, problems, revealed = reading.records, reading.problems, reading.reveals
     for problem in problems:
         print(f"labkit class: skipped {problem}", file=sys.stderr)
-    view = classview.build(rows, learners, problems)
+    view = classview.build(rows, learners, problems, revealed)
     if a.html:
         Path(a.html).write_text(classpage.html_page(view))
     print(json.dumps(view.to_dict(), indent=1) if a.json else view.text())

@@ -43,6 +43,7 @@ CACHE = "LABKIT_CACHE"  # labkit's cache folder (default ~/.cache/labkit): Horov
 WORKSHOP_STATE = "LABKIT_WORKSHOP_STATE"  # the state folder of a workshop (labkit workshop up)
 CLASS_DIR = "LABKIT_CLASS_DIR"  # a workshop's class folder: checks and assessments append records there
 WORKSHOP_LEARNERS = "LABKIT_WORKSHOP_LEARNERS"  # the class view service's learners, comma-separated
+SOLUTIONS_DIR = "LABKIT_SOLUTIONS_DIR"  # a workshop's revealed step solutions (labkit workshop reveal), root's
 
 # -- setup settings (read by scripts/setup.sh and make; listed here so that every name is in one place) ----
 SETUP_NAMES = {

@@ -3,8 +3,11 @@
 ``labkit release OUT`` writes the course a learner gets, from the single source:
 the package, the starters, the notebooks with outputs cleared, the setup, the
 grading configuration and workflow, and pristine copies of the starters (for
-``labkit reset`` and for telling a lab that was never started), but no solutions
-and no tests. ``labkit release --check OUT`` fails when ``OUT`` is out of sync.
+``labkit reset`` and for telling a lab that was never started), but no tests and
+no ``solutions/``. The step solutions go in as the course chooses
+(:mod:`labkit.course.solutions`): self-paced (the default) writes them into the
+hidden ``.labkit/solutions/`` for ``labkit solution``; graded leaves them out.
+``labkit release --check OUT`` fails when ``OUT`` is out of sync.
 ``labkit reset SCRIPT`` restores a starter and keeps the learner's version as a
 timestamped backup, never overwriting an earlier one.
 """
@@ -17,7 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
-from labkit.course import labs, sources
+from labkit.course import labs, solutions, sources
 
 STARTERS = Path(".labkit") / "starters"  # pristine starters inside a released course
 WORKFLOW = Path("course") / "workflows" / "grade.yml"  # the template course repositories use
@@ -78,8 +81,10 @@ def _clear(notebook: Path) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
-def release_files(root: Path = labs.ROOT) -> dict[str, bytes]:
-    """Every file of the learner's course, by relative path."""
+def release_files(root: Path = labs.ROOT, mode: str | None = None) -> dict[str, bytes]:
+    """Every file of the learner's course, by relative path; ``mode`` self-paced or graded (default: the
+    course's setting, else self-paced)."""
+    mode = solutions.mode_of(root, mode)
     files: dict[str, bytes] = {}
     for name in COPIED:
         src = root / name
@@ -91,7 +96,7 @@ def release_files(root: Path = labs.ROOT) -> dict[str, bytes]:
     pyproject = (root / "pyproject.toml").read_text()
     if "[tool.labkit.grading]" not in pyproject:
         pyproject = pyproject.rstrip("\n") + "\n" + GRADING
-    files["pyproject.toml"] = pyproject.encode()
+    files["pyproject.toml"] = solutions.with_mode(pyproject, mode).encode()
     for nb in sorted((root / "labs").glob("*.ipynb")):
         files[f"labs/{nb.name}"] = _clear(nb).encode()
     for lab in labs.LABS.values():
@@ -102,16 +107,28 @@ def release_files(root: Path = labs.ROOT) -> dict[str, bytes]:
     workflow = root / WORKFLOW
     if workflow.is_file():
         files[".github/workflows/grade.yml"] = workflow.read_bytes()
+    if mode == solutions.SELF_PACED:
+        files.update(solutions.release_files(root))
     return files
 
 
-def release(out: str | Path, check: bool = False, root: Path = labs.ROOT) -> list[str]:
-    """Write the learner's course to ``out`` (or with ``check`` only compare); return the paths that differ."""
+def release(out: str | Path, check: bool = False, root: Path = labs.ROOT, mode: str | None = None) -> list[str]:
+    """Write the learner's course to ``out`` (or with ``check`` only compare); return the paths that differ.
+
+    ``mode`` (default: the course's setting, else the mode ``out`` was released with, else self-paced) graded:
+    no solution anywhere in ``out``, a ``.labkit/solutions/`` left there by an earlier self-paced release removed
+    (``--check`` names it)."""
     out = Path(out)
     if out.resolve() == root.resolve():
         raise ValueError("the release must go to another folder than the course source")
+    mode = solutions.mode_of(root, mode, out)
     differ = []
-    for rel, data in release_files(root).items():
+    released = out / solutions.RELEASED
+    if mode == solutions.GRADED and (released.exists() or released.is_symlink()):
+        differ.append(f"{solutions.RELEASED}/ (a graded release holds no solutions)")
+        if not check:
+            released.unlink() if released.is_symlink() or not released.is_dir() else shutil.rmtree(released)
+    for rel, data in release_files(root, mode).items():
         path = out / rel
         if path.is_file() and path.read_bytes() == data:
             continue

@@ -53,7 +53,7 @@ def course_source(start: Path | None = None) -> Path:
         f"no course source in {here} or above it. This labkit is installed as a package "
         f"({Path(__file__).parents[1]}), which holds no course: run the command inside a checkout of the course "
         "source (the folder with solutions/source/, labs/ and pyproject.toml). A learner's course, written by "
-        "`labkit release`, holds no solutions and cannot be released again.")
+        "`labkit release`, holds no templates and cannot be released again.")
 
 
 def include(text: str, root: Path = ROOT) -> str:

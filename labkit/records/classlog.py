@@ -16,6 +16,12 @@ each file is opened without following a symbolic link and read only when it is a
 :data:`MAX_BYTES` of it; a record's learner is the file's owner (or, for a copied folder, the file's
 name), never the record's own field; each line is checked (:meth:`Record.parse`) and a bad one is named
 in :attr:`Reading.problems` and skipped, so the view is built from what is left and never fails.
+
+The instructor's reveals (``labkit workshop reveal LAB STEP``) are class records too: one line each in
+``CLASS_DIR/reveals.log`` (:data:`REVEALS`; not ``*.jsonl``, so never taken for a learner's file), written by
+root and read only when the file is root's (or the reader's own), never through a link:
+
+    {"lab": "horovod", "step": 5, "by": "alice", "time": 1764077000.1}
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ MAX_STEP = 999
 LAB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 ASSESSMENT = "assessment"  # the lab name of the final assessment's records (one step)
 SUFFIX = ".jsonl"
+REVEALS = "reveals.log"  # in the class folder: the steps the instructor revealed to the class
 
 
 @dataclass(frozen=True)
@@ -82,16 +89,47 @@ class Record:
         return cls(learner, lab, step, passed, _short(message), None if when is None else float(when))
 
 
+@dataclass(frozen=True)
+class Reveal:
+    """One step's solution revealed to the class: what, by whom, when."""
+
+    lab: str
+    step: int
+    by: str
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def parse(cls, row: object) -> Reveal:
+        """The reveal of one decoded line; ValueError says what is wrong with it."""
+        if not isinstance(row, dict):
+            raise ValueError("not a JSON object")
+        lab, step, by, when = (row.get(k) for k in ("lab", "step", "by", "time"))
+        if not isinstance(lab, str) or not LAB_NAME.match(lab):
+            raise ValueError("lab is not a lab's name")
+        if type(step) is not int or not 1 <= step <= MAX_STEP:
+            raise ValueError(f"step is not a whole number from 1 to {MAX_STEP}")
+        if not isinstance(by, str) or not by or len(by) > 64:
+            raise ValueError("by is not a name")
+        if type(when) not in (int, float) or not math.isfinite(when) or when < 0:
+            raise ValueError("time is not a time")
+        return cls(lab, step, by, float(when))
+
+
 @dataclass
 class Reading:
     """The records read from class files, oldest first, and what was skipped (file and line, and why)."""
 
     records: list[Record] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    reveals: list[Reveal] = field(default_factory=list)  # the steps revealed to the class, oldest first
 
     def add(self, other: Reading) -> None:
         self.records += other.records
         self.problems += other.problems
+        self.reveals += other.reveals
 
 
 def class_dir(environ: dict[str, str] | None = None) -> Path | None:
@@ -225,8 +263,58 @@ def read_file(path: Path, learner: str | None = None, limit: int = MAX_BYTES) ->
     return out
 
 
+def write_reveal(reveal: Reveal, folder: Path) -> Path:
+    """Append ``reveal`` to the class folder's :data:`REVEALS` (created ``rw-r-----``, the folder's group: the
+    instructors'), never through a link."""
+    path = folder / REVEALS
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o640)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise ValueError(f"{path} is not a file of this user's: not written")
+        group = os.stat(folder).st_gid
+        if info.st_gid != group:
+            os.fchown(fd, -1, group)
+        os.fchmod(fd, 0o640)
+        os.write(fd, (json.dumps(reveal.to_dict(), ensure_ascii=False) + "\n").encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_reveals(folder: Path, check_owner: bool = True) -> Reading:
+    """The reveals in ``folder``'s :data:`REVEALS` (none when it has no such file), and what was skipped.
+
+    ``check_owner`` (a workshop's class folder): the file is read only when it is root's or this process's user's
+    (learners cannot write in the folder; a copy of a class folder is read whoever owns it)."""
+    out = Reading()
+    path = Path(folder) / REVEALS
+    if not path.exists() and not path.is_symlink():
+        return out
+    try:
+        fd, info = _open(path)
+    except ValueError as e:
+        out.problems.append(f"{path}: {e}")
+        return out
+    try:
+        if check_owner and info.st_uid not in (0, os.geteuid()):
+            out.problems.append(f"{path}: not root's; skipped")
+            return out
+        data = os.read(fd, MAX_BYTES)
+    finally:
+        os.close(fd)
+    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+        if line.strip():
+            try:
+                out.reveals.append(Reveal.parse(json.loads(line)))
+            except ValueError as e:
+                out.problems.append(f"{path} line {number}: {e}; skipped")
+    return out
+
+
 def read(folder: Path, by_owner: bool = True, learners: Iterable[str] | None = None) -> Reading:
-    """Every valid record in ``folder``'s ``*.jsonl`` files, oldest first, and what was skipped.
+    """Every valid record in ``folder``'s ``*.jsonl`` files, oldest first, the reveals (:func:`read_reveals`),
+    and what was skipped.
 
     ``by_owner`` (a workshop's class folder): a file's records are its owner's, and a file its learner does
     not own (``learner02.jsonl`` owned by someone else) is skipped; else (a copy of a class folder) they are
@@ -244,5 +332,6 @@ def read(folder: Path, by_owner: bool = True, learners: Iterable[str] | None = N
             out.problems.append(f"{path}: not owned by {name}; skipped")
             got.records = []
         out.add(got)
+    out.add(read_reveals(folder, check_owner=by_owner))
     out.records.sort(key=lambda r: r.time or 0.0)
     return out

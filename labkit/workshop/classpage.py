@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import time
 
-from labkit.workshop.classview import View, first_line
+from labkit.workshop.classview import View, first_line, when
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#1f2328}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:center}
@@ -50,7 +50,17 @@ def html_page(view: View, title: str = "Class view", refresh: int | None = None)
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'>" + meta + f"<title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p><small>{len(view.learners)} learners; newest record {stamp}</small></p>{grid}"
-            "<h2>Commonest failures</h2>" + ("".join(fails) or "<p>None.</p>") + _skipped(view) + "</body></html>\n")
+            "<h2>Commonest failures</h2>" + ("".join(fails) or "<p>None.</p>") + _revealed(view) + _skipped(view)
+            + "</body></html>\n")
+
+
+def _revealed(view: View) -> str:
+    """The steps whose solutions were revealed to the class (``labkit workshop reveal``): who, when."""
+    if not view.reveals:
+        return ""
+    items = "".join(f"<li><b>{html.escape(f'{r.lab}/{r.step}')}</b> revealed by {html.escape(r.by)} at "
+                    f"{html.escape(when(r.time))}</li>" for r in view.reveals)
+    return f"<h2>Solutions revealed to the class</h2><ul id='revealed'>{items}</ul>"
 
 
 def _skipped(view: View) -> str:

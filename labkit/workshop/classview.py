@@ -4,6 +4,9 @@
     view = classview.build(reading.records, learners, reading.problems)
     print(view.text()); view.to_dict(); classpage.html(view)
 
+The steps whose solutions the instructor revealed to the class (``labkit workshop reveal``) are listed
+with who revealed them and when (:attr:`View.reveals`).
+
 A cell is a learner's latest result for one step (``pass``/``fail``, with how many times it was judged);
 a step's pass rate is the share of the class whose latest result passes; its common failures count each
 learner once per message (first line); its time is the median, over the learners who passed it, of the
@@ -14,13 +17,14 @@ The lines skipped while reading the records are kept in :attr:`View.problems` an
 from __future__ import annotations
 
 import statistics
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.course import labs
-from labkit.records.classlog import Record
+from labkit.records.classlog import Record, Reveal
 
 TOP_FAILURES = 3
 PROBLEMS_SHOWN = 20  # skipped lines listed with the view; the rest are counted
@@ -57,6 +61,7 @@ class View:
     cells: dict[str, dict[str, Cell]]  # learner -> column key -> cell
     updated: float | None = None  # time of the newest record
     problems: list[str] = field(default_factory=list)  # records skipped while reading (file, line, why)
+    reveals: list[Reveal] = field(default_factory=list)  # steps revealed to the class, oldest first
 
     def cell(self, learner: str, column: Column) -> Cell | None:
         return self.cells.get(learner, {}).get(column.key)
@@ -74,7 +79,11 @@ class View:
                       for k, x in row.items()} for who, row in self.cells.items()}
         stuck = {who: (s.key if (s := self.stuck_at(who)) else None) for who in self.learners}
         return {"learners": self.learners, "steps": cols, "grid": grid, "stuck_at": stuck, "updated": self.updated,
-                "skipped": self.problems}
+                "skipped": self.problems, "revealed": [r.to_dict() for r in self.reveals]}
+
+    def revealed_lines(self) -> list[str]:
+        """One line per reveal: which step, by whom, when."""
+        return [f"{r.lab}/{r.step} {_title(r.lab, r.step)}: revealed by {r.by} at {when(r.time)}" for r in self.reveals]
 
     def shown_problems(self) -> list[str]:
         """The skipped records to show: the first :data:`PROBLEMS_SHOWN`, then how many more."""
@@ -83,8 +92,10 @@ class View:
 
     def text(self) -> str:
         skipped = [f"skipped: {p}" for p in self.shown_problems()]
+        revealed = ["", "solutions revealed to the class:", *(f"    {x}" for x in self.revealed_lines())] \
+            if self.reveals else []
         if not self.columns:
-            return "\n".join(["class view: no check has been recorded yet", *skipped])
+            return "\n".join(["class view: no check has been recorded yet", *revealed, *skipped])
         keys = [c.key for c in self.columns]
         width = max(8, *(len(w) for w in self.learners)) if self.learners else 8
         head = " " * width + "  " + " ".join(f"{k:>13}" for k in keys)
@@ -101,7 +112,11 @@ class View:
             took = "" if c.minutes is None else f", median {c.minutes:.1f} min to pass"
             lines.append(f"{c.key} {c.title}: {c.passed}/{len(self.learners)} pass, {c.tried} tried{took}")
             lines += [f"    {n} x {m}" for m, n in c.failures]
-        return "\n".join(lines + skipped)
+        return "\n".join(lines + revealed + skipped)
+
+
+def when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
 
 
 def first_line(message: str, limit: int = 160) -> str:
@@ -135,9 +150,10 @@ def _minutes(rows: list[Record], lab: str, step: int) -> float | None:
     return statistics.median(spans) if spans else None
 
 
-def build(records: Iterable[Record], learners: Iterable[str] = (), problems: Iterable[str] = ()) -> View:
+def build(records: Iterable[Record], learners: Iterable[str] = (), problems: Iterable[str] = (),
+          reveals: Iterable[Reveal] = ()) -> View:
     """The view of ``records`` (oldest first); ``learners`` adds rows for learners with no record yet;
-    ``problems`` are the records skipped while reading, shown with the view."""
+    ``problems`` are the records skipped while reading, shown with the view; ``reveals`` the steps revealed."""
     rows = list(records)
     who = sorted({*learners, *(r.learner for r in rows)})
     keys = sorted({(r.lab, r.step) for r in rows}, key=lambda k: _order(*k))
@@ -157,4 +173,5 @@ def build(records: Iterable[Record], learners: Iterable[str] = (), problems: Ite
         col.minutes = _minutes(rows, lab, step)
         columns.append(col)
     times = [r.time for r in rows if r.time is not None]
-    return View(who, columns, cells, max(times) if times else None, list(problems))
+    return View(who, columns, cells, max(times) if times else None, list(problems),
+                sorted(reveals, key=lambda r: r.time))

@@ -19,11 +19,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit.core import tfconfig
+from labkit.core import contract, tfconfig
 from labkit.course import sources
 from labkit.nodes import virtual
 from labkit.records import classlog
-from labkit.workshop import accounts, homes, hub, hubconfig, limits, passwords, readonly, slurmlimits
+from labkit.workshop import accounts, homes, hub, hubconfig, limits, passwords, readonly, reveal, slurmlimits
 from labkit.workshop.state import State, state_folder
 
 NEEDS_ROOT = ("a workshop needs root: it creates Unix users and groups, runs JupyterHub as root so that each "
@@ -166,7 +166,7 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
         settings = dict(user_password=shared, admin_password=pw[st.instructor])
     else:
         passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
-    extra_env: dict[str, str] = {}
+    extra_env = {contract.SOLUTIONS_DIR: str(reveal.prepare(st.revealed_dir))}  # `labkit solution`: revealed steps
     if st.slurm:
         _slurm(st, extra_env, job_minutes, asked)
     hub_port, api_port, service_port = tfconfig.free_ports(3)

@@ -1,6 +1,7 @@
 """What root shares with every learner, read-only, and the permissions that make exactly that reachable.
 
-* :func:`publish`: the course released once (``labkit release``) into a folder of the workshop's state,
+* :func:`publish`: the course released once (``labkit release --solutions graded``: no solution in it; the
+  instructor reveals steps with ``labkit workshop reveal``) into a folder of the workshop's state,
   root's, folders ``rwxr-xr-x`` and files ``rw-r--r--``, its ``labkit`` compiled. Each learner's own
   ``~/course`` is copied from it by the learner (:mod:`labkit.workshop.homes`), and every learner's server
   imports ``labkit`` from it: no code a learner can change runs in their server.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.core import contract
-from labkit.course import release
+from labkit.course import release, solutions
 
 DATA_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
               "t10k-labels-idx1-ubyte.gz")
@@ -63,7 +64,7 @@ def share_data(into: Path) -> Path | None:
 def publish(source: Path, into: Path) -> Path:
     """The learners' release of ``source`` in the new folder ``into``, root's and read-only to others."""
     into.mkdir(mode=0o755)
-    release.release(into, root=source)
+    release.release(into, root=source, mode=solutions.GRADED)  # steps are revealed to the class, on the record
     compileall.compile_dir(into / "labkit", quiet=1)
     for folder, _dirs, files in os.walk(into):
         os.chmod(folder, 0o755)

@@ -30,7 +30,7 @@ def current_view() -> classview.View:
     folder = Path(os.environ[contract.CLASS_DIR])
     learners = [w for w in os.environ.get(contract.WORKSHOP_LEARNERS, "").split(",") if w]
     reading = classlog.read(folder, learners=learners or None)  # each record is its file owner's
-    return classview.build(reading.records, learners, reading.problems)
+    return classview.build(reading.records, learners, reading.problems, reading.reveals)
 
 
 class PageHandler(HubOAuthenticated, web.RequestHandler):

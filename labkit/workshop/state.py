@@ -3,10 +3,12 @@
 ``up`` made, also after the machine restarted (accounts, homes, permission changes).
 
 The folder (root's, ``rwx--x--x``) holds ``state.json`` (no secret in it) and ``hub/`` (``rwx------``: the
-hub's configuration, database, cookie secret, log and the learners' password hashes), plus three folders learners
+hub's configuration, database, cookie secret, log and the learners' password hashes), plus four folders learners
 reach: ``release/`` (the released course and its ``labkit``, root's and read-only, which each learner's own child
-copies into their home and their server imports), ``data/`` (the read-only data set) and ``class/`` (the class
-records, ``rwxr-x--x``, root's and the instructors' group's).
+copies into their home and their server imports; it holds no solutions), ``revealed/`` (the step solutions the
+instructor revealed to the class, ``labkit workshop reveal``, root's and read-only), ``data/`` (the read-only data
+set) and ``class/`` (the class records and the record of reveals, ``rwxr-x--x``, root's and the instructors'
+group's).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class State:
     config = property(lambda self: self.private / "jupyterhub_config.py")
     log = property(lambda self: self.private / "jupyterhub.log")
     class_dir = property(lambda self: self.folder / "class")
+    revealed_dir = property(lambda self: self.folder / "revealed")  # labkit workshop reveal
     data_dir = property(lambda self: self.folder / "data" / "fashion-mnist")
     logins = property(lambda self: self.private / "logins")  # name and scrypt hash per line, root's only
     file = property(lambda self: self.folder / "state.json")

@@ -1,4 +1,4 @@
-"""labkit.course.release: the learner's release (no solutions) and resetting a starter with a backup."""
+"""labkit.course.release: the learner's release (no solutions/ folder) and resetting a starter with a backup."""
 
 from __future__ import annotations
 
