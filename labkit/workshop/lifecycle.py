@@ -23,7 +23,7 @@ from labkit.core import contract, tfconfig
 from labkit.course import sources
 from labkit.nodes import virtual
 from labkit.records import classlog
-from labkit.workshop import accounts, homes, hub, hubconfig, limits, passwords, readonly, reveal, slurmlimits
+from labkit.workshop import accounts, homes, hub, hubconfig, limits, passwords, readonly, reveal, scopes, slurmlimits
 from labkit.workshop.state import State, state_folder
 
 NEEDS_ROOT = ("a workshop needs root: it creates Unix users and groups, runs JupyterHub as root so that each "
@@ -78,7 +78,7 @@ def enforceable(asked: limits.Limits, no_limits: bool) -> str | None:
     """None when the limits hold here (each probed); else :class:`WorkshopError`, or the note for --no-limits."""
     if no_limits:
         return "learners run without core, memory or process limits (--no-limits)"
-    problem = limits.probe(asked)
+    problem = (scopes.probe if scopes.available() else limits.probe)(asked)  # systemd's scopes where it is PID 1
     if problem:
         raise WorkshopError(f"the limits per learner ({asked.describe()}) cannot be enforced on this machine: "
                             f"{problem}. Run with --no-limits to hold the workshop without them (a learner can "

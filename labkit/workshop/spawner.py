@@ -4,10 +4,12 @@ learner's JupyterLab as that learner's Unix user), plus the course at first star
 Before the server starts, the learner's home gets the course (:func:`labkit.workshop.homes.give`: a child
 that is the learner does it, killed after :attr:`WorkshopSpawner.home_timeout` seconds; root writes nothing
 in the home). The server starts inside the learner's control groups (:mod:`labkit.workshop.limits`),
-joined in the child before it drops root, so nothing it starts escapes them. Its environment is the
-hub's, not the learner's: ``PATH`` starts with the shared environment, ``PYTHONPATH`` is the workshop's
-release (root's, read-only: ``labkit`` comes from there, never from the learner's folder), no user site
-(``PYTHONNOUSERSITE``), and ``$LABKIT_CLASS_DIR`` names the class folder where checks append their records.
+joined in the child before it drops root, so nothing it starts escapes them; on a host whose PID 1 is systemd,
+in the learner's systemd scope instead (:mod:`labkit.workshop.scopes`: ``systemd-run`` starts the command and
+becomes the learner). Its environment is the hub's, not the learner's: ``PATH`` starts with the shared
+environment, ``PYTHONPATH`` is the workshop's release (root's, read-only: ``labkit`` comes from there, never
+from the learner's folder), no user site (``PYTHONNOUSERSITE``), and ``$LABKIT_CLASS_DIR`` names the class
+folder where checks append their records.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from traitlets import Float, Integer, Unicode
 
 from labkit.core import contract
-from labkit.workshop import asuser, homes, limits, readonly
+from labkit.workshop import asuser, homes, limits, readonly, scopes
 
 
 class WorkshopSpawner(LocalProcessSpawner):
@@ -31,9 +33,17 @@ class WorkshopSpawner(LocalProcessSpawner):
     home_timeout = Float(60.0, help="seconds the learner's home preparation may take").tag(config=True)
     pids_limit = Integer(0, help="tasks (processes and threads) per learner, pids.max; 0: none").tag(config=True)
 
+    def _limits(self) -> limits.Limits:
+        return limits.Limits(self.cpu_limit or None, int(self.mem_limit) if self.mem_limit else None,
+                             self.pids_limit or None)
+
+    def _in_scope(self) -> bool:  # a systemd host: the learner's scope holds the limits (labkit.workshop.scopes)
+        return scopes.available() and bool(self._limits().asked())
+
     def make_preexec_fn(self, name: str):  # JupyterHub's signature
-        asked = limits.Limits(self.cpu_limit or None, int(self.mem_limit) if self.mem_limit else None,
-                              self.pids_limit or None)
+        asked = self._limits()
+        if self._in_scope():  # systemd-run (in start's command) becomes the learner; the groups are set here
+            return scopes.preexec(name, asked)
         procs, problem = limits.make(name, asked)
         if problem:  # `up` probed these limits: a server that would run without them does not start
             self.log.error("%s: %s", name, problem)
@@ -64,4 +74,11 @@ class WorkshopSpawner(LocalProcessSpawner):
                           learner.home / homes.COURSE, learner.name, report.seconds)
         for note in report.notes:
             self.log.warning("%s: %s", learner.name, note)
-        return await super().start()
+        if not self._in_scope():
+            return await super().start()
+        await asyncio.to_thread(scopes.end, learner.name)  # what is left of the learner's previous server
+        command, self.cmd = self.cmd, [*scopes.argv(learner.name, self._limits()), *self.cmd]
+        try:  # LocalProcessSpawner.start reads self.cmd before its first await
+            return await super().start()
+        finally:
+            self.cmd = command
