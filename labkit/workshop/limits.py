@@ -149,7 +149,7 @@ def make(learner: str, limits: Limits) -> tuple[list[str], str | None]:
     return [str(f / "cgroup.procs") for f in folders], None
 
 
-def _read_back(folder: Path, kind: str, limits: Limits) -> list[str]:
+def read_back(folder: Path, kind: str, limits: Limits) -> list[str]:
     """What of ``limits`` does not read back from ``folder`` as written (memory is rounded to pages)."""
     wrong = []
     if kind == "v2":
@@ -181,7 +181,7 @@ def probe(limits: Limits) -> str | None:
         wrong = []
         for folder in folders:
             kind = "v2" if "v2" in where else next(k for k, b in where.items() if folder.parent == b)
-            wrong += _read_back(folder, kind, limits)
+            wrong += read_back(folder, kind, limits)
         child = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
         for folder in folders:
             _write(folder / "cgroup.procs", str(child.pid))

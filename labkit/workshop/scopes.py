@@ -138,7 +138,7 @@ def quota(text: str, period: str | None = None) -> float | None:
 
 def _kernel(group: str, asked: Limits) -> list[str]:
     """What of ``asked`` the kernel's files of the scope's group (``ControlGroup``) do not hold. The CPU quota
-    to systemd's precision (a hundredth of a percent), memory to the page (:func:`limits._read_back`)."""
+    to systemd's precision (a hundredth of a percent), memory to the page (:func:`limits.read_back`)."""
     rel = group.lstrip("/")
     rest = Limits(None, asked.memory, asked.pids)
     v2 = (cgroups.CGROUP / "cgroup.controllers").is_file()
@@ -153,13 +153,13 @@ def _kernel(group: str, asked: Limits) -> list[str]:
             if got is None or abs(got - asked.cores) > 1e-4 + 1e-9:
                 wrong.append(f"the scope's CPU quota in the kernel is {got} cores, not {asked.cores:g}")
     if v2 and (cgroups.CGROUP / rel).is_dir():
-        wrong += cgroups._read_back(cgroups.CGROUP / rel, "v2", rest)
+        wrong += cgroups.read_back(cgroups.CGROUP / rel, "v2", rest)
         enabled = (cgroups.CGROUP / rel / "cgroup.controllers").read_text().split()
         wrong += [] if not asked.cores or "cpu" in enabled else ["the cpu controller is not enabled for the scope"]
     elif not v2:
         for kind in rest.asked():
             if (cgroups.CGROUP / kind / rel).is_dir():
-                wrong += cgroups._read_back(cgroups.CGROUP / kind / rel, kind, rest)
+                wrong += cgroups.read_back(cgroups.CGROUP / kind / rel, kind, rest)
     return wrong
 
 
