@@ -30,3 +30,34 @@ def test_unknown_lab_and_step_are_named() -> None:
         labs.get("horovod").solution(9)
     assert labs.by_script("labs/fashion_mnist_ps.py").name == "parameter-server"
     assert labs.by_script("other.py") is None
+
+
+def _cells(notebook: str) -> list[tuple[str, str]]:
+    import json
+
+    return [(c["cell_type"], "".join(c["source"])) for c in json.loads((ROOT / "labs" / notebook).read_text())["cells"]]
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "labs").glob("*.ipynb")))
+def test_every_predict_question_has_a_collapsed_answer(notebook: str) -> None:
+    """An answer follows each question, in the same cell or a later one, before the next question."""
+    cells, unanswered = _cells(notebook), []
+    for i, (kind, source) in enumerate(cells):
+        if kind != "markdown" or "**Predict" not in source:
+            continue
+        later = [source.rpartition("**Predict")[2]]
+        for kind2, source2 in cells[i + 1:]:
+            if kind2 == "markdown" and "**Predict" in source2:
+                break
+            later.append(source2)
+        if not any("<details><summary>Answer</summary>" in s for s in later):
+            unanswered.append(source.partition("**Predict")[2][:80])
+    assert unanswered == [], f"{notebook}: questions without an answer: {unanswered}"
+
+
+def test_each_horovod_step_asks_a_prediction_before_its_check() -> None:
+    cells = _cells(labs.get("horovod").notebook)
+    asked = {int(m.group(1)) for (k0, before), (k1, code) in zip(cells, cells[1:], strict=False)
+             if k0 == "markdown" and "**Predict, then run.**" in before and k1 == "code"
+             for m in [re.search(r"\bcheck\.horovod\((\d)", code)] if m}
+    assert asked == set(range(1, labs.get("horovod").n_steps + 1))
