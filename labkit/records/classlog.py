@@ -34,15 +34,16 @@ import pwd
 import re
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from labkit.core import contract
 
 FIELDS = ("learner", "lab", "step", "passed", "message", "time")
 MESSAGE_LIMIT = 600  # characters of a check's message kept in a record
+T = TypeVar("T")
 MAX_BYTES = 2 * 2**20  # of each learner's file read by the class view (about 3000 records); the rest is named
 MAX_STEP = 999
 LAB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -253,13 +254,19 @@ def read_file(path: Path, learner: str | None = None, limit: int = MAX_BYTES) ->
     if len(data) > limit:
         data = data[: data.rfind(b"\n", 0, limit) + 1]
         out.problems.append(f"{path}: larger than {limit // 2**20} MiB: only its first {len(data)} bytes read")
+    out.records += _parsed(data, path, lambda row: Record.parse(row, who), out.problems)
+    return out
+
+
+def _parsed(data: bytes, path: Path, parse: Callable[[Any], T], problems: list[str]) -> list[T]:
+    """What ``parse`` makes of each JSON line of ``data``; a line it refuses is named in ``problems``."""
+    out = []
     for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.records.append(Record.parse(json.loads(line), who))
-        except ValueError as e:
-            out.problems.append(f"{path} line {number}: {e}; skipped")
+        if line.strip():
+            try:
+                out.append(parse(json.loads(line)))
+            except ValueError as e:
+                problems.append(f"{path} line {number}: {e}; skipped")
     return out
 
 
@@ -303,12 +310,7 @@ def read_reveals(folder: Path, check_owner: bool = True) -> Reading:
         data = os.read(fd, MAX_BYTES)
     finally:
         os.close(fd)
-    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-        if line.strip():
-            try:
-                out.reveals.append(Reveal.parse(json.loads(line)))
-            except ValueError as e:
-                out.problems.append(f"{path} line {number}: {e}; skipped")
+    out.reveals += _parsed(data, path, Reveal.parse, out.problems)
     return out
 
 

@@ -10,7 +10,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from labkit.workshop import limits
+import pytest
+
+from labkit.workshop import hub, limits
+from labkit.workshop.started import Started
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # the system's, which learners can run
 
@@ -61,3 +64,12 @@ def run_as(name: str, argv: list[str], timeout: float = 30, procs: list[str] | N
     base = {"PATH": "/usr/bin:/bin", "HOME": pwd.getpwnam(name).pw_dir, "LANG": "C.UTF-8", **(env or {})}
     return subprocess.run(argv, preexec_fn=becomes(name, procs, asked), env=base,  # noqa: PLW1509
                           capture_output=True, text=True, timeout=timeout, cwd="/", **kw)
+
+
+def without_hub(mp: pytest.MonkeyPatch, canary_pid: int) -> None:
+    """Make ``lifecycle.up`` start no JupyterHub: a canary process (``canary_pid``) stands for it, for tests of
+    what needs no hub (accounts, records, limits, Slurm jobs)."""
+    mp.setattr(hub, "find_proxy", lambda: "/bin/true")
+    mp.setattr(hub, "jupyterhub", lambda: "/bin/true")
+    mp.setattr(hub, "start", lambda *args: Started.of(canary_pid))
+    mp.setattr(hub, "wait_ready", lambda *args, **kw: 0.0)

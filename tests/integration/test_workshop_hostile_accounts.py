@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.learner import BOMB, HOG, PYTHON, becomes, run_as
+from helpers.learner import BOMB, HOG, PYTHON, becomes, run_as, without_hub
 
 from labkit.records import classlog
 from labkit.workshop import accounts, hub, lifecycle, limits, passwords, started
@@ -68,10 +68,7 @@ def workshop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workshop]:
     fake_hub = _canary()
     uids: set[int] = set()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hub, "find_proxy", lambda: "/bin/true")
-        mp.setattr(hub, "jupyterhub", lambda: "/bin/true")
-        mp.setattr(hub, "start", lambda *args: Started.of(fake_hub.pid))
-        mp.setattr(hub, "wait_ready", lambda *args, **kw: 0.0)
+        without_hub(mp, fake_hub.pid)
         mp.setattr(accounts, "JOB_SPOOLS", tuple(spools))
         try:
             st, pw = lifecycle.up(2, port=1, folder=str(state), memory=MEMORY, pids=PIDS, say=print)

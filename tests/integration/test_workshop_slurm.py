@@ -19,12 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.learner import BOMB, HOG, PYTHON, run_as
+from helpers.learner import BOMB, HOG, PYTHON, run_as, without_hub
 
 from labkit.nodes import net, virtual
 from labkit.nodes import slurm as nodes_slurm
-from labkit.workshop import accounts, hub, lifecycle, limits
-from labkit.workshop.started import Started
+from labkit.workshop import accounts, lifecycle, limits
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None or nodes_slurm.missing() is not None,
@@ -92,10 +91,7 @@ def workshop() -> Iterator[Workshop]:
     fake_hub = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, start_new_session=True)
     uids: set[int] = set()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hub, "find_proxy", lambda: "/bin/true")
-        mp.setattr(hub, "jupyterhub", lambda: "/bin/true")
-        mp.setattr(hub, "start", lambda *args: Started.of(fake_hub.pid))
-        mp.setattr(hub, "wait_ready", lambda *args, **kw: 0.0)
+        without_hub(mp, fake_hub.pid)
         try:
             start = time.monotonic()
             st, _ = lifecycle.up(1, port=1, folder=str(state), slurm=True, memory=MEMORY, pids=PIDS,

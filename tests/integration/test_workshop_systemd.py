@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
+from helpers.learner import BOMB, HOG
 
 from labkit.deploy.image import build, recipe
 
@@ -46,24 +47,6 @@ IDENTITY = """
 import json, os
 print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "groups": sorted(os.getgroups()), "cwd": os.getcwd(),
                   "cgroup": open("/proc/self/cgroup").read()}))
-"""
-BOMB = """
-import os, time
-born = 0
-for _ in range(1000):
-    try:
-        if os.fork() == 0:
-            os.close(1); os.close(2); time.sleep(120); os._exit(0)
-        born += 1
-    except OSError:
-        break
-print(born, flush=True)
-"""
-HOG = """
-chunks = []
-for _ in range(64):
-    chunks.append(bytearray(16 * 2**20))
-print("NOT STOPPED", flush=True)
 """
 SPIN = """
 import os, time
@@ -110,6 +93,7 @@ else:
     result["left"] = scopes.show(scopes.unit(learner)).get("ActiveState")
 print(json.dumps(result))
 '''
+DRIVER = f"BOMB = {BOMB!r}\nHOG = {HOG!r}\n" + DRIVER  # the fork bomb and memory hog of the other suites
 
 
 def _podman(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
