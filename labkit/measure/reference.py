@@ -4,12 +4,15 @@ The notebooks never run solutions. A cell that needs a finished script shows, wh
 script is still the starter, these results instead (the same tables and plots, drawn from the
 records). They are made from real runs by::
 
-    python -m labkit.measure.reference [--out labs/reference] [--epochs 2]
+    python -m labkit.measure.reference [--out labs/reference]
 
-which runs each lab's final solution in small mode for a few epochs and writes ``runs.jsonl`` (the
-run records, each tagged with the ``reference`` it belongs to), ``results.json`` (what is not a run
-record: the sweeps' conditions, the kill-and-resume epochs) and a README with the date, the machine
-and the command. A released course ships the folder as ``labs/reference/``.
+which runs each lab's final solution in small mode (the demonstrations for a few epochs, the scaling sweeps
+until they reach the target accuracy) and writes ``runs.jsonl`` (the run records, each tagged with the
+``reference`` it belongs to), ``results.json`` (what is not a run record: the sweeps' conditions, the
+kill-and-resume epochs, how idle the machine was) and a README with the date, the machine and the command.
+It must be made on an idle machine: it refuses when other programs use more than ``IDLE_SHARE`` of the cores
+before it starts, and records their share over each run. A released course ships the folder as
+``labs/reference/``.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.core import identity
+from labkit.core import identity, machineload
 from labkit.course import labs
 from labkit.launching import engines, launch
 from labkit.measure import bench
@@ -35,6 +39,17 @@ from labkit.tfdist.faults import ResumeReport
 
 RECORDS, RESULTS = "runs.jsonl", "results.json"
 TAG = "reference"  # the record field naming which reference a record belongs to
+IDLE_SHARE = 0.10  # most of the cores other programs may use while the references are made
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long each kind of reference run trains (small mode)."""
+
+    epochs: int = 2  # the demonstrations (labs 3-5)
+    sweep_epochs: int = 15  # lab 6's sweeps: at most this many, each run stops at the target accuracy
+    lr_epochs: int = 6  # lab 6's learning-rate runs (as many as the notebook's cell trains)
+    busy_ok: bool = False  # make them even on a busy machine (said in the README)
 
 
 def folder() -> Path:
@@ -93,6 +108,16 @@ def made() -> str:
     return f"made on {info.get('date', '?')} on {info.get('machine', '?')}"
 
 
+def banner() -> str:
+    """When, where and how the reference results were made, in one line for the cells that show them."""
+    info = _results().get("made", {})
+    other = info.get("other_work")
+    idle = (f", other programs using {100 * other:.0f}% of its cores" if isinstance(other, (int, float)) else "")
+    busy = "; made on a busy machine (--busy-ok)" if info.get("busy_ok") else ""
+    return (f"the reference results were made on {info.get('date', '?')} on {info.get('machine', '?')}{idle}{busy}, "
+            "by `python -m labkit.measure.reference` (reference/README.md says how)")
+
+
 def summary(rec: dict[str, Any]) -> str:
     """One line of a reference record: what ran, how fast, how accurate."""
     ips, acc = rec.get("images_per_sec"), rec.get("final_val_accuracy")
@@ -123,8 +148,21 @@ def _tagged(path: Path, since: int, name: str, label: str | None = None) -> list
     return [{**r, TAG: name, **({"label": label} if label else {})} for r in runs.read(path, warn=False)[since:]]
 
 
-def make(out: Path, epochs: int = 2, lr_epochs: int = 4) -> Path:
-    """Run the final solutions as the notebooks do (small mode, ``epochs`` epochs) and write the results."""
+class BusyMachine(RuntimeError):
+    """Other programs use the machine: the references would teach a slow machine's lesson."""
+
+
+def make(out: Path, plan: Plan = Plan()) -> Path:
+    """Run the final solutions as the notebooks do (small mode) and write the results."""
+    epochs = plan.epochs
+    before = machineload.idle_now(10)
+    if before is not None:
+        print(f"before starting: {before}", flush=True)
+        if before.share > IDLE_SHARE and not plan.busy_ok:
+            raise BusyMachine(f"{before}: more than {100 * IDLE_SHARE:.0f}%; make the references on an idle "
+                              "machine (or pass --busy-ok, and the README says the machine was busy)")
+    watch = machineload.OtherWork(identity.cpu_count())
+    shares: dict[str, float] = {}
     py = sys.executable
     hvd, mirrored, multiworker, ps = (str(final_solution(labs.get(n)).resolve())
                                       for n in ("horovod", "mirrored", "multiworker", "parameter-server"))
@@ -143,6 +181,7 @@ def make(out: Path, epochs: int = 2, lr_epochs: int = 4) -> Path:
         for k in range(1, tries + 1):
             since = len(runs.read(path, warn=False))
             print(f"--- {name}{f' ({label})' if label else ''}, try {k}", flush=True)
+            during = machineload.OtherWork(identity.cpu_count())
             try:
                 value = run()
             except Exception as e:  # noqa: BLE001 - tried again, then raised
@@ -155,6 +194,10 @@ def make(out: Path, epochs: int = 2, lr_epochs: int = 4) -> Path:
                 print("    a run failed; again", flush=True)
                 continue
             kept.extend(new)
+            share = during.share()
+            if share is not None:
+                shares[f"{name} ({label})" if label else name] = round(share.share, 3)
+                print(f"    {share}", flush=True)
             return value
         return None
 
@@ -171,15 +214,16 @@ def make(out: Path, epochs: int = 2, lr_epochs: int = 4) -> Path:
         step("slowed-worker", None, lambda: faults.slowed_worker([py, ps, *args], share=0.2, quiet=True))
         step("parameter-server", None, lambda: cluster.run([py, ps, *args], workers=2, ps=1, chief=True,
                                                             timeout=900, quiet=True))
+        sweep_args = ["--mode", "small", "--epochs", str(plan.sweep_epochs)]
         for name, script, launcher, extra in (
                 ("horovod-sweep", hvd, "mpirun", []),
                 ("tf-sweep", multiworker, "cluster", ["--backup-dir", str(work / "tfbk"),
                                                       "--model-path", str(work / "tf_model.keras")])):
             s = step(name, None, lambda sc=script, la=launcher, ex=extra: bench.bench(
-                sc, nps=[1, 2], threads=1, args=[*args, *ex], launcher=la, timeout=900, runs_file=path,
+                sc, nps=[1, 2], threads=1, args=[*sweep_args, *ex], launcher=la, timeout=900, runs_file=path,
                 ceiling=la == "mpirun"))
             results[name] = {"script": Path(script).name, "conditions": {**s.conditions, "runs_file": RECORDS}}
-        lr_args = ["--mode", "small", "--epochs", str(lr_epochs)]
+        lr_args = ["--mode", "small", "--epochs", str(plan.lr_epochs)]
         for label, extra in (("×2, warm-up", []), ("×2, no warm-up", ["--warmup-epochs", "0"]),
                              ("not scaled", ["--base-lr", "0.025", "--warmup-epochs", "0"])):  # lab 6
             step("learning-rate", label, lambda ex=extra: launch.run([py, hvd, *lr_args, *ex], np=2, threads=1,
@@ -191,12 +235,15 @@ def make(out: Path, epochs: int = 2, lr_epochs: int = 4) -> Path:
         else:
             os.environ[runs.FILE_VAR] = saved_file
     minutes = (time.time() - started) / 60
+    total = watch.share()
     results["made"] = {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "minutes": round(minutes, 1),
-                       "epochs": epochs, "lr_epochs": lr_epochs, "load_average": [round(x, 1) for x in os.getloadavg()]}
+                       **asdict(plan), "other_work_before": round(before.share, 3) if before else None,
+                       "other_work": round(total.share, 3) if total else None, "other_work_by_run": shares,
+                       "load_average_end": [round(x, 1) for x in os.getloadavg()]}
     out.mkdir(parents=True, exist_ok=True)
     (out / RECORDS).write_text("".join(json.dumps(_portable(r), separators=(",", ":")) + "\n" for r in kept))
     (out / RESULTS).write_text(json.dumps(results, indent=1) + "\n")
-    (out / "README.md").write_text(_readme(results["made"]))
+    (out / "README.md").write_text(_readme(results["made"]) + _communication(out))
     shutil.rmtree(work, ignore_errors=True)
     return out
 
@@ -220,37 +267,66 @@ def machine() -> str:
 
 
 def _readme(made: dict[str, Any]) -> str:
+    other = made.get("other_work")
+    idle = (f"Other programs used {100 * other:.1f}% of its cores while they ran (measured from `/proc/stat` "
+            f"minus the runs' own CPU time; the script refuses to start above {100 * IDLE_SHARE:.0f}%)"
+            if other is not None else "How busy the machine was could not be measured")
+    busy = (" It was made with `--busy-ok` on a busy machine: its images/sec are lower, and its speedups smaller, "
+            "than an idle machine's." if made.get("busy_ok") else "")
     return f"""# Reference results
 
 What the course's final solutions gave when run the way the notebooks run them. A notebook cell
-that needs a finished script shows these (the same tables and plots) while your script is still
-the starter; once you have changed it, every cell runs yours.
+that needs a finished script shows these (the same tables and plots) while your script has not yet passed
+its lab's steps in your checks; once that very version has, the cell runs yours.
 
-* Made on {made['date']} on {made['machine']}, in {made['minutes']} minutes. The machine was
-  shared with other work (load average {made['load_average'][0]} at the end, on its cores): these
-  images/sec are lower than an idle machine's, and runs that share cores speed up less.
-* Small mode (WRN-16-1, 6,000 training and 1,000 test images), {made['epochs']} epochs per run
-  ({made['lr_epochs']} for the learning-rate runs of lab 6): enough for images/sec (the first epoch
-  is left out) and the first points of a curve, not for the target accuracy: kept short, as the
-  whole set trains 14 runs one after another.
+* Made on {made['date']} on {made['machine']}, in {made['minutes']} minutes, on an idle machine. {idle}.{busy}
+* Small mode (WRN-16-1, 6,000 training and 1,000 test images, 1 thread per worker). Lab 6's scaling sweeps
+  train up to {made['sweep_epochs']} epochs and stop after their second epoch at or above the target accuracy
+  (82%), so their time to accuracy is measured; its learning-rate runs train {made['lr_epochs']} epochs, as the notebook's cell
+  does; the demonstrations of labs 3-5 train {made['epochs']} epochs (3 for kill-and-resume). Images/sec
+  leave out each run's first epoch.
+* One run per point: a single run scatters by a few percent; the benchmark's README figures, made with repeats,
+  are in `docs/performance.md`.
 * Made with `python -m labkit.measure.reference --out labs/reference` from the course source (it runs
   the solutions, which a learner's copy does not hold).
 
 Files: `runs.jsonl` (one run record per line, `reference` names the cell's use, `label` the
-variant), `results.json` (the sweeps' conditions, the kill-and-resume epochs, this date).
+variant), `results.json` (the sweeps' conditions, the kill-and-resume epochs, the date, and other programs'
+share of the cores over each run).
 """
+
+
+def _communication(out: Path) -> str:
+    """The README's paragraph on ``communication.json`` (lab 8), made apart by its own command, when it is there."""
+    try:
+        made = json.loads((out / "communication.json").read_text()).get("made") or {}
+    except (OSError, ValueError):
+        return ""
+    return (f"\n`communication.json` (lab 8): the all-reduce and two of Horovod's knobs on 2 virtual nodes with links "
+            f"of 200 Mbit/s, made on {made.get('date', '?')} on {made.get('machine', '?')} with "
+            f"`python -m labkit.measure.comm_reference --out labs/reference` (root).\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit.measure.reference", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(labs.ROOT / "labs" / "reference"), help="folder to write")
-    p.add_argument("--epochs", type=int, default=2, help="epochs per run (default: %(default)s)")
-    p.add_argument("--lr-epochs", type=int, default=4, help="epochs of the learning-rate runs")
+    d = Plan()
+    p.add_argument("--epochs", type=int, default=d.epochs, help="epochs of the demonstrations (default: %(default)s)")
+    p.add_argument("--sweep-epochs", type=int, default=d.sweep_epochs,
+                   help="most epochs of the scaling sweeps' runs, which stop at the target (default: %(default)s)")
+    p.add_argument("--lr-epochs", type=int, default=d.lr_epochs,
+                   help="epochs of the learning-rate runs (default: %(default)s)")
+    p.add_argument("--busy-ok", action="store_true", help="make them even when other programs use the machine")
     a = p.parse_args(argv)
     if not (labs.ROOT / "solutions").is_dir():
         print("python -m labkit.measure.reference: no solutions/ here: run it in the course source", file=sys.stderr)
         return 2
-    print(f"wrote {make(Path(a.out), a.epochs, a.lr_epochs)}")
+    try:
+        out = make(Path(a.out), Plan(a.epochs, a.sweep_epochs, a.lr_epochs, a.busy_ok))
+    except BusyMachine as e:
+        print(f"python -m labkit.measure.reference: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
     return 0
 
 

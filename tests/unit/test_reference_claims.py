@@ -1,0 +1,119 @@
+"""The answers' claims about the course's reference results hold for the results shipped in labs/reference.
+
+A learner whose script has not yet passed its lab's steps sees the reference results, and right below them a
+collapsed answer that says what to expect. Each test here reads the shipped results as the notebook does and
+checks one answer's claim, quoted, so that results made again (``python -m labkit.measure.reference``) that
+teach another lesson fail here, and the answer or the results must change.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit.course import labs
+from labkit.measure import reference
+from labkit.records import sweep
+
+LABS = labs.ROOT / "labs"
+
+
+@pytest.fixture(autouse=True)
+def shipped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    if not (LABS / "reference" / reference.RECORDS).is_file():
+        pytest.fail("labs/reference has no records: run `python -m labkit.measure.reference`")
+    monkeypatch.chdir(tmp_path)  # read as a released course reads them (labs/reference from the package's root)
+
+
+def answer(notebook: str, starts: str) -> str:
+    """The collapsed answer of ``notebook`` that follows the cell whose text contains ``starts``."""
+    cells = ["".join(c["source"]) for c in json.loads((LABS / notebook).read_text())["cells"]]
+    at = next(i for i, c in enumerate(cells) if starts in c)
+    return next(c for c in cells[at:] if "<summary>Answer</summary>" in c)
+
+
+def point(name: str, workers: int) -> sweep.Point:
+    return next(p for p in reference.sweep_of(name).points if p.workers == workers)
+
+
+def speedup(name: str) -> float:
+    one, two = point(name, 1), point(name, 2)
+    assert one.images_per_sec and two.images_per_sec
+    return two.images_per_sec / one.images_per_sec
+
+
+def test_lab6_horovod_scales_close_to_linear_and_to_its_ceiling() -> None:
+    text = answer("06_scaling.ipynb", "what speedup and\nefficiency do you expect from the Horovod script")
+    assert "speedup of about 1.75-1.9 (efficiency 88-95%)" in text and '"of ceiling" 93-98%' in text
+    assert "reference results (one run each, idle\nmachine) 1.75 (88%) and 93% of the ceiling" in text
+    s, two = speedup("horovod-sweep"), point("horovod-sweep", 2)
+    assert 1.75 <= s <= 1.9 + 0.05, s
+    assert two.ceiling_images_per_sec and 0.93 <= two.images_per_sec / two.ceiling_images_per_sec <= 1.0, two
+
+
+def test_lab6_multiworker_scales_clearly_worse_than_horovod() -> None:
+    text = answer("06_scaling.ipynb", "will `MultiWorkerMirroredStrategy` scale as\nwell as Horovod did?")
+    assert "around 1.4-1.5 for 2 workers (efficiency 70-77%)" in text
+    assert "reference results 1.40 (70%), against Horovod's 1.75" in text
+    tf = speedup("tf-sweep")
+    assert 1.35 <= tf <= 1.55, tf
+    assert speedup("horovod-sweep") - tf >= 0.2, (speedup("horovod-sweep"), tf)
+
+
+def cell(notebook: str, starts: str) -> str:
+    return next(t for t in ("".join(c["source"]) for c in json.loads((LABS / notebook).read_text())["cells"])
+                if starts in t)
+
+
+def test_lab6_every_sweep_run_reaches_the_target_and_time_to_it_gains_less_than_throughput() -> None:
+    text = cell("06_scaling.ipynb", "### Reading the plots")
+    assert "Horovod's 2 workers reached 82% in 40 s against 64 s for one worker" in text
+    assert "MultiWorkerMirrored's 2 workers took longer than\n  one (45 s against 41 s)" in text
+    assert "they needed 7 epochs, the single worker 5" in text
+    for name in ("horovod-sweep", "tf-sweep"):
+        for p in reference.sweep_of(name).points:
+            assert p.time_to_target_s is not None, (name, p)
+    hvd1, hvd2 = point("horovod-sweep", 1).time_to_target_s, point("horovod-sweep", 2).time_to_target_s
+    assert hvd1 and hvd2 and 1 < hvd1 / hvd2 < speedup("horovod-sweep"), (hvd1, hvd2)
+    assert round(hvd1) == 64 and round(hvd2) == 40, (hvd1, hvd2)
+    tf1, tf2 = (reference.record("tf-sweep", workers=n) for n in (1, 2))
+    assert tf2["time_to_target_s"] > tf1["time_to_target_s"], (tf1["time_to_target_s"], tf2["time_to_target_s"])
+    assert (tf1["epochs_to_target"], tf2["epochs_to_target"]) == (5, 7)
+
+
+def test_lab6_the_unscaled_rate_starts_and_ends_lowest() -> None:
+    text = answer("06_scaling.ipynb", "Which change hurts the most in the first epochs")
+    assert "Not scaling hurts most in the first epochs" in text and "its curve starts\nlowest" in text
+    assert "the unscaled run started lowest (58% after epoch 1, against 59% and 62%)" in text
+    assert "ended lowest\n(71% after epoch 6, against 77% without warm-up and 80% with it)" in text
+    acc = {label: rec["val_accuracy"] for label, rec in reference.labelled("learning-rate").items()}
+    first, last = ({k: round(100 * v[i]) for k, v in acc.items()} for i in (0, -1))
+    assert first == {"not scaled": 58, "×2, no warm-up": 59, "×2, warm-up": 62}, first
+    assert last == {"not scaled": 71, "×2, no warm-up": 77, "×2, warm-up": 80}, last
+
+
+def test_lab4_the_restarted_cluster_resumes_at_the_epoch_that_was_cut() -> None:
+    text = answer("04_multi_worker.ipynb", "Which\nepochs will the report list as completed before the kill")
+    assert "`epochs completed before the kill: [1]`" in text and "[2, 3]" in text and "nothing repeated" in text
+    report = reference.resume_report()
+    assert report.completed_before == [1] and report.after == [2, 3] and not report.repeated, report
+
+
+def test_lab3_a_second_logical_device_on_the_same_cores_is_not_twice_as_fast() -> None:
+    text = answer("03_mirrored_strategy.ipynb", 'reference.show("mirrored")')
+    assert "About as fast, give or take some tens of percent (and not twice as fast)" in text
+    one = reference.record("mirrored", label="1 device(s)")["images_per_sec"]
+    two = reference.record("mirrored", label="2 device(s)")["images_per_sec"]
+    assert 0.6 <= two / one <= 1.5, (one, two)
+
+
+def test_lab5_the_fast_worker_takes_more_steps_and_every_step_runs() -> None:
+    text = answer("05_parameter_server.ipynb", 'reference.record("slowed-worker")')
+    assert "worker 0's bar to be several times taller than worker 1's" in text
+    rec = reference.record("slowed-worker")
+    steps = {k: len(v) for k, v in rec["worker_step_times"].items()}
+    assert steps["0"] >= 2 * steps["1"], steps
+    assert "188 with the default batch of 32 on 6,000 images" in text
+    assert sum(steps.values()) >= 188 * rec["epochs_run"], (steps, rec["epochs_run"])
