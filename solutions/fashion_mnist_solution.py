@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-# Generated from solutions/source/fashion_mnist.py.tmpl (version 99) by `labkit gen`.
+# Generated from solutions/source/fashion_mnist.py.tmpl (version 8) by `labkit gen`.
 # Edit the template, not this file; `make gen` rewrites it.
 """Train a WideResNet on Fashion-MNIST with Keras (Horovod lab solution, with learning-rate scaling and warm-up).
 

@@ -16,7 +16,8 @@ from labkit.check.report import Report, StepResult
 from labkit.course import labs
 from labkit.records import checklog, classlog
 
-__all__ = ["Report", "StepResult", "horovod", "mirrored", "multiworker", "parameter_server", "run_check"]
+__all__ = ["Report", "StepResult", "communication", "horovod", "mirrored", "multiworker", "parameter_server",
+           "run_check"]
 
 LABS = labs.LABS  # the registry: names, steps, scripts, timeouts, implementations
 
@@ -88,3 +89,8 @@ def parameter_server(
     return run_check("parameter-server", script, step, timeout)
 
 
+def communication(
+    step: int | None = None, script: str | Path = "fashion_mnist.py", timeout: float | None = None
+) -> Report:
+    """Check lab 8's exercise: with ``--fp16-allreduce`` the Horovod script all-reduces its gradients as float16."""
+    return run_check("communication", script, step, timeout)

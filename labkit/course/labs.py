@@ -2,7 +2,9 @@
 
 Read by ``labkit check``, ``labkit grade``, ``labkit release``, ``labkit reset`` and
 the notebooks' check cells. A lab's starter lives in ``labs/``; its step solutions
-``solutions/<stem>_after_step_NN.py`` are generated from one template.
+``solutions/<stem>_after_step_NN.py`` are generated from one template. A lab may continue the finished
+script of another (``builds_on``): it shares that lab's starter and template, and its solutions carry a stem
+of their own, so that both labs' step solutions live side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class Lab:
     notebook: str
     timeout: float  # seconds a whole check may take
     module: str  # the check's implementation
+    builds_on: str = ""  # the lab whose finished script this one continues ("": it starts from its own starter)
+    solutions_stem: str = ""  # its solutions are solutions/<this>_after_step_NN.py (default: the starter's stem)
 
     @property
     def n_steps(self) -> int:
@@ -31,7 +35,8 @@ class Lab:
 
     @property
     def stem(self) -> str:
-        return Path(self.starter).stem
+        """The stem of the lab's solution files: the starter's, unless the lab names its own."""
+        return self.solutions_stem or Path(self.starter).stem
 
     def solution(self, step: int | None = None, root: Path = ROOT) -> Path:
         """The solution after ``step`` (default: the last)."""
@@ -73,6 +78,10 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "the model's variables on the parameter servers",
         "each worker builds its own input pipeline; the coordinator schedules the steps",
     ), "fashion_mnist_ps.py", "05_parameter_server.ipynb", 180.0, "labkit.check.lab_parameter_server"),
+    Lab("communication", "What communication costs: gradients as float16 on the wire", (
+        "with --fp16-allreduce, the gradients all-reduced as float16",
+    ), "fashion_mnist.py", "08_communication.ipynb", 150.0, "labkit.check.lab_communication",
+        builds_on="horovod", solutions_stem="fashion_mnist_communication"),
 )}
 
 
@@ -84,6 +93,7 @@ def get(name: str) -> Lab:
 
 
 def by_script(path: str | Path) -> Lab | None:
-    """The lab whose starter has this file name, if any."""
+    """The lab whose starter has this file name, if any (the first: a lab that continues another's script comes
+    after it)."""
     name = Path(path).name
     return next((lab for lab in LABS.values() if lab.starter == name), None)

@@ -33,7 +33,7 @@ GRADING = """
 [tool.labkit.grading]
 # Which labs `labkit grade` checks, where the learner's scripts are, and the points of each
 # lab (one number: split evenly over its steps; a list: one number per step).
-labs = ["horovod", "mirrored", "multiworker", "parameter-server"]
+labs = ["horovod", "mirrored", "multiworker", "parameter-server", "communication"]
 path = "labs"
 
 [tool.labkit.grading.points]
@@ -41,6 +41,7 @@ horovod = 8
 mirrored = 4
 multiworker = 4
 parameter-server = 3
+communication = 1
 """
 
 

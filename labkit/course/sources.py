@@ -12,7 +12,10 @@ A line ``#% include NAME`` is replaced by ``solutions/source/parts/NAME.py`` (th
 WideResNet, the data helpers, the callbacks): the generated scripts are flat and
 self-contained, while each shared part is written once.
 
-Version 0 is the learner's starter, version N the solution after step N.
+Version 0 is the learner's starter, version N the solution after step N. A lab that continues another lab's
+finished script (``Lab.builds_on``) goes on in that lab's template: its step k is the version after that lab's
+last step plus k (the communication lab's step 1 is version 9 of the Horovod template), written under the lab's
+own solution stem.
 ``labkit gen`` writes every file; ``labkit gen --check`` fails when one is stale.
 
 The templates belong to the course source, not to the package: :func:`course_source` finds
@@ -119,7 +122,7 @@ TARGETS: list[Target] = [
         )
         for k in range(1, HOROVOD_STEPS + 1)
     ],
-    Target("solutions/source/fashion_mnist.py.tmpl", 99, "solutions/fashion_mnist_solution.py",
+    Target("solutions/source/fashion_mnist.py.tmpl", HOROVOD_STEPS, "solutions/fashion_mnist_solution.py",
            "Horovod lab solution, with learning-rate scaling and warm-up"),
 ]
 
@@ -168,6 +171,18 @@ for _stem, _short, _n, _title in DISTRIBUTE_LABS:
                f"{_title}, after step {k}")
         for k in range(1, _n + 1)
     )
+
+
+def continued(lab: labs.Lab) -> list[Target]:
+    """The step solutions of a lab that continues another lab's finished script, from that lab's template."""
+    base = labs.get(lab.builds_on)
+    template = next(t.template for t in TARGETS if t.output == f"labs/{base.starter}")
+    return [Target(template, base.n_steps + k, f"solutions/{lab.stem}_after_step_{k:02d}.py",
+                   f"{lab.name} lab, after step {k}") for k in range(1, lab.n_steps + 1)]
+
+
+for _lab in [lab for lab in labs.LABS.values() if lab.builds_on]:
+    TARGETS.extend(continued(_lab))
 
 
 def backup(path: str | Path) -> Path:

@@ -1,6 +1,7 @@
 """The patches a probed rank runs under (:mod:`labkit.instrument.probe`): library entry points replaced in this
 process only, so that the learner's script runs unchanged on a tiny slice of data with a narrow model, two
-simulated GPUs, and every fit, evaluate, save and learning rate recorded."""
+simulated GPUs, and every fit, evaluate, save and learning rate recorded (what Horovod all-reduces, by dtype:
+:mod:`labkit.instrument.probe_allreduce`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 from typing import Any
 
 from labkit.core import patch
-from labkit.instrument import data, probe_record
+from labkit.instrument import data, probe_allreduce, probe_record
 from labkit.instrument.callback_reads import plain, wrap_callback
 from labkit.instrument.keras_reads import learning_rate
 from labkit.instrument.probe_record import (
@@ -123,6 +124,7 @@ def patch_horovod() -> None:
     for mod in (hvd_tf, hvd_keras):
         mod.local_rank = local_rank
         mod.init = init
+    probe_allreduce.patch(hvd_tf)  # the dtypes Horovod all-reduces: gradients in the step, the rest apart
 
 
 def _flat_weights(model: Any) -> Any:

@@ -15,12 +15,27 @@ ROOT = labs.ROOT
 def test_registry_matches_the_files(lab: labs.Lab) -> None:
     starter = (ROOT / "labs" / lab.starter).read_text()
     todo_steps = {int(n) for n in re.findall(r"TODO: Step (\d+)", starter)}
-    assert todo_steps == set(range(1, lab.n_steps + 1)), f"{lab.starter} has TODOs for steps {sorted(todo_steps)}"
+    first = labs.get(lab.builds_on) if lab.builds_on else lab  # a lab that continues another: that lab's TODOs
+    assert todo_steps == set(range(1, first.n_steps + 1)), f"{lab.starter} has TODOs for steps {sorted(todo_steps)}"
     for k in range(1, lab.n_steps + 1):
         assert lab.solution(k).is_file()
     assert not (ROOT / "solutions" / f"{lab.stem}_after_step_{lab.n_steps + 1:02d}.py").exists()
     assert (ROOT / "labs" / lab.notebook).is_file()
     assert lab.timeout > 0 and all(lab.steps)
+
+
+def test_a_lab_that_continues_another_shares_its_starter_not_its_solutions() -> None:
+    stems = [lab.stem for lab in labs.LABS.values()]
+    assert len(set(stems)) == len(stems), "two labs would write the same solution files"
+    names = list(labs.LABS)
+    continuing = [lab for lab in labs.LABS.values() if lab.builds_on]
+    assert [lab.name for lab in continuing] == ["communication"]
+    for lab in continuing:
+        first = labs.get(lab.builds_on)
+        assert lab.starter == first.starter and names.index(first.name) < names.index(lab.name)
+        assert labs.by_script(lab.starter) is first  # the script's own lab is the one it started in
+    assert labs.get("communication").solution(1).name == "fashion_mnist_communication_after_step_01.py"
+    assert labs.get("horovod").stem == "fashion_mnist"
 
 
 def test_unknown_lab_and_step_are_named() -> None:

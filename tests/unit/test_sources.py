@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import paths
 
-from labkit.course import sources
+from labkit.course import labs, sources
 
 ROOT = paths.ROOT
 BLANK_LINE_RULES = "E301,E302,E303,E304,E305,E306"  # pycodestyle's blank lines, as ruff checks them
@@ -88,6 +88,22 @@ def test_unbalanced_markers_raise(text, message):
 
 def test_committed_scripts_are_in_sync_with_their_templates():
     assert sources.generate(check=True) == []
+
+
+def test_the_communication_lab_goes_on_from_the_horovod_solution():
+    """Its step 1 is version 9 of the Horovod template: the last Horovod step and the --fp16-allreduce option;
+    the Horovod lab's own scripts stay without it."""
+    template = "solutions/source/fashion_mnist.py.tmpl"
+    by_output = {t.output: t for t in sources.TARGETS}
+    step = by_output["solutions/fashion_mnist_communication_after_step_01.py"]
+    assert (step.template, step.version) == (template, labs.get("horovod").n_steps + 1)
+    assert by_output["solutions/fashion_mnist_solution.py"].version == labs.get("horovod").n_steps
+    body = sources.include((ROOT / template).read_text())
+    text, horovod = sources.render(body, 9).splitlines(), sources.render(body, 8).splitlines()
+    assert '    p.add_argument("--fp16-allreduce", action="store_true",' in text
+    assert "        opt = hvd.DistributedOptimizer(opt, compression=hvd.Compression.fp16)" in text
+    assert set(horovod) - set(text) == {"    opt = hvd.DistributedOptimizer(opt)"}  # now under `else:`
+    assert [t.output for t in sources.TARGETS if t.version <= 8 and "fp16" in sources.expected(t)] == []
 
 
 def test_every_target_has_the_generated_header():

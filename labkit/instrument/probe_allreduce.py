@@ -1,0 +1,90 @@
+"""What a probed rank handed Horovod's all-reduce, by dtype (:mod:`labkit.instrument.probe`).
+
+Horovod's TensorFlow API passes every tensor it all-reduces through ``horovod.tensorflow._allreduce`` (one
+tensor) or ``horovod.tensorflow._grouped_allreduce`` (several): ``allreduce()`` and ``grouped_allreduce()``, which
+``hvd.DistributedOptimizer`` and ``hvd.allreduce`` use, call them right after ``compression.compress``. The dtype
+seen there is the one that crosses the wire, however the script chose its compression.
+
+The gradients of ``hvd.DistributedOptimizer`` are all-reduced inside the training step, which Keras builds as a
+TensorFlow graph (Horovod wraps the gradients' all-reduce in a graph of its own even when the step runs eagerly);
+metric averaging (``MetricAverageCallback``) and other ``hvd.allreduce`` calls between steps run eagerly. A tensor
+all-reduced while a graph is being built inside ``Model.fit`` is therefore counted as a gradient, any other as
+``other``. Counts are tensors handed to the op as the graph is built: one per gradient for each time Keras traces
+the step (once in a probed run).
+
+Each rank writes ``OUT/allreduce.N.json``, ``{"gradients": {"float16": 26}, "other": {"float32": 4}}``, rewritten at
+every new tensor (a rank that crashes later keeps what it built). Both names are private to Horovod (imported
+there from ``horovod.tensorflow.mpi_ops``); ``tests/unit/test_probe_allreduce.py`` fails when they move, and a
+Horovod without them leaves ``{"error": ...}`` instead of patching nothing in silence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from labkit.instrument import probe_record
+from labkit.instrument.probe_record import STATE
+
+NAMES = ("_allreduce", "_grouped_allreduce")  # in horovod.tensorflow, called by allreduce() and grouped_allreduce()
+GRADIENTS, OTHER = "gradients", "other"
+
+RECORD: dict[str, dict[str, int]] = {GRADIENTS: {}, OTHER: {}}
+
+
+def file_name(rank: int) -> str:
+    """The record of rank ``rank`` in the probe's folder."""
+    return f"allreduce.{rank}.json"
+
+
+def _write(value: dict[str, Any]) -> None:
+    """Rewrite this rank's record whole; never fails into the script."""
+    path = os.path.join(probe_record.OUT, file_name(STATE["rank_env"]))
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(value, f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
+def note(tensors: Sequence[Any], eager: bool) -> None:
+    """Count ``tensors`` by dtype: gradients when built into a graph during ``fit``, other otherwise."""
+    kind = GRADIENTS if not eager and STATE.get("in_fit") else OTHER
+    for t in tensors:
+        dtype = getattr(getattr(t, "dtype", None), "name", None) or str(getattr(t, "dtype", "?"))
+        RECORD[kind][dtype] = RECORD[kind].get(dtype, 0) + 1
+    _write(RECORD)
+
+
+def patch(hvd_tf: Any, eager: Callable[[], bool] | None = None) -> None:
+    """Count what ``horovod.tensorflow``'s all-reduce entry points receive, then call them as before.
+
+    ``eager`` tells a tensor run now from one built into a graph (default: ``tf.executing_eagerly``)."""
+    if eager is None:
+        import tensorflow as tf
+
+        eager = tf.executing_eagerly
+    missing = [name for name in NAMES if not callable(getattr(hvd_tf, name, None))]
+    if missing:
+        _write({"error": f"horovod.tensorflow has no {', '.join(missing)}: this Horovod cannot be observed"})
+        return
+    real_one, real_group = (getattr(hvd_tf, name) for name in NAMES)
+
+    def _observed(tensors: Sequence[Any]) -> None:
+        try:
+            note(tensors, eager())
+        except Exception:  # noqa: BLE001 - observing never breaks the script
+            pass
+
+    def _allreduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        _observed([tensor])
+        return real_one(tensor, *args, **kwargs)
+
+    def _grouped_allreduce(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        _observed(list(tensors) if isinstance(tensors, (list, tuple)) else [])
+        return real_group(tensors, *args, **kwargs)
+
+    hvd_tf._allreduce, hvd_tf._grouped_allreduce = _allreduce, _grouped_allreduce

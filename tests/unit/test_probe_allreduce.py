@@ -1,0 +1,101 @@
+"""labkit.instrument.probe_allreduce: what a probed rank hands Horovod's all-reduce, by dtype, and the private
+Horovod names it patches (this file fails when they move)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from labkit.instrument import probe_allreduce, probe_record
+from labkit.instrument.probe_record import STATE
+
+
+def _horovod_tensorflow() -> Path:
+    """horovod/tensorflow/ of the installed Horovod, found without importing it (nor TensorFlow)."""
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("Horovod is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "tensorflow"
+
+
+def _functions(path: Path) -> dict[str, ast.FunctionDef]:
+    tree = ast.parse(path.read_text())
+    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+def _calls(fn: ast.FunctionDef) -> set[str]:
+    return {node.func.id for node in ast.walk(fn) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+def test_horovod_all_reduces_through_the_names_the_probe_patches() -> None:
+    """``allreduce()`` and ``grouped_allreduce()`` of horovod.tensorflow call ``_allreduce`` and
+    ``_grouped_allreduce``, module globals imported from mpi_ops, on what the compression gave them. If Horovod
+    renames or moves them, the probe would see nothing: this test says so first."""
+    folder = _horovod_tensorflow()
+    init = folder / "__init__.py"
+    tree = ast.parse(init.read_text())
+    imported = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and node.module == "horovod.tensorflow.mpi_ops" for alias in node.names}
+    assert set(probe_allreduce.NAMES) <= imported, f"{init} no longer imports {probe_allreduce.NAMES} from mpi_ops"
+    public = _functions(init)
+    assert "_allreduce" in _calls(public["allreduce"])
+    assert "_grouped_allreduce" in _calls(public["grouped_allreduce"])
+    for name in ("allreduce", "grouped_allreduce"):  # the op gets the compressed tensors
+        assert "compression.compress" in ast.unparse(public[name]), name
+    ops = _functions(folder / "mpi_ops.py")
+    assert [a.arg for a in ops["_allreduce"].args.args[:1]] == ["tensor"]
+    assert [a.arg for a in ops["_grouped_allreduce"].args.args[:1]] == ["tensors"]
+    grads = _functions(init)["_make_allreduce_grads_fn"]  # the optimizer's gradients go through allreduce()
+    assert "_make_cached_allreduce_grads_fn" in _calls(grads)
+
+
+class _Tensor:
+    def __init__(self, dtype: str) -> None:
+        self.dtype = SimpleNamespace(name=dtype)
+
+
+@pytest.fixture
+def probed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(probe_record, "OUT", str(tmp_path))
+    monkeypatch.setitem(STATE, "rank_env", 1)
+    monkeypatch.setitem(STATE, "in_fit", False)
+    monkeypatch.setattr(probe_allreduce, "RECORD", {probe_allreduce.GRADIENTS: {}, probe_allreduce.OTHER: {}})
+    return tmp_path / probe_allreduce.file_name(1)
+
+
+def test_tensors_built_into_the_training_step_are_gradients_the_rest_other(probed: Path) -> None:
+    calls: list[Any] = []
+    graph = {"now": False}
+    fake = SimpleNamespace(_allreduce=lambda t, **k: calls.append(("one", t, k)) or "one",
+                           _grouped_allreduce=lambda ts, **k: calls.append(("group", ts, k)) or "group")
+    probe_allreduce.patch(fake, eager=lambda: not graph["now"])
+    assert fake._allreduce(_Tensor("float32"), name="m") == "one" and calls[-1][2] == {"name": "m"}  # eager, outside fit
+    STATE["in_fit"] = True
+    fake._allreduce(_Tensor("float32"))  # eager in fit: a metric averaged by a callback
+    graph["now"] = True
+    group = (_Tensor("float16"), _Tensor("float16"))
+    assert fake._grouped_allreduce(group) == "group" and calls[-1][1] is group  # passed on untouched
+    fake._allreduce(_Tensor("float16"))
+    assert json.loads(probed.read_text()) == {"gradients": {"float16": 3}, "other": {"float32": 2}}
+
+
+def test_a_horovod_without_the_names_is_said_not_patched_in_silence(probed: Path) -> None:
+    fake = SimpleNamespace(_allreduce=lambda t: t)
+    probe_allreduce.patch(fake, eager=lambda: True)
+    assert "no _grouped_allreduce" in json.loads(probed.read_text())["error"]
+
+
+def test_a_failing_observation_never_breaks_the_script(probed: Path) -> None:
+    fake = SimpleNamespace(_allreduce=lambda t: "reduced", _grouped_allreduce=lambda ts: ts)
+
+    def broken() -> bool:
+        raise RuntimeError("no graph here")
+
+    probe_allreduce.patch(fake, eager=broken)
+    assert fake._allreduce(_Tensor("float32")) == "reduced" and not probed.exists()
