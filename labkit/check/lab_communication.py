@@ -78,9 +78,9 @@ def _not_half(rank: int, grads: dict[str, int]) -> str:
     """What to change when some gradients of ``rank`` crossed the wire in another dtype than float16."""
     total = sum(grads.values())
     if set(grads) == {"float32"}:
-        return (f"with {FLAG} the gradients were still all-reduced as float32 (rank {rank}: {total} tensors): {FIX}. "
-                "Casting the gradients elsewhere does not change what Horovod sends: it all-reduces what the "
-                "optimizer's compression gives it.")
+        return (f"with {FLAG} the gradients were still all-reduced as float32: {FIX} (rank {rank} sent all {total} "
+                "as float32). Casting the gradients elsewhere does not change what Horovod sends: it all-reduces "
+                "what the optimizer's compression gives it.")
     if HALF in grads:
         return (f"with {FLAG} rank {rank} all-reduced {_counted(grads)} of its {total} gradient tensors: every "
                 f"gradient should cross as float16 ({FIX}).")

@@ -75,7 +75,8 @@ def test_tensors_built_into_the_training_step_are_gradients_the_rest_other(probe
     fake = SimpleNamespace(_allreduce=lambda t, **k: calls.append(("one", t, k)) or "one",
                            _grouped_allreduce=lambda ts, **k: calls.append(("group", ts, k)) or "group")
     probe_allreduce.patch(fake, eager=lambda: not graph["now"])
-    assert fake._allreduce(_Tensor("float32"), name="m") == "one" and calls[-1][2] == {"name": "m"}  # eager, outside fit
+    assert fake._allreduce(_Tensor("float32"), name="m") == "one"  # eager, outside fit
+    assert calls[-1][2] == {"name": "m"}  # the arguments passed on
     STATE["in_fit"] = True
     fake._allreduce(_Tensor("float32"))  # eager in fit: a metric averaged by a callback
     graph["now"] = True
