@@ -90,9 +90,12 @@ def _not_half(rank: int, grads: dict[str, int]) -> str:
 
 def step_1(ev: dict[str, Any]) -> str:
     if refused(ev):
+        alone = not all((s.get("hvd") or {}).get("initialized") for s in ev["states"].values()) or not ev["states"]
         raise Failed(f"the script does not accept {FLAG} (argparse: unrecognized arguments): add the {FLAG} option "
                      "to parse_args, e.g. `p.add_argument(\"--fp16-allreduce\", action=\"store_true\")`; then, "
-                     "when it is set, pass `compression=hvd.Compression.fp16` to hvd.DistributedOptimizer.")
+                     "when it is set, pass `compression=hvd.Compression.fp16` to hvd.DistributedOptimizer."
+                     + (" Horovod was not initialised before the script stopped: if this is not yet your Horovod "
+                        "script of lab 2, finish that lab first." if alone else ""))
     hr.need(ev, "batch1_end")
     n = ev["np"]
     if not all(hr.state(ev, r).get("hvd", {}).get("initialized") for r in range(n)):

@@ -69,6 +69,10 @@ def test_a_script_without_the_option_is_told_to_add_it() -> None:
         info["exit"] = 2
     said = _fails(ev)
     assert "does not accept --fp16-allreduce" in said and "add the --fp16-allreduce option to parse_args" in said
+    assert "not initialised" not in said
+    for state in ev["states"].values():  # the starter: Horovod is lab 2's step 1
+        state["hvd"] = {"initialized": False}
+    assert "if this is not yet your Horovod script of lab 2, finish that lab first" in _fails(ev)
     results = judging.judge(lab_communication.STEPS, ev, 1, labs.get("communication").steps)
     assert not results[0].passed and results[0].message.startswith("with --fp16-allreduce, the gradients all-reduced")
 
