@@ -121,7 +121,7 @@ def lab_and_step(script: str) -> tuple[str | None, str | None]:
         step = str(int(m.group(1)))
     elif name.endswith("_solution"):
         step = "solution"
-    for lab in ("multiworker", "mirrored", "parameter_server", "ps"):
+    for lab in ("multiworker", "mirrored", "parameter_server", "ps", "communication"):
         if lab in name:
             return ("parameter-server" if lab in ("ps", "parameter_server") else lab), step
     return ("horovod" if name.startswith("fashion_mnist") else None), step

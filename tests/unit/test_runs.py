@@ -87,6 +87,7 @@ def test_lab_and_step_from_script_names() -> None:
     assert runs.lab_and_step("fashion_mnist_solution.py") == ("horovod", "solution")
     assert runs.lab_and_step("fashion_mnist_multiworker.py") == ("multiworker", None)
     assert runs.lab_and_step("fashion_mnist_ps_solution.py")[0] == "parameter-server"
+    assert runs.lab_and_step("fashion_mnist_communication_after_step_01.py") == ("communication", "1")
 
 
 def test_world_from_env_and_tf_config(monkeypatch: pytest.MonkeyPatch) -> None:
