@@ -4,7 +4,9 @@ Read by ``labkit check``, ``labkit grade``, ``labkit release``, ``labkit reset``
 the notebooks' check cells. A lab's starter lives in ``labs/``; its step solutions
 ``solutions/<stem>_after_step_NN.py`` are generated from one template. A lab may continue the finished
 script of another (``builds_on``): it shares that lab's starter and template, and its solutions carry a stem
-of their own, so that both labs' step solutions live side by side.
+of their own, so that both labs' step solutions live side by side. A lab whose steps ask for different files
+(``step_files``, e.g. a hostfile and a batch script) names the file of each step; they live next to the starter,
+and each step's solution is named after its own file (``solutions/<file's stem>_after_step_NN<file's suffix>``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Lab:
     module: str  # the check's implementation
     builds_on: str = ""  # the lab whose finished script this one continues ("": it starts from its own starter)
     solutions_stem: str = ""  # its solutions are solutions/<this>_after_step_NN.py (default: the starter's stem)
+    step_files: tuple[str, ...] = ()  # the file each step asks for, next to the starter (default: the starter)
 
     @property
     def n_steps(self) -> int:
@@ -43,7 +46,18 @@ class Lab:
         k = self.n_steps if step is None else step
         if not 1 <= k <= self.n_steps:
             raise ValueError(f"the {self.name} lab has steps 1..{self.n_steps}, got {k}")
-        return root / "solutions" / f"{self.stem}_after_step_{k:02d}.py"
+        own = Path(self.step_file(k))
+        stem = self.stem if own.name == self.starter else own.stem
+        return root / "solutions" / f"{stem}_after_step_{k:02d}{own.suffix}"
+
+    def step_file(self, step: int) -> str:
+        """The file step ``step`` asks the learner to write: the starter, unless the lab names one per step."""
+        return self.step_files[step - 1] if self.step_files else self.starter
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file the learner writes for this lab, the starter first."""
+        return tuple(dict.fromkeys((self.starter, *self.step_files)))
 
     def step_title(self, step: int) -> str:
         return self.steps[step - 1]
@@ -94,6 +108,7 @@ def get(name: str) -> Lab:
 
 def by_script(path: str | Path) -> Lab | None:
     """The lab whose starter has this file name, if any (the first: a lab that continues another's script comes
-    after it)."""
+    after it), else the lab that asks for a file of this name in one of its steps."""
     name = Path(path).name
-    return next((lab for lab in LABS.values() if lab.starter == name), None)
+    return next((lab for lab in LABS.values() if lab.starter == name),
+                next((lab for lab in LABS.values() if name in lab.files), None))
