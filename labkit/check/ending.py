@@ -109,7 +109,8 @@ def busy(rank: int | str, run: dict[str, Any], where: str, last: str, train_batc
     """Why a rank that had to be stopped never got to ``where``, from its stack; None when the stack cannot tell."""
     w = run.get("where") or {}
     kind, at, after = w.get("kind"), w.get("at"), run.get("after")
-    stopped = f"when the check stopped it after {after:.0f} s" if after else "when the check stopped it"
+    stopped = run.get("stopped") or (f"when the check stopped it after {after:.0f} s" if after
+                                     else "when the check stopped it")
     prog = run.get("progress") or {}
     moving = prog and prog.get("age", 1e9) <= RECENT
     if kind in ("training", "collective") and moving:
@@ -147,6 +148,17 @@ def busy(rank: int | str, run: dict[str, Any], where: str, last: str, train_batc
                 f"operation{place} that the other rank did not join (a deadlock). Every rank must make the same "
                 "Horovod calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order.")
     return None
+
+
+def bound_text(state: dict[str, Any]) -> str:
+    """How a rank stopped by its bound on reaching ``Model.fit`` was stopped (:mod:`labkit.instrument.probe`)."""
+    b, rule = state.get("fit_bound") or {}, state.get("fit_rule") or {}
+    base = f"when the check stopped it {b.get('after_s', 0):.0f} s after it started"
+    patched, factor = b.get("patched_s"), rule.get("factor")
+    if patched is None or factor is None:
+        return f"{base} (a correct script calls model.fit sooner)"
+    return (f"{base} (a correct script calls model.fit within {b.get('bound_s', 0):.0f} s here: {factor:g} times "
+            f"the {patched:.1f} s this rank took to import TensorFlow, plus {rule.get('floor_s', 0):.0f} s)")
 
 
 WHAT = {"own": "busy in its own code", "library": "busy in its own code", "importing": "still importing modules",

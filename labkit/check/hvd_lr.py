@@ -19,8 +19,15 @@ from labkit.check.judging import Failed
 # Step 8's run: --base-lr unlike any mode's default, epochs enough for a 5-epoch warm-up (NVIDIA's lab),
 # a target accuracy no run reaches (training must not stop early).
 BASE_LR, LR_EPOCHS = 0.02, 6
-LR_ARGS = ["--epochs", str(LR_EPOCHS), "--batch-size", str(BATCH), "--val-batch-size", str(BATCH),
-           "--base-lr", str(BASE_LR), "--target-accuracy", "2"]
+
+
+def lr_args(epochs: int = LR_EPOCHS) -> list[str]:
+    """The learning-rate run's command line, for ``epochs`` epochs."""
+    return ["--epochs", str(epochs), "--batch-size", str(BATCH), "--val-batch-size", str(BATCH),
+            "--base-lr", str(BASE_LR), "--target-accuracy", "2"]
+
+
+LR_ARGS = lr_args()
 WORDS = lr_rule.Words(
     "rank", "workers", "hvd.size()", "`lr = args.base_lr * hvd.size()` for the optimizer",
     "`hvd.callbacks.LearningRateWarmupCallback(initial_lr=lr, warmup_epochs=args.warmup_epochs, "

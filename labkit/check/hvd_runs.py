@@ -34,6 +34,9 @@ STAGE_TEXT = {
     "train_end": "the end of training",
     "epoch0_end": "the end of the first epoch",
 }
+# A rank must call Model.fit within FIT_FACTOR x the time it took to import TensorFlow (+ the probe's floor):
+# measured on the idle 2-core machine, the solution gets there in about SOLUTION_FIT of those import times.
+FIT_FACTOR = 4.0
 PROJECTION = 64  # weight snapshots are kept as random projections: distances survive, size does not
 
 
@@ -51,11 +54,16 @@ def reached(ev: dict[str, Any], milestone: str) -> bool:
 
 
 def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
-         own_folders: bool = False, epochs: int = 1) -> dict[str, Any]:
-    """One probed 2-rank run (fit runs ``epochs`` epochs at most): what each rank recorded, how it ended."""
+         own_folders: bool = False, epochs: int = 1, tolerate: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One probed 2-rank run (fit runs ``epochs`` epochs at most): what each rank recorded, how it ended.
+
+    ``tolerate`` names options of ``args`` a script that lacks them runs without (the probe records which).
+    """
     cwd.mkdir(parents=True, exist_ok=True)
     flags = (["--own-folders"] if own_folders else []) + (["--epochs", str(epochs)] if epochs > 1 else [])
+    flags += [f for option in tolerate for f in ("--tolerate", option)]
     flags += ["--budget", f"{max(5.0, timeout - 10):.0f}"]  # stacks are dumped then, if the rank still runs
+    flags += ["--fit-bound", str(FIT_FACTOR)]  # a rank that never gets to fit is stopped and told then
     oom = ending.oom_kills()
     job = launch.run(
         [sys.executable, "-m", "labkit.instrument.probe", str(out), *flags, "--", str(script), *args],
@@ -98,6 +106,11 @@ def _how_it_ended(info: dict[str, Any], st: dict[str, Any] | None, out: Path, r:
         info["left_running"] = left
 
 
+def ignored(ev: dict[str, Any], option: str) -> bool:
+    """Whether a rank of the run ran without ``option`` because the script does not define it."""
+    return any(option in (s.get("ignored_args") or []) for s in ev["states"].values())
+
+
 def state(ev: dict[str, Any], rank: int) -> dict[str, Any]:
     return ev["states"][str(rank)]
 
@@ -133,6 +146,8 @@ def why_not(ev: dict[str, Any], rank: int, milestone: str) -> str:
         return f"rank {rank} ended without reaching {where} (did the script call model.fit?)"
     last = st.get("milestones", ["start"])[-1]
     run, per_epoch = info.get("running_at_end"), -(-st.get("data", {}).get("train", 0) // ev.get("batch", BATCH))
+    if run and st.get("fit_bound"):
+        run = {**run, "stopped": ending.bound_text(st)}
     told = ending.busy(rank, run, where, last, per_epoch) if run else None
     if told:
         return told
@@ -166,7 +181,10 @@ def _culprit(ev: dict[str, Any], missing: list[int]) -> int:
         run = ev["ranks"].get(str(r), {}).get("running_at_end") or {}
         return (run.get("where") or {}).get("kind") in ("own", "library")
 
-    for pick in (lambda r: error(r) and "has been shut down" not in error(r), busy, error):
+    def bounded(r: int) -> bool:
+        return bool((ev["states"].get(str(r)) or {}).get("fit_bound"))
+
+    for pick in (lambda r: error(r) and "has been shut down" not in error(r), bounded, busy, error):
         found = [r for r in missing if pick(r)]
         if found:
             return found[0]

@@ -3,14 +3,15 @@
 :func:`collect` runs the learner's script on 2 ranks under :mod:`labkit.instrument.probe`
 (tiny data, different per rank; narrow convolutions; two simulated GPUs with mirrored
 local ranks) and returns what the ranks did. Each ``step_N`` is a plain function of
-that evidence. Steps 1-6 need one run; step 7 (checkpoints) two more with
-``--checkpoint-dir``, each rank in a folder of its own as on separate nodes: one run that
-saves, and one that must resume from what it saved. Step 8 (the learning rate) one more, of
-several epochs with ``--base-lr`` given, whose rate at every batch :mod:`labkit.check.lr_rule` judges.
+that evidence. Steps 1-6 need one run. Steps 7 (checkpoints) and 8 (the learning rate) need two: one of
+several epochs with ``--base-lr`` and ``--checkpoint-dir`` given, each rank in a folder of its own as on
+separate nodes, which also serves steps 1-6 and whose rate at every batch :mod:`labkit.check.lr_rule` judges;
+and one that must resume from what the first saved.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -18,36 +19,40 @@ from typing import Any
 import numpy as np
 
 from labkit.check import hvd_runs as hr
-from labkit.check.hvd_lr import LR_ARGS, LR_EPOCHS, explained, step_8
-from labkit.check.hvd_resume import CHECKPOINT_DIR, step_7
+from labkit.check.hvd_lr import LR_ARGS, LR_EPOCHS, explained, lr_args, step_8
+from labkit.check.hvd_resume import CHECKPOINT_ARGS, step_7
 from labkit.check.hvd_runs import BATCH
 from labkit.check.judging import Failed
 
 ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BATCH)]
-RESUME_RUNS = {"first": ["--epochs", "1"], "second": ["--epochs", "2"]}
 
 
 def upto(step: int) -> int:
-    """Steps 1-6 come from one run; step 7 adds the two checkpoint runs, step 8 the learning-rate run."""
+    """Steps 1-6 come from one run; steps 7 and 8 from a longer one and the run that resumes from it."""
     return 6 if step <= 6 else min(step, 8)
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
-    """Run ``script`` on 2 ranks under the probe (and, for step 7, the save and resume runs)."""
+    """Run ``script`` on 2 ranks under the probe (and, for steps 7 and 8, the run that resumes).
+
+    Up to step 6 one run of one epoch. For steps 7 and 8 that run is longer and serves them all: it trains the
+    learning-rate run's epochs with ``--checkpoint-dir``, each rank in a folder of its own as on separate
+    nodes (a script without that option still runs, for steps 1-6, and step 7 says what is missing); then a
+    second run, given one epoch more, must resume from what the first saved. Its evidence is kept as the first
+    checkpoint run and the learning-rate run too, the shape step 7 and step 8 read.
+    """
     deadline = time.monotonic() + timeout
-    ev = hr.run(script, ARGS, work / "probe", work / "run", timeout)  # a folder the script may even delete
-    if upto >= 7 and _passes(ev, 6):  # a script that fails earlier is not run again
-        ckpt = ["--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--checkpoint-dir", CHECKPOINT_DIR]
-        ev["resume"] = {}
-        for name, epochs in RESUME_RUNS.items():
-            left = max(10.0, deadline - time.monotonic())
-            ev["resume"][name] = run = hr.run(script, [*epochs, *ckpt], work / f"probe-{name}", work / "resume",
-                                            left, own_folders=True)
-            if not hr.reached(run, "train_end"):
-                break
-    if upto >= 8 and _passes(ev, 7):
-        ev["lr_run"] = hr.run(script, LR_ARGS, work / "probe-lr", work / "lr", max(10.0, deadline - time.monotonic()),
-                              epochs=LR_EPOCHS)
+    if upto <= 6:
+        return hr.run(script, ARGS, work / "probe", work / "run", timeout)  # a folder the script may even delete
+    ev = hr.run(script, [*LR_ARGS, *CHECKPOINT_ARGS], work / "probe", work / "resume", timeout, own_folders=True,
+                epochs=LR_EPOCHS, tolerate=(CHECKPOINT_ARGS[0],))
+    first = copy.deepcopy(ev)
+    ev["resume"] = {"first": first}
+    ev["lr_run"] = copy.deepcopy(first)
+    if _passes(ev, 6) and hr.reached(first, "train_end") and not hr.ignored(first, CHECKPOINT_ARGS[0]):
+        left = max(10.0, deadline - time.monotonic())
+        ev["resume"]["second"] = hr.run(script, [*lr_args(LR_EPOCHS + 1), *CHECKPOINT_ARGS], work / "probe-second",
+                                        work / "resume", left, own_folders=True)
     return ev
 
 
@@ -239,7 +244,7 @@ def step_6(ev: dict[str, Any]) -> str:
                      "`hvd.callbacks.MetricAverageCallback()` to the callbacks.")
     for r in range(n):
         for rd in hr.state(ev, r)["epochs"][0]["reads"]:
-            if rd["callback"].startswith("horovod."):
+            if rd["callback"].startswith("horovod.") or rd.get("epoch", 0) != 0:  # judged on the first epoch
                 continue
             stale = [k for k in rd["read"] if k in keys and k in rd["seen"] and not _same(rd["seen"][k], finals[r][k])]
             if stale:

@@ -7,7 +7,8 @@ prevent it):
 * ``STEM.term.txt`` when the process gets SIGTERM (then it dies as it would have);
 * ``STEM.usr1.txt`` on every SIGUSR1 (the process goes on);
 * ``STEM.timer.txt`` once, ``budget`` seconds after start: the fallback for a script that
-  overrides or ignores the signals.
+  overrides or ignores the signals;
+* ``STEM.bound.txt`` when :func:`dump` is called (from another thread of the process, e.g. a watchdog).
 
 :func:`where` reads the newest dump back and says where the main thread was: in the
 learner's own code (its file, line, function and source text), in a collective operation
@@ -25,7 +26,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-KINDS = ("term", "usr1", "timer")  # newest evidence first when several exist
+KINDS = ("term", "usr1", "timer", "bound")  # newest evidence first when several exist
 _FILES: list[Any] = []  # kept open for faulthandler, which writes to their descriptors
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 COLLECTIVE = ("/horovod/", "/distribute/collective", "/distribute/cross_device", "/distribute/coordinator/",
@@ -40,7 +41,7 @@ _LIBS = tuple(p for p in {sysconfig.get_paths().get(k, "") for k in ("stdlib", "
 def install(stem: str | Path, budget: float | None = None) -> None:
     """Dump this process's stacks on SIGTERM, on SIGUSR1, and once after ``budget`` seconds."""
     for kind in KINDS:
-        if kind == "timer" and not budget:
+        if kind == "bound" or (kind == "timer" and not budget):
             continue
         f = open(f"{stem}.{kind}.txt", "w")  # must stay open for faulthandler
         _FILES.append(f)
@@ -50,6 +51,12 @@ def install(stem: str | Path, budget: float | None = None) -> None:
             faulthandler.register(signal.SIGUSR1, file=f, all_threads=True, chain=False)
         else:
             faulthandler.dump_traceback_later(max(1.0, float(budget or 0)), repeat=False, file=f, exit=False)
+
+
+def dump(stem: str | Path, kind: str = "bound") -> None:
+    """Write the stacks of all this process's threads to ``STEM.KIND.txt`` now."""
+    with open(f"{stem}.{kind}.txt", "w") as f:
+        faulthandler.dump_traceback(file=f, all_threads=True)
 
 
 def threads(text: str) -> list[list[dict[str, Any]]]:

@@ -32,7 +32,7 @@ from typing import Any
 
 from labkit.grading import calibration
 from labkit.measure import bench
-from labkit.records import classlog, runs
+from labkit.records import classlog, jobrecord, runs
 
 DEFAULT_TARGET = 0.82  # small mode's target accuracy
 SMALL_TEST_IMAGES = 1000  # small mode's test set: the accuracy is measured on all of it
@@ -135,10 +135,6 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
     started = _started(record)
     if started is not None and Path(script).is_file() and Path(script).stat().st_mtime > started + 1:
         out.append(f"script: {Path(script).name} changed after this run started; run it again")
-    mode = config.get("mode", record.get("mode"))
-    if mode != goal.mode:
-        out.append(f"mode: {_shown(mode)}, it should be {goal.mode!r} (--mode {goal.mode}, or leave --mode auto "
-                   "on a CPU)")
     workers = int(record.get("workers") or 0)
     if workers != goal.np:
         out.append(f"workers: {workers}, it should be {goal.np} (--np {goal.np})")
@@ -152,9 +148,21 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
     if isinstance(cores, (int, float)) and cores > goal.threads * MAX_CORES_PER_THREAD:
         out.append(f"threads per worker: each worker used {cores:.2f} cores while training, more than "
                    f"{goal.threads} thread gives; leave TensorFlow's thread settings to labkit")
-    test_size = config.get("test_size", record.get("test_size"))
-    if test_size != goal.test_size or record.get("shrink"):
-        shrink = record.get("shrink")
+    out += config_problems({"mode": config.get("mode", record.get("mode")),
+                            "test_size": config.get("test_size", record.get("test_size")),
+                            "target_accuracy": config.get("target_accuracy")}, goal, record.get("shrink"))
+    return out
+
+
+def config_problems(config: dict[str, Any], goal: Goal, shrink: Any = None) -> list[str]:
+    """The settings the script parsed (``mode``, ``test_size``, ``target_accuracy``) that differ from the goal's."""
+    out = []
+    mode = config.get("mode")
+    if mode != goal.mode:
+        out.append(f"mode: {_shown(mode)}, it should be {goal.mode!r} (--mode {goal.mode}, or leave --mode auto "
+                   "on a CPU)")
+    test_size = config.get("test_size")
+    if test_size != goal.test_size or shrink:
         shown = _shown(test_size, " images") + (f" shrunk by bench --shrink {shrink}" if shrink else "")
         out.append(f"test set: {shown}, it should be the full small-mode test set of {goal.test_size} images "
                    "(drop --test-size)")
@@ -163,6 +171,34 @@ def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) ->
         out.append(f"target accuracy: {_shown(target)}, it should be {goal.target:g} "
                    f"(--target-accuracy {goal.target:g}, or the small-mode default)")
     return out
+
+
+@dataclass
+class SettingsWatch:
+    """Stops an assessment run as soon as the script's parsed settings show it cannot count.
+
+    Given to :func:`labkit.launching.launch.run` as ``stop_when``: it reads the chief's observation once
+    training has begun (the script has parsed its arguments and filled in its mode's defaults) and returns
+    the settings that differ from the goal's, at most once a second.
+    """
+
+    goal: Goal
+    every: float = 1.0
+    _last: float = field(default=0.0, init=False)
+    _done: bool = field(default=False, init=False)
+
+    def __call__(self, observed: Path) -> str | None:
+        now = time.monotonic()
+        if self._done or now - self._last < self.every:
+            return None
+        self._last = now
+        chief = jobrecord.chief_of(jobrecord.read_observations(observed))
+        begun = [o for o in chief if o.get("train_begin") and isinstance(o.get("config"), dict)]
+        if not begun:
+            return None
+        self._done = True  # the settings are read once: they do not change while training runs
+        problems = config_problems(begun[-1]["config"], self.goal)
+        return ("its settings cannot count: " + "; ".join(problems)) if problems else None
 
 
 def judge(record: dict[str, Any], goal: Goal, script: str | Path) -> Verdict:
@@ -176,6 +212,11 @@ def judge(record: dict[str, Any], goal: Goal, script: str | Path) -> Verdict:
         return Verdict(False, f"run {rid} does not count: {why}.", goal, details={"settings": [why]}, **base)
     hit = next((e for e in epochs if float(e["val_accuracy"]) >= goal.target and e.get("elapsed_s") is not None),
                None)
+    if record.get("status") == "stopped":
+        problems = settings_problems(record, goal, script)
+        return Verdict(False, f"run {rid} was stopped as soon as it began training: "
+                              + ("; ".join(problems) or str(record.get("error") or "")) + ".", goal,
+                       details={"settings": problems}, **base)
     # A run stopped at the assessment's timeout still counts when it reached the target in time.
     if record.get("status") not in ("ok", "timeout") or (record.get("status") == "timeout" and hit is None):
         return Verdict(False, f"run {rid} ended with status {record.get('status')!r}: "
@@ -242,7 +283,8 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
         path = Path(records) if records else Path(tmp) / "runs.jsonl"
         sweep = bench.bench(script, nps=[goal.np], args=list(args), launcher=launcher, threads=goal.threads,
                             runs_file=path.resolve(), timeout=timeout or goal.budget_s * 1.5, quiet=quiet,
-                            target=goal.target, echo=False, cwd=cwd)
+                            target=goal.target, echo=False, cwd=cwd,
+                            stop_when=SettingsWatch(goal) if launcher != "cluster" else None)
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)

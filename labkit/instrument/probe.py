@@ -23,6 +23,11 @@ still leaves evidence) and ``OUT/weights.N.npz``; ``OUT/progress.N.json`` (the b
 is at, rewritten at most every second) and, when it is stopped or ``--budget S`` seconds
 pass, its Python stacks (``OUT/stack.N.*.txt``, :mod:`labkit.core.stacks`), so that a rank that
 never ends can be told where it was.
+
+``--fit-bound F`` stops a rank that has not called ``Model.fit`` within ``F`` times the seconds this
+very process took to import and patch TensorFlow, plus :data:`FIT_FLOOR` seconds: the import is the same
+work on every machine, timed at the moment the check runs, so the bound grows on a slow or busy machine and
+stays short on a fast one (:func:`labkit.instrument.probe_record.watch_fit`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import traceback
 from labkit.core import env, stacks
 from labkit.instrument import probe_record
 from labkit.instrument.probe_patches import (
+    patch_arguments,
     patch_data,
     patch_devices,
     patch_horovod,
@@ -44,24 +50,39 @@ from labkit.instrument.probe_patches import (
 )
 from labkit.instrument.probe_record import STATE, milestone
 
+FIT_FLOOR = 10.0  # seconds added to the fit bound: the script's own start-up is never shorter than this
+
+
+def fit_bound(factor: float, patched_s: float) -> float:
+    """Seconds after the probe's start by which a rank must reach ``Model.fit``."""
+    return factor * patched_s + FIT_FLOOR
+
 
 def main(argv: list[str] | None = None) -> int:
     env.apply_defaults()  # before TensorFlow loads
     argv = list(sys.argv[1:] if argv is None else argv)
-    own_folders = len(argv) > 1 and argv[1] == "--own-folders"
-    if own_folders:
-        del argv[1]
-    max_epochs = 1
-    if len(argv) > 2 and argv[1] == "--epochs" and argv[2].isdigit():
-        max_epochs = int(argv[2])
-        del argv[1:3]
-    budget = None
-    if len(argv) > 2 and argv[1] == "--budget":
-        budget = float(argv[2])
+    own_folders, max_epochs, budget, factor = False, 1, None, None
+    tolerated: list[str] = []
+    while len(argv) > 1 and argv[1] != "--":  # the probe's own options, in any order, before "--"
+        flag, value = argv[1], argv[2] if len(argv) > 2 else ""
+        if flag == "--own-folders":
+            own_folders = True
+            del argv[1]
+            continue
+        if flag == "--epochs" and value.isdigit():
+            max_epochs = int(value)
+        elif flag == "--budget":
+            budget = float(value)
+        elif flag == "--fit-bound":
+            factor = float(value)
+        elif flag == "--tolerate" and value:
+            tolerated.append(value)
+        else:
+            break
         del argv[1:3]
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m labkit.instrument.probe OUTDIR [--own-folders] [--epochs N] [--budget S] "
-              "-- SCRIPT [ARGS...]", file=sys.stderr)
+              "[--fit-bound F] [--tolerate OPTION]... -- SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     out, script, script_args = os.path.abspath(argv[0]), os.path.abspath(argv[2]), argv[3:]
     os.makedirs(out, exist_ok=True)
@@ -80,7 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     patch_horovod()
     patch_keras(tf, max_epochs)
     patch_saving(tf)
+    if tolerated:
+        patch_arguments(tolerated)
     milestone("patched")
+    if factor:
+        STATE["fit_rule"] = {"factor": factor, "floor_s": FIT_FLOOR}
+        probe_record.watch_fit(fit_bound(factor, STATE["times"]["patched"]),
+                               os.path.join(out, f"stack.{STATE['rank_env']}"))
 
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

@@ -24,6 +24,42 @@ from labkit.instrument.probe_record import (
 )
 
 
+def patch_arguments(tolerated: list[str]) -> None:
+    """Let the script's own command line carry the check's ``tolerated`` options even when it does not define them.
+
+    One probed run can then serve several steps: ``--checkpoint-dir DIR`` (step 7's option) reaches a script that
+    has it, and a script that has not yet got it still runs steps 1-6. An option the script ignored this way is
+    kept in ``STATE["ignored_args"]``, for the step that asks for it to say so. ``parse_args`` of the standard
+    library goes through ``parse_known_args``, whose unknown arguments it refuses: those are filtered here.
+    """
+    import argparse
+    import sys
+
+    real = argparse.ArgumentParser.parse_known_args
+
+    def parse_known_args(self: Any, args: Any = None, namespace: Any = None) -> Any:
+        ns, extras = real(self, args, namespace)
+        if args is not None and list(args) != sys.argv[1:]:
+            return ns, extras  # a parser the script runs on its own list, not the command line
+        kept: list[str] = []
+        skip = False
+        for i, arg in enumerate(extras):
+            if skip:
+                skip = False
+                continue
+            name = arg.split("=", 1)[0]
+            if name in tolerated:
+                ignored = STATE.setdefault("ignored_args", [])
+                if name not in ignored:
+                    ignored.append(name)
+                skip = "=" not in arg and i + 1 < len(extras) and not extras[i + 1].startswith("-")
+                continue
+            kept.append(arg)
+        return ns, kept
+
+    argparse.ArgumentParser.parse_known_args = parse_known_args
+
+
 def patch_data(tf: Any) -> None:
     import numpy as np
 
@@ -175,9 +211,10 @@ def make_probe_callback(tf: Any, record: dict) -> Any:
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             STATE["epochs"].append({
                 "epoch": epoch, "train_batches": self.train_batches, "val_batches": self.test_batches,
-                "final_logs": plain(logs or {}), "reads": record["epoch_reads"], "lr": self.rates,
+                "final_logs": plain(logs or {}), "lr": self.rates,
+                # the callbacks wrapped append to this very list, epoch after epoch: keep this epoch's reads
+                "reads": [rd for rd in record["epoch_reads"] if rd.get("epoch") == epoch],
             })
-            record["epoch_reads"] = []
             milestone(f"epoch{epoch}_end")
 
         def on_train_end(self, logs: Any = None) -> None:

@@ -29,6 +29,7 @@ STATE: dict[str, Any] = {
     "epochs": [],
     "data": {"train": TRAIN_PER_RANK, "test": TEST_PER_RANK},
     "error": None,
+    "times": {},  # seconds from the probe's start to each milestone
 }
 WEIGHTS: dict[str, Any] = {}
 OUT = "."
@@ -62,8 +63,17 @@ def progress(phase: str, epoch: int, batch: int) -> None:
         _write(f"progress.{STATE['rank_env']}.json", {"phase": phase, "epoch": epoch, "batch": batch, "t": now})
 
 
+_T0 = {"t": time.monotonic()}
+
+
+def since_start() -> float:
+    """Seconds since :func:`start` (the probe's start)."""
+    return time.monotonic() - _T0["t"]
+
+
 def milestone(name: str) -> None:
     STATE["milestones"].append(name)
+    STATE["times"].setdefault(name, round(since_start(), 2))
     _hvd_state()
     save()
 
@@ -94,4 +104,39 @@ def start(out: str) -> None:
     """Write under ``out`` from now on, as this process's rank."""
     global OUT
     OUT = out
+    _T0["t"] = time.monotonic()
     STATE["rank_env"] = rank_from_env()
+
+
+FIT_BOUND_EXIT = 86  # the exit status of a rank stopped by its bound on reaching fit
+
+
+def watch_fit(bound: float, stem: str, milestone_name: str = "fit_start") -> None:
+    """Stop this process when it has not reached ``milestone_name`` ``bound`` seconds after the probe started.
+
+    The stacks of every thread go to ``STEM.bound.txt`` first (where the rank was, at its line), the bound
+    and the time it took are kept in the record, and the process exits with :data:`FIT_BOUND_EXIT`: the
+    launcher then stops the other ranks, so a check learns in seconds what a budget would tell in minutes.
+    The watch runs in a thread of its own, started from this module, so that the dump's main thread is
+    still the one running the script.
+    """
+    import threading
+
+    from labkit.core import stacks
+
+    def watch() -> None:
+        left = bound - since_start()
+        if left > 0:
+            time.sleep(left)
+        if milestone_name in STATE["milestones"] or "end" in STATE["milestones"]:
+            return
+        stacks.dump(stem)
+        STATE["fit_bound"] = {"bound_s": round(bound, 1), "after_s": round(since_start(), 1),
+                              "patched_s": STATE["times"].get("patched")}
+        save()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(FIT_BOUND_EXIT)
+
+    threading.Thread(target=watch, name="labkit-fit-bound", daemon=True).start()
+

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,10 +59,11 @@ class JobResult:
     record: dict | None = None  # the run record, when the job was recorded
     lost: str | None = None  # why the job was stopped when a host stopped answering
     rank_hosts: dict[int, str] = field(default_factory=dict)  # where each rank ran (remote hosts)
+    stopped: str | None = None  # why the caller's ``stop_when`` ended the job early
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.interrupted
+        return self.returncode == 0 and not self.timed_out and not self.interrupted and not self.stopped
 
     def log(self, rank: int = 0) -> str:
         """The full output of one rank."""
@@ -73,7 +74,8 @@ class JobResult:
         if self.ok:
             return f"job finished OK in {self.duration:.1f} s ({self.np} workers); logs in {self.log_dir}"
         why = (
-            f"timed out after {self.duration:.0f} s" if self.timed_out
+            f"stopped after {self.duration:.0f} s: {self.stopped}" if self.stopped
+            else f"timed out after {self.duration:.0f} s" if self.timed_out
             else "interrupted" if self.interrupted
             else f"failed with exit code {self.returncode}"
         )
@@ -157,6 +159,7 @@ def run(
     hostfile: str | Path | None = None,
     slurm: SlurmOptions | None = None,
     script_only: str | Path | None = None,
+    stop_when: Callable[[Path], str | None] | None = None,
 ) -> JobResult:
     """Run ``command`` on ``np`` workers and wait; never leaves a process behind.
 
@@ -166,6 +169,8 @@ def run(
     :class:`labkit.launching.launchers.Launcher`. With ``record`` the processes are observed
     and the job's run record is appended when it ends; ``target`` is the validation
     accuracy its time to target is measured for (default: the script's ``--target-accuracy``).
+    ``stop_when(OBSERVED)`` is asked while the job runs (with the folder of its observations); a reason it
+    returns stops the job then (status ``stopped``, the reason as its error).
     """
     if isinstance(command, str):
         command = shlex.split(command)
@@ -208,6 +213,7 @@ def run(
 
     start, started = time.perf_counter(), time.time()
     timed_out = interrupted = False
+    stopped: str | None = None
     procs: list[proc.Proc] = []
     first_failure: int | None = None  # before the rest are stopped (their SIGTERM is not the cause)
     watch = HostWatch(chosen.hosts).start()  # a host that stops answering ends the job, named
@@ -222,9 +228,14 @@ def run(
             sink.line(f"submitted {logs / 'job.sbatch'}:")
             for line in (logs / "job.sbatch").read_text().splitlines():
                 sink.line("    " + line)
-        finished = proc.wait_until(
-            lambda: all(not p.alive() for p in procs) or any(p.returncode not in (None, 0) for p in procs)
-            or bool(watch.lost), timeout)
+        def over() -> bool:
+            nonlocal stopped
+            if stop_when is not None and stopped is None:
+                stopped = stop_when(logs / "observed")
+            return (stopped is not None or all(not p.alive() for p in procs)
+                    or any(p.returncode not in (None, 0) for p in procs) or bool(watch.lost))
+
+        finished = proc.wait_until(over, timeout)
         timed_out = not finished
         first_failure = next((p.returncode for p in procs if p.returncode not in (None, 0)), None)
     except KeyboardInterrupt:
@@ -241,14 +252,16 @@ def run(
     if watch.lost and not (timed_out or interrupted):
         code = code or 1
     result = JobResult(code, typed_command, logs, np, duration, timed_out, interrupted, exits, errors,
-                       lost=watch.message() if watch.lost else None, rank_hosts=rank_hosts(logs, np))
+                       lost=watch.message() if watch.lost else None, rank_hosts=rank_hosts(logs, np),
+                       stopped=stopped)
     if record:
-        status = "ok" if result.ok else "timeout" if timed_out else "interrupted" if interrupted else "failed"
+        status = ("ok" if result.ok else "stopped" if stopped else "timeout" if timed_out
+                  else "interrupted" if interrupted else "failed")
         result.record = jobrecord.finish(
             job_env.run_id or "", logs / "observed", command=list(command), launcher=job_env.launcher or chosen.name,
             workers=np, threads=job_env.threads, start=started, duration=duration, exit_status=code,
-            status=status, error=next(iter(errors.values()), None), log_dir=logs, target=target, path=records,
-            bench=given.bench,
+            status=status, error=stopped or next(iter(errors.values()), None), log_dir=logs, target=target,
+            path=records, bench=given.bench,
         )
     if sink and not result.ok:
         for line in result.summary().splitlines():

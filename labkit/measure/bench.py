@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ def bench(
     optimizer: str | None = None,
     target: float | None = None,
     hostfile: str | Path | None = None,
+    stop_when: Callable[[Path], str | None] | None = None,
 ) -> Sweep:
     """Run ``script ARGS`` at each worker count in ``nps``, ``repeat`` times, and compare.
 
@@ -94,7 +95,8 @@ def bench(
     validation accuracy the time to accuracy is measured for (default: the script's
     ``--target-accuracy``). ``env`` adds variables for every worker (e.g.
     ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting). Records go to
-    ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``).
+    ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``). ``stop_when`` ends an MPI run early
+    (:func:`labkit.launching.launch.run`).
     """
     nps = sorted({int(n) for n in nps})
     if not nps or nps[0] < 1:
@@ -137,7 +139,7 @@ def bench(
             duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies)
         else:
             duration = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads,
-                                  env=job_env, quiet=quiet, cwd=cwd, target=target,
+                                  env=job_env, quiet=quiet, cwd=cwd, target=target, stop_when=stop_when,
                                   **({"hostfile": hostfile} if hostfile else {})).duration
         found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
         rec = found[-1] if found else {"run_id": run_id, "workers": np_, "status": "no record",

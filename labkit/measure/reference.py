@@ -282,8 +282,8 @@ its lab's steps in your checks; once that very version has, the cell runs yours.
 * Made on {made['date']} on {made['machine']}, in {made['minutes']} minutes, on an idle machine. {idle}.{busy}
 * Small mode (WRN-16-1, 6,000 training and 1,000 test images, 1 thread per worker). Lab 6's scaling sweeps
   train up to {made['sweep_epochs']} epochs and stop after their second epoch at or above the target accuracy
-  (82%), so their time to accuracy is measured; its learning-rate runs train {made['lr_epochs']} epochs, as the notebook's cell
-  does; the demonstrations of labs 3-5 train {made['epochs']} epochs (3 for kill-and-resume). Images/sec
+  (82%), so their time to accuracy is measured; its learning-rate runs train {made['lr_epochs']} epochs, as the
+  notebook's cell does; the demonstrations of labs 3-5 train {made['epochs']} epochs (3 for kill-and-resume). Images/sec
   leave out each run's first epoch.
 * One run per point: a single run scatters by a few percent; the benchmark's README figures, made with repeats,
   are in `docs/performance.md`.

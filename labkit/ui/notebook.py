@@ -26,6 +26,7 @@ from labkit.core import contract, env, output, proc, progress
 from labkit.course import labs
 from labkit.course import release as course
 from labkit.launching import launch
+from labkit.measure import reference
 from labkit.records import checklog, jobrecord, runs
 from labkit.tfdist import cluster
 
@@ -88,7 +89,15 @@ def ready(script: str | Path, lab: str, steps: int) -> bool:
     """True when ``script`` as it is now has passed steps 1..``steps`` of ``lab`` in the learner's checks.
 
     Otherwise prints one line, naming the first step that failed (with its message, shortened) or that was
-    never checked for this version of the script, and says the reference results follow."""
+    never checked for this version of the script, and says the reference results follow, and when and how
+    they were made."""
+    ready_now = _ready(script, lab, steps)
+    if not ready_now:
+        print(f"  ({reference.banner()})")
+    return ready_now
+
+
+def _ready(script: str | Path, lab: str, steps: int) -> bool:
     name, spec = Path(script).name, labs.get(lab)
     where = f"lab {int(spec.notebook.split('_')[0])}"
     wanted = f"steps 1-{steps} of {where}" if steps > 1 else f"step 1 of {where}"

@@ -236,15 +236,20 @@ def test_grading_runs_the_learners_own_script(tmp_path: Path, monkeypatch: pytes
 def test_a_real_run_is_judged_from_its_record(tmp_path: Path, calibrated: calibration.Calibration,
                                               capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """`labkit assess` runs a finished script (copied in as the learner's) and its real record is judged:
-    only the reduced test set given here differs from the goal."""
+    only the reduced test set given here differs from the goal, and the run is stopped as soon as training
+    begins, not after its 20 epochs."""
     mine = tmp_path / "fashion_mnist.py"
     shutil.copy2(labs.get("horovod").solution(), mine)
     monkeypatch.chdir(tmp_path)
-    code = cli.main(["assess", "--np", "2", str(mine), "--json", "--", "--epochs", "1", "--train-size", "512",
+    started = time.monotonic()
+    code = cli.main(["assess", "--np", "2", str(mine), "--json", "--", "--epochs", "20",
                      "--test-size", "128", "--log-dir", str(tmp_path / "csv")])
+    took = time.monotonic() - started
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["details"]["settings"] == [
         "test set: 128 images, it should be the full small-mode test set of 1000 images (drop --test-size)"], out
+    assert "stopped as soon as it began training" in out["message"], out
+    assert took < 45, took  # 20 epochs of 6,000 images would take minutes
     assert out["goal"]["budget_s"] == pytest.approx(calibration.MULTIPLE * 50.0)
 
 

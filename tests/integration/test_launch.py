@@ -162,3 +162,22 @@ def test_cli_run_reports_bad_launcher() -> None:
     out = subprocess.run([sys.executable, "-m", "labkit.cli", "run", "--launcher", "pbs", "--", "true"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def test_stop_when_ends_a_job_early_with_its_reason(tmp_path: Path, running: Callable[[str], bool]) -> None:
+    """The caller's ``stop_when`` is asked with the job's observation folder; its reason stops every rank then."""
+    script = _script(tmp_path, JOB.replace("{extra}", "time.sleep(120)"))
+    asked: list[Path] = []
+
+    def stop_when(observed: Path) -> str | None:
+        asked.append(observed)
+        return "seen enough" if len(asked) > 10 else None
+
+    result = launch.run([sys.executable, str(script)], np=2, timeout=60, quiet=True, cwd=tmp_path,
+                        stop_when=stop_when)
+    assert result.stopped == "seen enough" and not result.ok and not result.timed_out, result.summary()
+    assert result.duration < 30, result.duration
+    assert asked[0].name == "observed" and asked[0].parent == result.log_dir
+    assert "stopped after" in result.summary() and "seen enough" in result.summary()
+    assert result.record and result.record["status"] == "stopped" and result.record["error"] == "seen enough"
+    assert not running(str(script))

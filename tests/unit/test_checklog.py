@@ -85,7 +85,8 @@ def test_a_script_changed_after_its_check_is_not_ready(script: Path, capsys: pyt
     script.write_text(script.read_text().replace("def main(", "def main_again(", 1))
     assert not notebook.ready(script, "horovod", 8)
     out = capsys.readouterr().out
-    assert out.count("\n") == 1
+    assert out.count("\n") == 2  # what to do, then when and how the reference results below were made
+    assert "the reference results were made on 20" in out and "python -m labkit.measure.reference" in out
     assert "fashion_mnist.py: step 1 of lab 2 (initialise Horovod" in out and "never checked for this version" in out
     assert "labkit check horovod fashion_mnist.py --step 8" in out and "reference results" in out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from labkit.instrument import probe_patches as probe
 
 
@@ -44,3 +46,54 @@ def test_every_input_fit_accepts_is_sampled() -> None:
         else:
             assert back is given, name
     assert dprobe.sample_batches(model, ds, {})[0]["ids"][0] == [[float(i) for i in range(8)]]  # which examples
+
+
+def test_a_rank_that_never_reaches_fit_is_stopped_at_its_bound_with_its_stack(tmp_path) -> None:
+    """``watch_fit`` dumps where the script is, keeps the bound in the record and ends the process."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from labkit.check import ending
+    from labkit.instrument import probe_record
+
+    code = (f"import time\nfrom labkit.instrument import probe_record as p\np.start({str(tmp_path)!r})\n"
+            "p.milestone('patched')\n"
+            f"p.watch_fit(1.5, {str(tmp_path / 'stack.0')!r})\n"
+            "def stuck():\n    time.sleep(60)\nstuck()\n")
+    script = tmp_path / "stuck.py"
+    script.write_text(code)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], timeout=30)
+    assert done.returncode == probe_record.FIT_BOUND_EXIT and time.monotonic() - started < 15
+    state = json.loads((tmp_path / "probe.0.json").read_text())
+    assert state["fit_bound"]["bound_s"] == 1.5 and state["fit_bound"]["after_s"] >= 1.5
+    where = ending.still_running(tmp_path, 0, "stuck.py", 2.0)
+    assert where and where["where"]["at"]["function"] == "stuck" and "time.sleep(60)" in where["where"]["at"]["code"]
+    state["fit_rule"] = {"factor": 4, "floor_s": 10}
+    state["fit_bound"]["patched_s"] = 2.0
+    assert "a correct script calls model.fit within 2 s here: 4 times the 2.0 s" in ending.bound_text(state)
+
+
+def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypatch) -> None:
+    """The check's optional arguments reach a script that has them and are dropped, and recorded, for one that
+    has not; ``parse_args`` must still go through ``parse_known_args`` (or this test fails)."""
+    import argparse
+    import sys
+
+    from labkit.instrument.probe_record import STATE
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3", "--checkpoint-dir", "ck"])
+    monkeypatch.setitem(STATE, "ignored_args", [])
+    probe.patch_arguments(["--checkpoint-dir"])
+    lacks = argparse.ArgumentParser()
+    lacks.add_argument("--epochs", type=int)
+    assert vars(lacks.parse_args()) == {"epochs": 3} and STATE["ignored_args"] == ["--checkpoint-dir"]
+    has = argparse.ArgumentParser()
+    has.add_argument("--epochs", type=int)
+    has.add_argument("--checkpoint-dir")
+    assert vars(has.parse_args()) == {"epochs": 3, "checkpoint_dir": "ck"}
+    with pytest.raises(SystemExit):
+        lacks.parse_args(["--other", "1"])  # its own list, not the command line: refused as usual
