@@ -284,7 +284,7 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
         sweep = bench.bench(script, nps=[goal.np], args=list(args), launcher=launcher, threads=goal.threads,
                             runs_file=path.resolve(), timeout=timeout or goal.budget_s * 1.5, quiet=quiet,
                             target=goal.target, echo=False, cwd=cwd,
-                            stop_when=SettingsWatch(goal) if launcher != "cluster" else None)
+                            stop_when=SettingsWatch(goal))
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)

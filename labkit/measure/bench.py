@@ -95,8 +95,8 @@ def bench(
     validation accuracy the time to accuracy is measured for (default: the script's
     ``--target-accuracy``). ``env`` adds variables for every worker (e.g.
     ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting). Records go to
-    ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``). ``stop_when`` ends an MPI run early
-    (:func:`labkit.launching.launch.run`).
+    ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``). ``stop_when`` ends a run early
+    (:func:`labkit.launching.launch.run`, :class:`labkit.tfdist.cluster.Cluster`).
     """
     nps = sorted({int(n) for n in nps})
     if not nps or nps[0] < 1:
@@ -136,7 +136,8 @@ def bench(
                  f"repeat {i + 1}/{repeat} ...")
         job_env = {**extra, runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path), contract.BENCH: sweep_id}
         if copies or launcher == "cluster":
-            duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies)
+            duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies,
+                                    None if copies else stop_when)
         else:
             duration = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads,
                                   env=job_env, quiet=quiet, cwd=cwd, target=target, stop_when=stop_when,
@@ -174,10 +175,10 @@ def _say(text: str) -> None:
 
 def _cluster_run(command: list[str], workers: int, timeout: float | None, threads: int | None,
                  env: dict[str, str], quiet: bool, cwd: str | Path | None, target: float | None,
-                 independent: bool) -> float:
+                 independent: bool, stop_when: Callable[[Path], str | None] | None = None) -> float:
     """Run a tf.distribute cluster of ``workers`` workers (or that many independent copies); its duration."""
     r = cluster.run(command, workers=workers, timeout=timeout, threads=threads, env=env, quiet=quiet, cwd=cwd,
-                    target=target, independent=independent)
+                    target=target, independent=independent, stop_when=stop_when)
     return r.duration
 
 

@@ -67,6 +67,7 @@ class Cluster(TaskControl):
         independent: bool = False,
         host_list: Sequence[hosts.Host] | None = None,
         ssh_args: Sequence[str] = (),
+        stop_when: Callable[[Path], str | None] | None = None,
     ) -> None:
         if isinstance(command, str):
             command = shlex.split(command)
@@ -81,6 +82,7 @@ class Cluster(TaskControl):
         else:
             self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
         self.host_list = list(host_list or [])
+        self.stop_when = stop_when  # asked while the run waits, with its observations' folder: a reason stops it
         # Virtual nodes: their ssh config.
         self.ssh_args = list(ssh_args) or access.ssh_args([h.name for h in self.host_list])
         self.job = proc.Job()
@@ -214,9 +216,17 @@ class Cluster(TaskControl):
     def wait(self, timeout: float | None = None) -> ClusterResult:
         """Wait until the leading tasks exit (or one task fails, or a host stops answering), then stop everything."""
         timed_out = interrupted = False
+        stopped: str | None = None
         watch = HostWatch(self.host_list).start()  # a lost host ends the run, named, instead of a hang
+
+        def over() -> bool:
+            nonlocal stopped
+            if self.stop_when is not None and stopped is None:
+                stopped = self.stop_when(self.log_dir / "observed")
+            return stopped is not None or self._over() or bool(watch.lost)
+
         try:
-            timed_out = not proc.wait_until(lambda: self._over() or bool(watch.lost), timeout)
+            timed_out = not proc.wait_until(over, timeout)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -225,6 +235,7 @@ class Cluster(TaskControl):
         duration = time.perf_counter() - (self.start_time or time.perf_counter())
         result = ClusterResult.of_tasks(self.tasks, self.leading, self.log_dir, duration, timed_out, interrupted)
         result.lost = watch.message() if watch.lost else None
+        result.stopped = stopped
         if self.record:
             result.record = record(self, result)
         if self.sink and not result.ok:

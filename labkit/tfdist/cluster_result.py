@@ -46,6 +46,7 @@ class ClusterResult:
     errors: dict[str, str] = field(default_factory=dict)
     record: dict | None = None  # the run record, when the cluster was recorded
     lost: str | None = None  # why the run was stopped when a host stopped answering
+    stopped: str | None = None  # why the caller's ``stop_when`` ended the run early
 
     @classmethod
     def of_tasks(cls, tasks: dict[tuple[str, int], Task], leading: list[tuple[str, int]], log_dir: Path,
@@ -65,7 +66,7 @@ class ClusterResult:
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and not self.interrupted and not self.errors and not self.lost
+        return not self.timed_out and not self.interrupted and not self.errors and not self.lost and not self.stopped
 
     def log(self, task: str = "worker.0") -> str:
         path = self.log_dir / f"{task}.log"
@@ -76,7 +77,8 @@ class ClusterResult:
             n = len(self.returncodes)
             return f"cluster finished OK in {self.duration:.1f} s ({n} tasks); logs in {self.log_dir}"
         why = (
-            f"timed out after {self.duration:.0f} s" if self.timed_out
+            f"stopped after {self.duration:.0f} s: {self.stopped}" if self.stopped
+            else f"timed out after {self.duration:.0f} s" if self.timed_out
             else "interrupted" if self.interrupted else "failed"
         )
         lines = [f"cluster {why}; logs in {self.log_dir}"] + ([self.lost] if self.lost else [])
@@ -87,7 +89,7 @@ class ClusterResult:
 
 def record(cluster: Any, result: ClusterResult) -> dict:
     """The run record of a finished :class:`labkit.tfdist.cluster.Cluster` run."""
-    status = "ok" if result.ok else "timeout" if result.timed_out else (
+    status = "ok" if result.ok else "stopped" if result.stopped else "timeout" if result.timed_out else (
         "interrupted" if result.interrupted else "failed")
     code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
     spec = cluster.spec
@@ -96,7 +98,7 @@ def record(cluster: Any, result: ClusterResult) -> dict:
         cluster.contract.run_id or "", cluster.log_dir / "observed", command=cluster.command,
         launcher=cluster.contract.launcher or "cluster", workers=workers,
         threads=cluster.contract.threads, start=cluster.start_wall or time.time(), duration=result.duration,
-        exit_status=code or 0, status=status, error=next(iter(result.errors.values()), None),
+        exit_status=code or 0, status=status, error=result.stopped or next(iter(result.errors.values()), None),
         log_dir=cluster.log_dir, target=cluster.target, path=cluster.records, copies=cluster.independent,
         bench=cluster.contract.bench, tasks={t: len(v) for t, v in spec.items()}, **cluster.record_fields,
     )

@@ -92,6 +92,23 @@ def test_timeout_kills_everything_including_grandchildren(script: Path, tmp_path
     assert proc.marked(c.job_id) == []
 
 
+def test_stop_when_ends_the_run_with_its_reason(script: Path, tmp_path: Path) -> None:
+    asked: list[Path] = []
+
+    def stop_when(observed: Path) -> str | None:
+        asked.append(observed)
+        return "seen enough" if len(asked) > 5 else None
+
+    c = cluster.Cluster(["python", str(script), "hang"], workers=2, log_dir=tmp_path / "logs", quiet=True,
+                        stop_when=stop_when)
+    c.start()
+    r = c.wait(timeout=60)
+    assert r.stopped == "seen enough" and not r.ok and not r.timed_out and r.duration < 30, r.summary()
+    assert asked[0] == tmp_path / "logs" / "observed" and "stopped after" in r.summary()
+    assert r.record and r.record["status"] == "stopped" and r.record["error"] == "seen enough"
+    assert proc.marked(c.job_id) == []
+
+
 def test_kill_and_restart_one_task(script: Path, tmp_path: Path) -> None:
     with cluster.Cluster(["python", str(script), "hang"], workers=2, log_dir=tmp_path / "logs", quiet=True) as c:
         c.start()
