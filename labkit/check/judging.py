@@ -7,10 +7,13 @@ A lab's check module (``labkit.check.lab_*``) provides
 * ``STEPS``: one judge per step, a plain function of the evidence that returns what
   passed or raises :class:`Failed` with what to change;
 * ``upto(step) -> int`` (optional): how many steps one run covers when step ``step``
-  is asked for (the multi-worker lab only kills a worker when step 4 is asked for).
+  is asked for (the multi-worker lab only kills a worker when step 4 is asked for);
+* ``syntax_error(script) -> str | None`` (optional): why the script cannot be read, before any run
+  (default: Python's parser; a lab whose file is not Python reads it its own way).
 
-Evidence is cached per script content, so checking step 2, then 3, ... of an
-unchanged script judges the same run again instead of running it again.
+Evidence is cached per script content (with the lab's other files next to it, for a lab whose steps
+ask for several), so checking step 2, then 3, ... of an unchanged script judges the same run again
+instead of running it again.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from labkit.check.ending import left_behind
 from labkit.check.report import Report, StepResult
+from labkit.core import slots
 from labkit.course import labs
 
 # Bumped whenever the evidence a probe run produces changes shape; recorded fixtures
@@ -75,8 +79,12 @@ def syntax_error(script: Path) -> str | None:
     return None
 
 
-def digest(script: Path) -> str:
-    return hashlib.sha256(script.read_bytes()).hexdigest()
+def digest(script: Path, others: Sequence[Path] = ()) -> str:
+    """The script's content, and that of the lab's other files next to it (a missing one counts as missing)."""
+    h = hashlib.sha256(script.read_bytes())
+    for path in others:
+        h.update(b"\0" + path.name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(missing)"))
+    return h.hexdigest()
 
 
 def lab_module(lab: str) -> Any:
@@ -118,17 +126,20 @@ def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | 
         raise FileNotFoundError(f"no such script: {script}")
     spec, module = labs.get(lab), lab_module(lab)
     report = Report(lab, str(script))
-    bad = syntax_error(script)
+    bad = getattr(module, "syntax_error", syntax_error)(script)
     if bad:
         report.steps = [StepResult(1, False, f"{spec.step_title(1)}: {bad}")] + [
             StepResult(k, False, "not checked: fix step 1 first.") for k in range(2, step + 1)]
         report.seconds = time.perf_counter() - start
         return report
     covers = run_covers(module, step)
-    key = digest(script)
+    key = digest(script, [script.parent / name for name in spec.files if name != script.name])
     evidence = None if fresh else _cached(lab, key)
     if evidence is None or not _enough(module, evidence, covers, spec.steps):
-        evidence = collect(module, script, covers, timeout, keep)
+        with slots.queued(f"{lab} check of {script.name}") as waited:  # the budget starts with the slot
+            evidence = collect(module, script, covers, timeout, keep)
+        if waited >= 1:
+            report.notes.append(f"waited {waited:.0f} s for a check slot before it started")
         if not evidence.get("interrupted") and not evidence.get("timed_out"):  # a busy machine may pass later
             _CACHE[(lab, key, covers)] = evidence
     covers = evidence["covers"]
@@ -136,7 +147,7 @@ def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | 
         save(evidence, Path(evidence_out))
     report.steps = judge(module.STEPS, evidence, min(step, covers), spec.steps)
     report.evidence = evidence
-    report.notes = left_behind(evidence)
+    report.notes += left_behind(evidence)
     failed = report.first_failing_step
     report.steps += [StepResult(k, False, f"not checked: fix step {failed} first.")
                      for k in range(covers + 1, step + 1)] if failed else []

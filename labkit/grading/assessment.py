@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.core import slots
 from labkit.grading import calibration
 from labkit.measure import bench
 from labkit.records import classlog, jobrecord, runs
@@ -281,10 +282,10 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
     script = Path(script).resolve()
     with tempfile.TemporaryDirectory(prefix="labkit-assess-") as tmp:
         path = Path(records) if records else Path(tmp) / "runs.jsonl"
-        sweep = bench.bench(script, nps=[goal.np], args=list(args), launcher=launcher, threads=goal.threads,
-                            runs_file=path.resolve(), timeout=timeout or goal.budget_s * 1.5, quiet=quiet,
-                            target=goal.target, echo=False, cwd=cwd,
-                            stop_when=SettingsWatch(goal))
+        with slots.queued(f"assessment of {script.name}"):  # its time counts from the job's start, after the wait
+            sweep = bench.bench(script, nps=[goal.np], args=list(args), launcher=launcher, threads=goal.threads,
+                                runs_file=path.resolve(), timeout=timeout or goal.budget_s * 1.5, quiet=quiet,
+                                target=goal.target, echo=False, cwd=cwd, stop_when=SettingsWatch(goal))
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)

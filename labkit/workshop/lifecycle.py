@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit.core import contract, tfconfig
+from labkit.core import contract, slots, tfconfig
 from labkit.course import sources
 from labkit.nodes import virtual
 from labkit.records import classlog
@@ -140,6 +140,22 @@ def _open_exactly(st: State, changes: list[readonly.ModeChange]) -> None:
                            f"{len(changes) - len(opened)} other entries closed to them; `down` restores every mode")
 
 
+def check_queue(folder: Path, cores: int | None = None) -> dict[str, str]:
+    """The class's check queue: a sticky folder every learner writes tickets in (one place each), and the
+    variables that make every learner's checks and assessments take a slot. One slot per two cores: a check's
+    2 ranks of 1 thread then have their cores to themselves. The queue is cooperative (a learner who unsets the
+    variables runs at once); what a learner's processes may use is bounded by their limits, not by the queue."""
+    folder.mkdir(mode=0o1777)
+    os.chown(folder, 0, 0)
+    folder.chmod(0o1777)  # like /tmp: everyone writes, each removes only their own tickets
+    durations = folder / slots.DURATIONS
+    fd = os.open(durations, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    os.close(fd)
+    durations.chmod(0o666)  # every learner's check appends its duration; root owns it, so none can remove it
+    n = max(1, (cores or os.cpu_count() or 2) // 2)
+    return {slots.SLOTS_VAR: str(n), slots.QUEUE_VAR: str(folder)}
+
+
 def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minutes: int,
            say: Callable[[str], None], subdomain_host: str = "") -> dict[str, str]:
     _open_exactly(st, readonly.plan_access(source, [*readonly.env_paths(), st.folder]))
@@ -167,6 +183,7 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
     else:
         passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
     extra_env = {contract.SOLUTIONS_DIR: str(reveal.prepare(st.revealed_dir))}  # `labkit solution`: revealed steps
+    extra_env.update(check_queue(st.folder / "queue"))
     if st.slurm:
         _slurm(st, extra_env, job_minutes, asked)
     hub_port, api_port, service_port = tfconfig.free_ports(3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,28 @@ def test_step_8_reads_the_rates_of_every_rank_and_every_epoch() -> None:
     del ev["lr_run"]
     with pytest.raises(judging.Failed, match="steps 1-7 must pass"):
         lab_horovod.step_8(ev)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_a_queued_check_waits_for_its_slot_and_its_budget_starts_then(tmp_path: Path, running,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With LABKIT_CHECK_SLOTS=1 and the slot held by another process for 12 s, a step-1 check given a 20 s budget
+    waits, is told its place, and still passes: its budget counts from the slot, not from the press."""
+    monkeypatch.setenv("LABKIT_CHECK_SLOTS", "1")
+    monkeypatch.setenv("LABKIT_CHECK_QUEUE", str(tmp_path / "queue"))
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom labkit.core import slots\n"
+                               f"with slots.SlotQueue({str(tmp_path / 'queue')!r}, 1).slot('other'):\n"
+                               "    print('holding', flush=True)\n    time.sleep(12)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        script = find("horovod", "after_step_01").script(tmp_path)
+        report = check.run_check("horovod", script, 1, timeout=20, fresh=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert report.passed, report.format()
+    assert any("waited" in n and "for a check slot" in n for n in report.notes), report.notes
+    assert report.seconds is not None and report.seconds > 12
+    assert not list((tmp_path / "queue").glob("*.ticket")) and not running("labkit.instrument.probe")
