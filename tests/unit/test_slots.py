@@ -113,7 +113,8 @@ def test_in_a_class_queue_tickets_count_only_as_their_owners_and_none_removes_an
     other = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: os.setuid(nobody))
     try:
         # root's file naming another user's process (a forged place) does not count
-        (folder / "0-forged.ticket").write_text(json.dumps({"pid": other.pid, "started": slots.process_start(other.pid)}))
+        forged = {"pid": other.pid, "started": slots.process_start(other.pid)}
+        (folder / "0-forged.ticket").write_text(json.dumps(forged))
         assert slots.SlotQueue(folder, 1).live() == []
         mine = folder / "1-root.ticket"
         mine.write_text(json.dumps({"pid": os.getpid(), "started": slots.process_start(os.getpid())}))
