@@ -17,7 +17,7 @@ from labkit.course import labs
 from labkit.records import checklog, classlog
 
 __all__ = ["Report", "StepResult", "communication", "horovod", "mirrored", "multiworker", "parameter_server",
-           "run_check"]
+           "run_check", "scale_out"]
 
 LABS = labs.LABS  # the registry: names, steps, scripts, timeouts, implementations
 
@@ -94,3 +94,12 @@ def communication(
 ) -> Report:
     """Check lab 8's exercise: with ``--fp16-allreduce`` the Horovod script all-reduces its gradients as float16."""
     return run_check("communication", script, step, timeout)
+
+
+def scale_out(
+    step: int | None = None, script: str | Path = "cluster.sbatch", timeout: float | None = None
+) -> Report:
+    """Check lab 7's exercise by dry runs: step 1 the hostfile ``cluster_hostfile`` next to ``script`` (OpenMPI's
+    mapper), step 2 the batch script (its allocation on the lab's cluster, its body run with launchers that record
+    instead of starting). Nothing starts; no root, no cluster."""
+    return run_check("scale-out", script, step, timeout)

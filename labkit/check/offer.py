@@ -44,16 +44,18 @@ def offer(report: Report, times: int = TIMES, cwd: Path | None = None) -> str:
     step = report.first_failing_step
     if step is None:
         return ""
-    script = Path(report.script)
+    checked = Path(report.script)
     try:
         lab = labs.get(report.lab)
-        count = repeated(checklog.read(checklog.checks_file(script)), lab.name, step, script.name, times)
+        count = repeated(checklog.read(checklog.checks_file(checked)), lab.name, step, checked.name, times)
         if count < times:
             return ""
+        # the file the step asks for: the checked one, or (a lab with a file per step) the step's, next to it
+        script = checked if not lab.step_files else checked.parent / lab.step_file(step)
         here = (cwd or Path.cwd()).resolve()
-        default = script.resolve() == here / lab.starter
-        command = f"labkit solution {lab.name} {step}" + ("" if default else f" {shlex.quote(report.script)}")
-        cell = f"solutions.show({lab.name!r}, {step}" + ("" if default else f", script={report.script!r}") + ")"
+        default = script.resolve() == here / lab.step_file(step)
+        command = f"labkit solution {lab.name} {step}" + ("" if default else f" {shlex.quote(str(script))}")
+        cell = f"solutions.show({lab.name!r}, {step}" + ("" if default else f", script={str(script)!r}") + ")"
         stuck = f"Step {step} has failed {count} times in a row with the same message"
         try:
             solutions.find(lab, step, script)

@@ -30,10 +30,10 @@ def add_cli(sub) -> None:
 def _cli(a) -> int:
     lab = labs.get(a.lab)
     try:
-        script = Path(a.script) if a.script else solutions.default_script(lab)
+        script = Path(a.script) if a.script else solutions.default_script(lab, step=a.step)
         if not script.is_file():
             raise FileNotFoundError(f"{script} not found: give your script, e.g. `labkit solution {lab.name} "
-                                    f"{a.step} labs/{lab.starter}`")
+                                    f"{a.step} labs/{lab.step_file(a.step)}`")
         found = solutions.find(lab, a.step, script)
     except solutions.NotAvailable as e:
         print(f"labkit solution: {e}", file=sys.stderr)

@@ -51,8 +51,9 @@ class Lab:
         return root / "solutions" / f"{stem}_after_step_{k:02d}{own.suffix}"
 
     def step_file(self, step: int) -> str:
-        """The file step ``step`` asks the learner to write: the starter, unless the lab names one per step."""
-        return self.step_files[step - 1] if self.step_files else self.starter
+        """The file step ``step`` asks the learner to write: the starter, unless the lab names one per step (and
+        the starter for a step the lab does not have)."""
+        return self.step_files[step - 1] if 1 <= step <= len(self.step_files) else self.starter
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -96,6 +97,11 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "with --fp16-allreduce, the gradients all-reduced as float16",
     ), "fashion_mnist.py", "08_communication.ipynb", 150.0, "labkit.check.lab_communication",
         builds_on="horovod", solutions_stem="fashion_mnist_communication"),
+    Lab("scale-out", "Scale out: a hostfile and a Slurm batch script for two GPU nodes", (
+        "an OpenMPI hostfile that places 8 ranks, 4 on each of gpu01 and gpu02",
+        "a Slurm batch script that runs fashion_mnist.py on all 8 GPUs, one rank per GPU, for 30 minutes at most",
+    ), "cluster.sbatch", "07_scale_out.ipynb", 60.0, "labkit.check.lab_scale_out",
+        step_files=("cluster_hostfile", "cluster.sbatch")),
 )}
 
 

@@ -45,20 +45,32 @@ communication = 1
 """
 
 
-def pristine(lab: labs.Lab, roots: list[Path] | None = None) -> str | None:
-    """The starter of ``lab`` as handed out: from its template, or from a released course's copy."""
+def pristine(lab: labs.Lab, roots: list[Path] | None = None, name: str | None = None) -> str | None:
+    """The starter of ``lab`` as handed out (or of its file ``name``, for a lab whose steps ask for several): from
+    its template, or from a released course's copy."""
+    name = name or lab.starter
     for root in roots or [labs.ROOT]:
-        target = next((t for t in sources.TARGETS if t.output == f"labs/{lab.starter}"), None)
+        target = next((t for t in sources.TARGETS if t.output == f"labs/{name}"), None)
         if target is not None and (root / target.template).is_file():
             return sources.expected(target, root)
-        copy = root / STARTERS / lab.starter
+        copy = root / STARTERS / name
         if copy.is_file():
             return copy.read_text()
     return None
 
 
-def same_code(a: str, b: str) -> bool:
-    """True when two scripts are the same program (comments and layout aside)."""
+def meaningful_lines(text: str) -> list[str]:
+    """A shell script's or a hostfile's lines without blank lines and comments (``#!`` and ``#SBATCH`` lines,
+    which mean something, kept), spaces trimmed."""
+    lines = [line.strip() for line in text.splitlines()]
+    return [line for line in lines if line and (not line.startswith("#") or line.startswith(("#!", "#SBATCH")))]
+
+
+def same_code(a: str, b: str, name: str = "script.py") -> bool:
+    """True when two versions of the file ``name`` are the same (comments and layout aside): the same Python
+    program, or for another file (a batch script, a hostfile) the same lines that are not comments."""
+    if not name.endswith(".py"):
+        return meaningful_lines(a) == meaningful_lines(b)
     try:
         return ast.dump(ast.parse(a)) == ast.dump(ast.parse(b))
     except SyntaxError:
@@ -66,9 +78,16 @@ def same_code(a: str, b: str) -> bool:
 
 
 def not_started(script: Path, lab: labs.Lab, roots: list[Path] | None = None) -> bool:
-    """True when ``script`` is still the starter as handed out (only comments or layout changed)."""
-    original = pristine(lab, roots)
-    return original is not None and script.is_file() and same_code(script.read_text(), original)
+    """True when ``script`` is still the starter as handed out (only comments or layout changed), and so are the
+    lab's other files next to it (one that is not there was not started either)."""
+    if not script.is_file():
+        return False
+    for name in lab.files:
+        path = script if name == lab.starter else script.parent / name
+        original = pristine(lab, roots, name)
+        if original is None or (path.is_file() and not same_code(path.read_text(), original, name)):
+            return False
+    return True
 
 
 # ----------------------------------------------------------------------------- release
@@ -101,10 +120,11 @@ def release_files(root: Path = labs.ROOT, mode: str | None = None) -> dict[str, 
     for nb in sorted((root / "labs").glob("*.ipynb")):
         files[f"labs/{nb.name}"] = _clear(nb).encode()
     for lab in labs.LABS.values():
-        text = pristine(lab, [root])
-        if text is None:
-            raise FileNotFoundError(f"no starter for the {lab.name} lab")
-        files[f"labs/{lab.starter}"] = files[str(STARTERS / lab.starter)] = text.encode()
+        for name in lab.files:
+            text = pristine(lab, [root], name)
+            if text is None:
+                raise FileNotFoundError(f"no starter {name} for the {lab.name} lab")
+            files[f"labs/{name}"] = files[str(STARTERS / name)] = text.encode()
     workflow = root / WORKFLOW
     if workflow.is_file():
         files[".github/workflows/grade.yml"] = workflow.read_bytes()
@@ -161,9 +181,10 @@ def reset(script: str | Path) -> Path | None:
     script = Path(script)
     lab = labs.by_script(script)
     if lab is None:
-        known = ", ".join(lab.starter for lab in labs.LABS.values())
+        known = ", ".join(dict.fromkeys(name for lab in labs.LABS.values() for name in lab.files))
         raise ValueError(f"{script.name} is not a lab starter: one of {known}")
-    original = pristine(lab, [script.resolve().parent.parent, labs.ROOT])
+    name = script.name if script.name in lab.files else lab.starter
+    original = pristine(lab, [script.resolve().parent.parent, labs.ROOT], name)
     if original is None:
         raise FileNotFoundError(f"no pristine copy of {lab.starter} was found")
     if script.is_file() and script.read_text() == original:

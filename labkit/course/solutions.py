@@ -133,7 +133,7 @@ def source_text(lab: labs.Lab, step: int, root: Path) -> str:
     the learner's script is the steps' code, not the file's name."""
     name = file_name(lab, step)
     target = next((t for t in step_targets() if Path(t.output).name == name), None)
-    starter = next((t for t in sources.TARGETS if t.output == f"labs/{lab.starter}"), None)
+    starter = next((t for t in sources.TARGETS if t.output == f"labs/{lab.step_file(step)}"), None)
     if target is None or starter is None or not (root / target.template).is_file():
         raise FileNotFoundError(f"no template for {name} in {root}: run this in the course source")
     return sources.expected(sources.Target(target.template, target.version, starter.output, starter.title), root)
@@ -215,14 +215,16 @@ def find(lab: labs.Lab | str, step: int, script: Path | None = None, environ: di
 # ----------------------------------------------------------------------------- the change from the learner's script
 
 
-def default_script(lab: labs.Lab, cwd: Path | None = None) -> Path:
-    """The lab's script in the current folder (or in its ``labs/``)."""
+def default_script(lab: labs.Lab, cwd: Path | None = None, step: int | None = None) -> Path:
+    """The lab's script in the current folder (or in its ``labs/``): the file ``step`` asks for, when the lab's
+    steps ask for different files."""
     here = cwd or Path.cwd()
-    for candidate in (here / lab.starter, here / "labs" / lab.starter):
+    name = lab.starter if step is None else lab.step_file(step)
+    for candidate in (here / name, here / "labs" / name):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"no {lab.starter} in {here}: give your script, e.g. `labkit solution {lab.name} "
-                            f"STEP labs/{lab.starter}`")
+    raise FileNotFoundError(f"no {name} in {here}: give your script, e.g. `labkit solution {lab.name} "
+                            f"{step or 'STEP'} labs/{name}`")
 
 
 def _comparable(solution: str, mine: str) -> str:

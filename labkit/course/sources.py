@@ -15,7 +15,8 @@ self-contained, while each shared part is written once.
 Version 0 is the learner's starter, version N the solution after step N. A lab that continues another lab's
 finished script (``Lab.builds_on``) goes on in that lab's template: its step k is the version after that lab's
 last step plus k (the communication lab's step 1 is version 9 of the Horovod template), written under the lab's
-own solution stem.
+own solution stem. A lab whose steps ask for different files, not all Python (lab 7's hostfile and batch script:
+``Lab.step_files``), has a template per file, and the same markers in its comments.
 ``labkit gen`` writes every file; ``labkit gen --check`` fails when one is stale.
 
 The templates belong to the course source, not to the package: :func:`course_source` finds
@@ -183,6 +184,23 @@ def continued(lab: labs.Lab) -> list[Target]:
 
 for _lab in [lab for lab in labs.LABS.values() if lab.builds_on]:
     TARGETS.extend(continued(_lab))
+
+
+def step_file_targets(lab: labs.Lab) -> list[Target]:
+    """The files of a lab whose steps ask for different files (``Lab.step_files``, e.g. lab 7's hostfile and batch
+    script): one template each, ``solutions/source/<file>.tmpl``; version 0 is the starter in ``labs/``, version k
+    the file after step k, for each step that asks for it."""
+    out = []
+    for name in dict.fromkeys(lab.step_files):
+        template = f"solutions/source/{name}.tmpl"
+        out.append(Target(template, 0, f"labs/{name}", f"{lab.name} lab, starting point"))
+        out += [Target(template, k, f"solutions/{lab.solution(k).name}", f"{lab.name} lab, after step {k}")
+                for k in range(1, lab.n_steps + 1) if lab.step_file(k) == name]
+    return out
+
+
+for _lab in [lab for lab in labs.LABS.values() if lab.step_files]:
+    TARGETS.extend(step_file_targets(_lab))
 
 
 def backup(path: str | Path) -> Path:

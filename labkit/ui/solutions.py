@@ -59,10 +59,10 @@ def show(lab: str, step: int, script: str | Path | None = None, write: bool = Fa
     """The solution after ``step`` of ``lab`` as the change from ``script`` (default: the lab's script here)."""
     try:
         spec = labs.get(lab)
-        path = Path(script) if script is not None else solutions.default_script(spec)
+        path = Path(script) if script is not None else solutions.default_script(spec, step=step)
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: give your script, e.g. show({lab!r}, {step}, "
-                                    f"script={spec.starter!r})")
+                                    f"script={spec.step_file(step)!r})")
         found = solutions.find(spec, step, path)
     except (solutions.NotAvailable, ValueError, FileNotFoundError) as e:
         return SolutionView("", problem=str(e))

@@ -45,7 +45,7 @@ def test_a_missing_script_is_an_error(tmp_path: Path) -> None:
         check.run_check("mirrored", tmp_path / "nope.py", 7)
 
 
-@pytest.mark.parametrize("lab", sorted(labs.LABS))
+@pytest.mark.parametrize("lab", sorted(n for n, lab in labs.LABS.items() if lab.starter.endswith(".py")))
 def test_a_script_that_does_not_parse_fails_step_1_without_running(lab: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import tensorflow as tf\ndef main(:\n    pass\n")

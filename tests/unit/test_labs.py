@@ -13,10 +13,12 @@ ROOT = labs.ROOT
 
 @pytest.mark.parametrize("lab", list(labs.LABS.values()), ids=lambda lab: lab.name)
 def test_registry_matches_the_files(lab: labs.Lab) -> None:
-    starter = (ROOT / "labs" / lab.starter).read_text()
+    starter = "".join((ROOT / "labs" / name).read_text() for name in lab.files)  # a file per step: all of them
     todo_steps = {int(n) for n in re.findall(r"TODO: Step (\d+)", starter)}
     first = labs.get(lab.builds_on) if lab.builds_on else lab  # a lab that continues another: that lab's TODOs
-    assert todo_steps == set(range(1, first.n_steps + 1)), f"{lab.starter} has TODOs for steps {sorted(todo_steps)}"
+    assert todo_steps == set(range(1, first.n_steps + 1)), f"{lab.files} have TODOs for steps {sorted(todo_steps)}"
+    for k in range(1, lab.n_steps + 1):  # each step's TODO is in the file the step asks for
+        assert f"TODO: Step {k}" in (ROOT / "labs" / lab.step_file(k)).read_text() or lab.builds_on
     for k in range(1, lab.n_steps + 1):
         assert lab.solution(k).is_file()
     assert not (ROOT / "solutions" / f"{lab.stem}_after_step_{lab.n_steps + 1:02d}.py").exists()
@@ -36,6 +38,16 @@ def test_a_lab_that_continues_another_shares_its_starter_not_its_solutions() -> 
         assert labs.by_script(lab.starter) is first  # the script's own lab is the one it started in
     assert labs.get("communication").solution(1).name == "fashion_mnist_communication_after_step_01.py"
     assert labs.get("horovod").stem == "fashion_mnist"
+
+
+def test_a_lab_with_a_file_per_step_names_each_steps_solution_after_its_file() -> None:
+    lab = labs.get("scale-out")
+    assert lab.files == ("cluster.sbatch", "cluster_hostfile")
+    assert [lab.step_file(k) for k in (1, 2)] == ["cluster_hostfile", "cluster.sbatch"]
+    assert lab.solution(1).name == "cluster_hostfile_after_step_01"
+    assert lab.solution(2).name == "cluster_after_step_02.sbatch"
+    assert labs.by_script("labs/cluster_hostfile") is lab and labs.by_script("cluster.sbatch") is lab
+    assert labs.get("horovod").step_file(3) == "fashion_mnist.py" and labs.get("horovod").files == ("fashion_mnist.py",)
 
 
 def test_unknown_lab_and_step_are_named() -> None:
