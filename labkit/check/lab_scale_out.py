@@ -10,16 +10,18 @@ given to ``labkit check scale-out``). Nothing needs root, a cluster, or the node
    node it names and their slots). Whatever spelling OpenMPI accepts passes (``slots=4``, ``max_slots=4``, one line
    per slot, comments); what it refuses fails with OpenMPI's reason and what to write. Where there is no
    ``mpirun``, labkit's own reader (:mod:`labkit.launching.hosts`) places the ranks, and the step says so.
-2. The batch script is read as ``sbatch`` reads it and given the allocation Slurm would grant on this cluster
-   (:mod:`labkit.launching.sbatch_read`); its body then runs with ``bash`` as a dry run (:mod:`labkit.check.
-   sbatch_dry`), its launchers recording instead of starting, and each launch becomes what its ranks would be
-   (:mod:`labkit.check.scale_out_ranks`). The judge wants one launch of 8 ranks, 4 on each node, one MPI world,
-   every rank running ``python fashion_mnist.py``, every rank seeing a GPU at its local rank (as the script's
-   ``gpus[hvd.local_rank()]`` needs), and a time limit of at most 30 minutes. ``mpirun python fashion_mnist.py``,
-   ``mpirun -np 8 ...``, ``srun --mpi=pmix python ...`` and ``horovodrun -np 8 -H gpu01:4,gpu02:4 ...`` all pass.
+2. The batch script is read as ``sbatch`` reads it (:mod:`labkit.launching.sbatch_read`) and given the allocation
+   Slurm would grant on this cluster (:mod:`labkit.launching.slurm_alloc`); its body then runs with ``bash`` as a
+   dry run (:mod:`labkit.check.sbatch_dry`), its launchers recording instead of starting, and each launch becomes
+   what its ranks would be (:mod:`labkit.check.scale_out_ranks`). The judge wants one launch of 8 ranks, 4 on each
+   node, one MPI world, every rank running ``python fashion_mnist.py``, every rank seeing a GPU at its local rank
+   (as the script's ``gpus[hvd.local_rank()]`` needs), and a time limit of at most 30 minutes.
+   ``mpirun python fashion_mnist.py``, ``mpirun -np 8 ...``, ``srun --mpi=pmix python ...`` and
+   ``horovodrun -np 8 -H gpu01:4,gpu02:4 ...`` all pass.
 
-The dry run runs the learner's script as the learner, for a few seconds at most (:data:`labkit.check.sbatch_dry.
-SECONDS`), and kills all it started; see :mod:`labkit.check.sbatch_dry` for what it can and cannot keep it from.
+The dry run runs the learner's script as the learner, for a few seconds at most
+(:data:`labkit.check.sbatch_dry.SECONDS`), and kills all it started; :mod:`labkit.check.sbatch_dry` says what it
+can and cannot keep the script from.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ from labkit.check import sbatch_dry
 from labkit.check.judging import Failed
 from labkit.check.scale_out_ranks import Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
 from labkit.course import labs
-from labkit.launching import hosts, mpimap
+from labkit.launching import hosts, mpimap, slurm_alloc
 from labkit.launching import sbatch_read as sr
 from labkit.launching.launch_lines import python_script
 
 LAB = "scale-out"
-CLUSTER = sr.Cluster()
+CLUSTER = slurm_alloc.Cluster()
 NP = len(CLUSTER.names) * CLUSTER.gpus  # one rank per GPU
 SCRIPT = "fashion_mnist.py"
 MAX_SECONDS = 30 * 60
@@ -196,7 +198,7 @@ def step_1(ev: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- step 2: the batch script
 
 
-def request_summary(r: sr.BatchRequest, a: sr.Allocation | None) -> dict[str, Any]:
+def request_summary(r: sr.BatchRequest, a: slurm_alloc.Allocation | None) -> dict[str, Any]:
     gpu_option = next((o.given + (f" {o.value}" if o.value and o.value not in o.given else "")
                        for o in reversed(r.options) if o.name in ("gpus-per-task", "ntasks-per-gpu", "gpu-bind")), "")
     out: dict[str, Any] = {"time": r.time, "time_given": r.time_given, "ignored": list(r.ignored),
@@ -218,7 +220,7 @@ def batch_evidence(batch: Path, hostfile: Path, work: Path) -> dict[str, Any]:
     except sr.BatchError as e:
         return {**ev, "refused": str(e)}
     try:
-        alloc = sr.allocate(request, CLUSTER)
+        alloc = slurm_alloc.allocate(request, CLUSTER)
     except sr.BatchError as e:
         return {**ev, "request": request_summary(request, None), "refused": str(e)}
     work.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 :func:`run` copies the script where ``slurmd`` would keep it (``spool/slurm_script``: ``$0`` is that copy, as in a
 real job) and runs it with ``bash`` in a scratch folder, the folder ``sbatch`` was run from (``SLURM_SUBMIT_DIR``),
-with the allocation's ``SLURM_*`` variables (:meth:`labkit.launching.sbatch_read.Allocation.environ`) and a folder
+with the allocation's ``SLURM_*`` variables (:meth:`labkit.launching.slurm_alloc.Allocation.environ`) and a folder
 of *shims* first on ``PATH``: ``srun``, ``mpirun``, ``mpiexec``, ``horovodrun`` and ``python`` record their
 arguments, environment and working folder (:class:`Call`) and return at once; ``sbatch``, ``module``, ``scontrol``
 (``show hostnames`` answers the allocation's nodes), ``hostname`` (the first node's name) and a few more answer as
@@ -34,7 +34,7 @@ import psutil
 
 from labkit.core import proc
 
-SECONDS = 5.0  # the dry run's bound: the launchers return at once, so a script ends in well under a second
+SECONDS = 10.0  # the dry run's bound: the launchers return at once, so a script ends in well under a second (idle)
 LAUNCHERS = ("srun", "mpirun", "mpiexec", "orterun", "horovodrun")
 PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
 QUIET = ("module", "ml", "squeue", "scancel", "sacct", "salloc", "sinfo", "sbcast")

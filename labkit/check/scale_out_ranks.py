@@ -14,7 +14,7 @@ A :class:`~labkit.check.sbatch_dry.Call` recorded in a batch script's dry run be
   ``none`` each task is an MPI world of its own;
 * ``python`` called by the script itself: one process on the first node, a world of one.
 
-The GPUs a rank sees follow the job's GPU request (:class:`~labkit.launching.sbatch_read.Allocation`): bound per
+The GPUs a rank sees follow the job's GPU request (:class:`~labkit.launching.slurm_alloc.Allocation`): bound per
 task (``--gpus-per-task``, ``--ntasks-per-gpu``, a binding ``--gpu-bind``, from srun's options or the job's
 ``SLURM_*`` variables) a rank sees only its own GPUs, numbered from 0; otherwise it sees every GPU of its node.
 Where there is no ``mpirun``, labkit places mpirun's and horovodrun's ranks itself (by slot) and says so.
@@ -34,7 +34,8 @@ from labkit.check.sbatch_dry import Call
 from labkit.core import proc
 from labkit.launching import hosts, mpimap
 from labkit.launching.launch_lines import Launch, is_launcher, read_launch, tool_of, unwrap
-from labkit.launching.sbatch_read import Allocation, BatchError, binds_gpus, spread
+from labkit.launching.sbatch_read import BatchError
+from labkit.launching.slurm_alloc import Allocation, binds_gpus, spread
 
 MAP_SECONDS = 20.0  # the mapper answers in a fraction of a second; it may look host names up first
 FOREIGN = ("SLURM_", "OMPI_", "PMIX_", "PRTE_", "PMI_")  # an enclosing allocation's: left out of a hostfile's run
