@@ -331,7 +331,7 @@ def step_2(ev: dict[str, Any]) -> str:
         raise Failed(f"bash cannot read {name}: {run['syntax']}")
     if run["timed_out"]:
         still = "; ".join(f"`{c}`" for c in run["still_running"][:4]) or "its shell"
-        raise Failed(f"the script was still running after {sbatch_dry.SECONDS:.0f} s of the dry run, where srun, "
+        raise Failed(f"the script was still running after {run['bound']:.0f} s of the dry run, where srun, "
                      f"mpirun and horovodrun return at once (still running: {still}). A batch script only starts "
                      "the ranks: remove what waits or loops.")
     launches = [Launched.from_dict(d) for d in b["launches"]]

@@ -6,8 +6,10 @@ with the allocation's ``SLURM_*`` variables (:meth:`labkit.launching.slurm_alloc
 of *shims* first on ``PATH``: ``srun``, ``mpirun``, ``mpiexec``, ``horovodrun`` and ``python`` record their
 arguments, environment and working folder (:class:`Call`) and return at once; ``sbatch``, ``module``, ``scontrol``
 (``show hostnames`` answers the allocation's nodes), ``hostname`` (the first node's name) and a few more answer as
-on the cluster's first node. The scratch folder holds an empty ``fashion_mnist.py`` and a copy of the learner's
-hostfile, so that a script that tests for them finds them and a ``python`` reached by its full path runs nothing.
+on the cluster's first node. A launcher or python named by its path (``/usr/bin/mpirun``) is named bare in the
+copy that runs, so that its shim answers too. The scratch folder holds an empty ``fashion_mnist.py`` and a copy
+of the learner's hostfile, so that a script that tests for them finds them, and a ``python`` reached some other
+way (a variable holding its path) runs nothing.
 
 The script runs as the learner, with the learner's rights: it is their own script, and the check runs where they
 could run it themselves. It gets a few seconds (:data:`SECONDS`), in a process group of its own under a subreaper
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +39,7 @@ from labkit.core import proc
 
 SECONDS = 10.0  # the dry run's bound: the launchers return at once, so a script ends in well under a second (idle)
 LAUNCHERS = ("srun", "mpirun", "mpiexec", "orterun", "horovodrun")
-PYTHONS = ("python", "python3", f"python3.{sys.version_info.minor}")
+PYTHONS = ("python", "python3", *(f"python3.{minor}" for minor in range(8, 15)))
 QUIET = ("module", "ml", "squeue", "scancel", "sacct", "salloc", "sinfo", "sbcast")
 ANSWERS = ("sbatch", "scontrol", "hostname", "nvidia-smi")
 KEPT = ("PATH", "USER", "LOGNAME", "LABKIT_JOB_IDS", "LABKIT_JOB_ID")  # of the caller's environment
@@ -91,9 +94,10 @@ class BatchRun:
     still_running: list[str] = field(default_factory=list)  # when the time was up
     left: list[str] = field(default_factory=list)  # running after the script ended (stopped)
     syntax: str = ""  # bash could not read the script
+    bound: float = SECONDS  # the seconds it was given
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "timed_out": self.timed_out, "seconds": round(self.seconds, 2),
+        return {"code": self.code, "timed_out": self.timed_out, "seconds": round(self.seconds, 2), "bound": self.bound,
                 "output": self.output, "calls": [c.to_dict() for c in self.calls],
                 "still_running": self.still_running, "left": self.left, "syntax": self.syntax}
 
@@ -136,6 +140,17 @@ def environ(allocation_env: dict[str, str], shims: Path, cwd: Path) -> dict[str,
     return mine
 
 
+# A launcher or python named by its path (/usr/bin/mpirun): the copy the dry run runs names it bare, so that the
+# shim answers (a real mpirun would look for the nodes, and a real python run the script).
+BY_PATH = re.compile(r"(?<![\w$.-])(?:\.?/[\w.+-]+)*/(" + "|".join(re.escape(t) for t in (*LAUNCHERS, *PYTHONS))
+                     + r")(?=[\s;|&)]|$)")
+
+
+def bare_launchers(text: str) -> str:
+    """``text`` with every launcher and python named by its path named bare (``/usr/bin/mpirun`` -> ``mpirun``)."""
+    return BY_PATH.sub(r"\1", text)
+
+
 def syntax_error(script: Path) -> str:
     """bash's own complaint when it cannot read ``script`` (``bash -n``), else ''."""
     try:
@@ -172,13 +187,15 @@ def _running(job: proc.Job) -> list[str]:
 
 
 def run(script: Path, allocation_env: dict[str, str], nodes: list[str], work: Path, hostfile: Path | None = None,
-        timeout: float = SECONDS) -> BatchRun:
-    """Run ``script``'s body with ``bash`` as a dry run in ``work`` (see the module's docstring)."""
+        timeout: float | None = None) -> BatchRun:
+    """Run ``script``'s body with ``bash`` as a dry run in ``work`` (see the module's docstring), for ``timeout``
+    seconds at most (default: :data:`SECONDS`)."""
+    timeout = SECONDS if timeout is None else timeout
     cwd, shims, records, spool = work / "submit", work / "shims", work / "records", work / "spool"
     for folder in (cwd, spool):
         folder.mkdir(parents=True, exist_ok=True)
     copy = spool / "slurm_script"
-    shutil.copyfile(script, copy)
+    copy.write_text(bare_launchers(script.read_text(errors="replace")))
     syntax = syntax_error(copy)
     if syntax:
         return BatchRun(syntax=syntax.replace(str(copy), script.name))
@@ -189,7 +206,7 @@ def run(script: Path, allocation_env: dict[str, str], nodes: list[str], work: Pa
     env = environ({**allocation_env, "SLURM_SUBMIT_DIR": str(cwd)}, shims, cwd)
     report = work / "reap.json"
     argv = [sys.executable, "-m", "labkit.check.reap", str(report), "--", "bash", str(copy)]
-    out = BatchRun()
+    out = BatchRun(bound=timeout)
     said = Tail(OUTPUT_CHARS)
     start = time.monotonic()
     with proc.Job() as job:
