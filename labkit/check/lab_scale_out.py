@@ -6,10 +6,11 @@ given to ``labkit check scale-out``). Nothing needs root, a cluster, or the node
 
 1. The hostfile goes to OpenMPI's own mapper as a dry run (:mod:`labkit.launching.mpimap`): ``mpirun --hostfile
    FILE -np 8 --do-not-launch --display-map``. The map must put 8 ranks, 4 on each node (local ranks 0-3 on each),
-   and the file must offer no more than the cluster's 8 slots (a second run with ``--oversubscribe`` shows every
-   node it names and their slots). Whatever spelling OpenMPI accepts passes (``slots=4``, ``max_slots=4``, one line
-   per slot, comments); what it refuses fails with OpenMPI's reason and what to write. Where there is no
-   ``mpirun``, labkit's own reader (:mod:`labkit.launching.hosts`) places the ranks, and the step says so.
+   and the file must offer no more than the cluster's 8 slots (a second run of 64 ranks with ``--oversubscribe``
+   shows every node it names and their slots). Whatever spelling OpenMPI accepts passes (``slots=4``,
+   ``max_slots=4``, one line per slot, comments); what it refuses fails with OpenMPI's reason and what to write.
+   Where there is no ``mpirun``, labkit's own reader (:mod:`labkit.launching.hosts`) places the ranks, and the
+   step says so.
 2. The batch script is read as ``sbatch`` reads it (:mod:`labkit.launching.sbatch_read`) and given the allocation
    Slurm would grant on this cluster (:mod:`labkit.launching.slurm_alloc`); its body then runs with ``bash`` as a
    dry run (:mod:`labkit.check.sbatch_dry`), its launchers recording instead of starting, and each launch becomes
@@ -32,7 +33,7 @@ from typing import Any
 
 from labkit.check import sbatch_dry
 from labkit.check.judging import Failed
-from labkit.check.scale_out_ranks import Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
+from labkit.check.scale_out_ranks import ALONE, Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
 from labkit.course import labs
 from labkit.launching import hosts, mpimap, slurm_alloc
 from labkit.launching import sbatch_read as sr
@@ -41,6 +42,7 @@ from labkit.launching.launch_lines import python_script
 LAB = "scale-out"
 CLUSTER = slurm_alloc.Cluster()
 NP = len(CLUSTER.names) * CLUSTER.gpus  # one rank per GPU
+WIDE = 64  # ranks of the second, oversubscribed map: past every slot, so that every node the hostfile names shows
 SCRIPT = "fashion_mnist.py"
 MAX_SECONDS = 30 * 60
 LAUNCH_HINT = "`mpirun python fashion_mnist.py` or `srun --mpi=pmix python fashion_mnist.py`"
@@ -91,7 +93,7 @@ def hostfile_evidence(path: Path, work: Path) -> dict[str, Any]:
     mpirun = mpirun_path()
     if mpirun:
         job = run_mapper(mpimap.hostfile_command(mpirun, str(path), NP, as_root()), clean_env(), work)
-        wide = run_mapper(mpimap.hostfile_command(mpirun, str(path), NP, as_root(), oversubscribe=True),
+        wide = run_mapper(mpimap.hostfile_command(mpirun, str(path), WIDE, as_root(), oversubscribe=True),
                           clean_env(), work)
     else:
         try:
@@ -342,6 +344,9 @@ def step_2(ev: dict[str, Any]) -> str:
         raise Failed(f"the script starts {SCRIPT} {len(training)} times ("
                      + "; ".join(f"`{la.line}`" for la in training) + "): start it once, on all the ranks.")
     la = training[0]
+    if la.error.startswith(ALONE):
+        raise Failed(f"`{la.line}`: {brief(la.error)} Give horovodrun the job's hosts, -H gpu01:4,gpu02:4 (or "
+                     "start the ranks with mpirun or srun, which read the job).")
     if la.error and "not enough slots" in la.error:
         raise Failed(f"`{la.line}` asks for more ranks than there are slots, and mpirun refuses (\"There are not "
                      f"enough slots available\"): {job_text(req)}, a slot per task. Start one rank per task: {NP} "

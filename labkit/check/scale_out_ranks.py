@@ -42,6 +42,7 @@ FOREIGN = ("SLURM_", "OMPI_", "PMIX_", "PRTE_", "PMI_")  # an enclosing allocati
 LOCALHOST = ("localhost", "127.0.0.1")
 HOST_FLAGS = ("H", "host", "hosts")
 MPI_NONE = "none"
+ALONE = "horovodrun does not read Slurm's job:"
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,6 @@ def launched(call: Call, alloc: Allocation) -> Launched:
     except BatchError as e:
         return Launched(tool, line, error=str(e))
     alone = tool == "horovodrun" and not (launch.get("hosts") or launch.get("hostfile"))
-    why = (f"horovodrun does not read Slurm's job: without -H or --hostfile it starts every rank on the node it runs "
-           f"on (-H localhost:{launch.get('np')}, here {alloc.nodes[0]}), and mpirun answers: ") if alone else ""
+    why = (f"{ALONE} without -H or --hostfile it starts every rank on the node it runs on (-H "
+           f"localhost:{launch.get('np')}, here {alloc.nodes[0]}), and mpirun answers: ") if alone else ""
     return mapped_ranks(tool, args, call, alloc, why)
