@@ -82,8 +82,8 @@ def not_started(script: Path, lab: labs.Lab, roots: list[Path] | None = None) ->
     lab's other files next to it (one that is not there was not started either)."""
     if not script.is_file():
         return False
-    for name in lab.files:
-        path = script if name == lab.starter else script.parent / name
+    for name in lab.files:  # the script may be any of the lab's files, or the starter under a name of the learner's
+        path = script.parent / name if script.name in lab.files or name != lab.starter else script
         original = pristine(lab, roots, name)
         if original is None or (path.is_file() and not same_code(path.read_text(), original, name)):
             return False
@@ -160,6 +160,26 @@ def release(out: str | Path, check: bool = False, root: Path = labs.ROOT, mode: 
     if check and (out / "solutions").exists():
         differ.append("solutions/ (a learner's release holds no solutions)")
     return differ
+
+
+def first_start(out: str | Path, root: Path = labs.ROOT, mode: str | None = None) -> list[str]:
+    """Write the learner's course into ``out`` where a file of it is missing; never touch a file that is there.
+
+    For a folder that outlives a container or a pod (the learner's work): the first start fills it, later
+    starts leave the learner's scripts and notebooks as they are. Returns the paths written."""
+    out = Path(out)
+    if out.resolve() == root.resolve():
+        raise ValueError("the course goes to another folder than the course source")
+    written = []
+    for rel, data in release_files(root, solutions.mode_of(root, mode)).items():
+        path = out / rel
+        if path.exists() or path.is_symlink():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "xb") as f:  # never over a file that appeared meanwhile
+            f.write(data)
+        written.append(rel)
+    return written
 
 
 # ----------------------------------------------------------------------------- reset

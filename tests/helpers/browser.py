@@ -100,8 +100,12 @@ class Lab:
 
 
 def final_solutions() -> dict[str, Path]:
-    """Each lab's starter name and the last solution of that lab in this repository."""
-    return {lab.starter: reference.final_solution(lab, ROOT) for lab in labs.LABS.values()}
+    """Each lab's starter name and the last solution of that lab in this repository (for a lab that asks for a
+    file per step, each file and the solution of the last step that asks for it)."""
+    out = {lab.starter: reference.final_solution(lab, ROOT) for lab in labs.LABS.values()}
+    for lab in labs.LABS.values():
+        out.update({lab.step_file(k): lab.solution(k, ROOT) for k in range(1, lab.n_steps + 1) if lab.step_files})
+    return out
 
 
 def released_course(out: Path, state: str) -> Path:

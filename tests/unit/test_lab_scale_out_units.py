@@ -414,3 +414,18 @@ def test_the_lab_s_files_are_found_from_either() -> None:
     assert lab.files(Path("/c/cluster_hostfile")) == (Path("/c/cluster_hostfile"), Path("/c/cluster.sbatch"))
     assert lab.files(Path("/c/mine.sbatch")) == (Path("/c/cluster_hostfile"), Path("/c/mine.sbatch"))
     assert lab.upto(1) == 1 and lab.syntax_error(Path("/c/cluster.sbatch")) is None
+
+
+def test_a_lab_with_a_file_per_step_is_started_when_either_file_is(tmp_path) -> None:
+    from labkit.course import labs
+    from labkit.course import release as course
+
+    spec = labs.get("scale-out")
+    for name in spec.files:
+        (tmp_path / name).write_text(course.pristine(spec, None, name))
+    hostfile, batch = tmp_path / "cluster_hostfile", tmp_path / "cluster.sbatch"
+    assert course.not_started(batch, spec) and course.not_started(hostfile, spec)
+    hostfile.write_text(hostfile.read_text() + "# my notes\n\n")  # comments and blank lines change nothing
+    assert course.not_started(batch, spec)
+    hostfile.write_text(hostfile.read_text() + "gpu01 slots=4\n")
+    assert not course.not_started(batch, spec) and not course.not_started(hostfile, spec)
