@@ -27,6 +27,7 @@ can and cannot keep the script from.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ def hostfile_evidence(path: Path, work: Path) -> dict[str, Any]:
         else:
             job = mpimap.place_by_slot(listed, NP)
             wide = mpimap.place_by_slot(listed, sum(h.slots or 1 for h in listed))
+    job, wide = (dataclasses.replace(m, error=m.error.replace(str(path), path.name)) for m in (job, wide))
     ev.update(map=job.to_dict(), offered=wide.to_dict(), mapper=job.mapper,
               command=shlex.join(["mpirun", "--hostfile", path.name, "-np", str(NP)]))
     return ev
