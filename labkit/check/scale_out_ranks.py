@@ -163,8 +163,7 @@ def srun_layout(launch: Launch, env: Mapping[str, str], alloc: Allocation) -> li
         raise BatchError(f"srun cannot place {ntasks} tasks on {nodes} node(s) at {per_node} per node") from None
     overlap = launch.get("overcommit") is not None or launch.get("overlap") is not None
     for i, n in enumerate(counts):
-        if n > alloc.tasks[i] * alloc.cpus_per_task // max(1, _number(launch.get("cpus-per-task")) or 1) \
-                and not overlap:
+        if n > alloc.tasks[i] and not overlap:
             raise BatchError(f"srun would start {n} tasks on {alloc.nodes[i]}, where the job holds "
                              f"{alloc.tasks[i]}: srun refuses (\"More processors requested than permitted\")")
     cyclic = (launch.get("distribution") or env.get("SLURM_DISTRIBUTION") or "").startswith("cyclic")
