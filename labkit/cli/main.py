@@ -16,6 +16,7 @@ from labkit.cli import doctor
 from labkit.cli import grade as grade_cli
 from labkit.cli import image as image_cli
 from labkit.cli import k8s as k8s_cli
+from labkit.cli import lab as lab_cli
 from labkit.cli import nodes as nodes_cli
 from labkit.cli import plot as plot_cli
 from labkit.cli import release as release_cli
@@ -80,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # The modules of this package that add their own sub-commands (run, check, bench, ...), in --help's order.
-COMMANDS = (run_cli, check_cli, solution_cli, grade_cli, release_cli, bench_cli, plot_cli, cluster_cli, k8s_cli,
-            cloud_cli, image_cli, assess_cli, nodes_cli, workshop_cli)
+COMMANDS = (run_cli, check_cli, solution_cli, lab_cli, grade_cli, release_cli, bench_cli, plot_cli, cluster_cli,
+            k8s_cli, cloud_cli, image_cli, assess_cli, nodes_cli, workshop_cli)
 
 
 def _extra() -> list:

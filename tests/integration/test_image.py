@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -99,6 +100,8 @@ def test_containerfile_matches_the_recipe():
     wanted = dict(c.split(" ", 1)[1].split("=", 1) for c in recipe.image_config()[1::2] if c.startswith("ENV "))
     assert env == wanted
     assert "horovod-0.28.1-tf2.21.patch" in text
+    cmd = next(c for c in recipe.image_config()[1::2] if c.startswith("CMD "))
+    assert f"\n{cmd}\n" in final + "\n" and f"EXPOSE {recipe.PORT}" in final  # the same default: JupyterLab
     ignored = (REPO / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
 
@@ -291,3 +294,51 @@ def test_cloud_bootstrap_runs_the_job_on_containers(image, tmp_path, service, so
         _podman("rm", "-f", *names, check=False)
         _podman("network", "rm", "-f", net, check=False)
         assert net not in _podman("network", "ls", "--format", "{{.Name}}").stdout
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # builds the course image: make test-heavy
+def test_the_image_serves_jupyterlab_on_a_folder_that_outlives_it(image, tmp_path):
+    """`podman run -p PORT:8888 -v WORK:/home/labkit/work IMAGE` with no command: JupyterLab answers on the
+    host with the token it printed, the course is in WORK; a learner's edit there survives a second container."""
+    from labkit.core import tfconfig
+
+    uid = int(_podman(*recipe.podman_run(image, ["id", "-u"])[3:], timeout=120).stdout.strip())
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chown(work, uid, uid)  # the image's user writes the mounted folder (Docker Desktop needs no such step)
+
+    def serve() -> tuple[str, str]:
+        port = tfconfig.free_ports(1)[0]
+        name = f"labkit-test-{uuid.uuid4().hex[:6]}"
+        run = [*recipe.podman(), "run", "--rm", "--detach", f"--name={name}", "-p", f"127.0.0.1:{port}:8888",
+               "-v", f"{work}:{recipe.WORK}", image]
+        _podman(*run[3:], timeout=120)
+        deadline, logs = time.monotonic() + 120, ""
+        while time.monotonic() < deadline and "token=" not in logs:
+            time.sleep(1)
+            out = _podman("logs", name, check=False)
+            logs = out.stdout + out.stderr
+        token = re.search(r"token=(\w+)", logs)
+        assert token, logs[-2000:]
+        for _ in range(30):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/labs?token={token[1]}",
+                                            timeout=10) as r:
+                    names = {item["name"] for item in json.load(r)["content"]}
+                break
+            except OSError:
+                time.sleep(1)
+        else:
+            raise AssertionError(f"JupyterLab did not answer on port {port}:\n{logs[-2000:]}")
+        assert "02_horovod.ipynb" in names and "fashion_mnist.py" in names
+        return name, logs
+
+    name, logs = serve()
+    assert "the course written into /home/labkit/work" in logs
+    mine = work / "labs" / "fashion_mnist.py"
+    mine.write_text(mine.read_text() + "# my change\n")
+    _podman("stop", "-t", "5", name, timeout=60)
+    name, logs = serve()  # a new container on the same folder
+    assert "your files are left as they are" in logs and mine.read_text().endswith("# my change\n")
+    _podman("stop", "-t", "5", name, timeout=60)

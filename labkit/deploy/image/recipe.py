@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -27,6 +28,10 @@ import labkit
 IMAGE_NAME = "localhost/labkit"
 USER = "labkit"
 ROOT = "/opt/labkit"  # the repository inside the image; its environment is ROOT/.venv
+WORK = "/home/labkit/work"  # the learner's folder (mount one here to keep it): the course is written in at first start
+PORT = 8888
+# What the image runs by default: JupyterLab on the learner's course, reachable from the host (-p 8888:8888).
+SERVE = ["labkit", "lab", "--dir", WORK, "--ip", "0.0.0.0", "--port", str(PORT)]
 STAGE = "/tmp/labkit-build"  # where the build context is copied inside the root file system
 RUNC = "/usr/sbin/runc"
 PROVISION = Path(__file__).with_name("provision.sh")
@@ -144,11 +149,13 @@ def mmdebstrap(context: Path, output: Path, suite: str, sources: Path,
 
 
 def image_config(gpu: bool = False) -> list[str]:
-    """The image's settings (``podman import --change``): user, folder, PATH, what it runs."""
+    """The image's settings (``podman import --change``): user, folder, PATH, what it runs (JupyterLab on the
+    course in :data:`WORK`; ``labkit doctor`` or any command given after the image name instead)."""
     path = f"{ROOT}/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     env = [f"PATH={path}", "TF_USE_LEGACY_KERAS=1", "OMPI_MCA_btl_vader_single_copy_mechanism=none"]
     env += [] if gpu else ["CUDA_VISIBLE_DEVICES="]
-    changes = [f"USER {USER}", f"WORKDIR {ROOT}", 'CMD ["labkit", "doctor"]', *[f"ENV {e}" for e in env],
+    changes = [f"USER {USER}", f"WORKDIR {ROOT}", f"CMD {json.dumps(SERVE)}", f"EXPOSE {PORT}",
+               *[f"ENV {e}" for e in env],
                f"LABEL org.opencontainers.image.version={labkit.__version__}",
                "LABEL org.opencontainers.image.title=labkit"]
     return [w for c in changes for w in ("--change", c)]
