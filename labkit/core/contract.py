@@ -44,6 +44,8 @@ WORKSHOP_STATE = "LABKIT_WORKSHOP_STATE"  # the state folder of a workshop (labk
 CLASS_DIR = "LABKIT_CLASS_DIR"  # a workshop's class folder: checks and assessments append records there
 WORKSHOP_LEARNERS = "LABKIT_WORKSHOP_LEARNERS"  # the class view service's learners, comma-separated
 SOLUTIONS_DIR = "LABKIT_SOLUTIONS_DIR"  # a workshop's revealed step solutions (labkit workshop reveal), root's
+CHECK_SLOTS = "LABKIT_CHECK_SLOTS"  # checks and assessments take one of this many slots first (labkit.core.slots)
+CHECK_QUEUE = "LABKIT_CHECK_QUEUE"  # the slots' folder (default: LABKIT_CACHE/check-queue; a workshop's is shared)
 
 # -- setup settings (read by scripts/setup.sh and make; listed here so that every name is in one place) ----
 SETUP_NAMES = {
@@ -129,6 +131,8 @@ class Settings:
     cache: str | None = None
     task: str | None = None
     probe_load: str | None = None
+    check_slots: str | None = None
+    check_queue: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -136,7 +140,8 @@ class Settings:
         return cls(data=environ.get(DATA) or None, nb_quick=environ.get(NB_QUICK) == "1",
                    dashboard=environ.get(DASHBOARD) or None, nodes_state=environ.get(NODES_STATE) or None,
                    cache=environ.get(CACHE) or None, task=environ.get(TASK) or None,
-                   probe_load=environ.get(PROBE_LOAD) or None)
+                   probe_load=environ.get(PROBE_LOAD) or None, check_slots=environ.get(CHECK_SLOTS) or None,
+                   check_queue=environ.get(CHECK_QUEUE) or None)
 
 
 def settings() -> Settings:

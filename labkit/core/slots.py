@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.core import files
+from labkit.core import contract, files
 
-SLOTS_VAR, QUEUE_VAR = "LABKIT_CHECK_SLOTS", "LABKIT_CHECK_QUEUE"
+SLOTS_VAR, QUEUE_VAR = contract.CHECK_SLOTS, contract.CHECK_QUEUE
 DURATIONS = "durations.jsonl"
 RECENT = 20  # durations the expected wait is the median of
 
@@ -171,7 +171,7 @@ def queued(label: str, queue: SlotQueue | None = None) -> Iterator[float]:
     live (in a notebook, one line updated in place; in a terminal, on stderr). Yields the seconds waited."""
     import sys
 
-    from labkit.core import contract, output, progress
+    from labkit.core import output, progress
 
     queue = queue if queue is not None else from_env(contract.settings().cache)
     if queue is None:
@@ -228,13 +228,13 @@ def _append(path: Path, line: str) -> None:
 
 def from_env(cache: str | os.PathLike | None = None, environ: dict[str, str] | None = None) -> SlotQueue | None:
     """The queue ``LABKIT_CHECK_SLOTS`` asks for, or None (checks then start at once)."""
-    environ = dict(os.environ if environ is None else environ)
-    raw = environ.get(SLOTS_VAR, "").strip()
+    settings = contract.Settings.from_env(os.environ if environ is None else environ)
+    raw = (settings.check_slots or "").strip()
     if not raw:
         return None
     try:
         slots = int(raw)
     except ValueError:
         raise ValueError(f"{SLOTS_VAR}={raw!r}: give a whole number of slots, e.g. {SLOTS_VAR}=1") from None
-    folder = environ.get(QUEUE_VAR) or Path(cache or Path.home() / ".cache" / "labkit") / "check-queue"
+    folder = settings.check_queue or Path(cache or Path.home() / ".cache" / "labkit") / "check-queue"
     return SlotQueue(folder, slots)
