@@ -35,14 +35,14 @@ from typing import Any
 
 import psutil
 
-from labkit.core import proc
+from labkit.core import contract, proc
 
 SECONDS = 10.0  # the dry run's bound: the launchers return at once, so a script ends in well under a second (idle)
 LAUNCHERS = ("srun", "mpirun", "mpiexec", "orterun", "horovodrun")
 PYTHONS = ("python", "python3", *(f"python3.{minor}" for minor in range(8, 15)))
 QUIET = ("module", "ml", "squeue", "scancel", "sacct", "salloc", "sinfo", "sbcast")
 ANSWERS = ("sbatch", "scontrol", "hostname", "nvidia-smi")
-KEPT = ("PATH", "USER", "LOGNAME", "LABKIT_JOB_IDS", "LABKIT_JOB_ID")  # of the caller's environment
+KEPT = ("PATH", "USER", "LOGNAME", contract.JOB_IDS, contract.JOB_ID)  # of the caller's environment
 OUTPUT_CHARS = 4000
 
 SHIM = '''#!{python} -IS

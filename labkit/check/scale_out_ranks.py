@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.check.sbatch_dry import Call
-from labkit.core import proc
+from labkit.core import contract, proc
 from labkit.launching import hosts, mpimap
 from labkit.launching.launch_lines import Launch, is_launcher, read_launch, tool_of, unwrap
 from labkit.launching.sbatch_read import BatchError
@@ -90,7 +90,7 @@ def as_root() -> bool:
 def exact(env: Mapping[str, str]) -> dict[str, str | None]:
     """``env`` as :meth:`labkit.core.proc.Job.spawn` takes it to mean *exactly* this (the caller's other variables
     unset), the job's marks kept."""
-    keep = ("LABKIT_JOB_ID", "LABKIT_JOB_IDS")
+    keep = (contract.JOB_ID, contract.JOB_IDS)
     return {**{k: None for k in os.environ if k not in keep}, **{k: v for k, v in env.items() if k not in keep}}
 
 

@@ -213,8 +213,10 @@ def grade(path: str | Path = "labs", lab_names: list[str] | None = None, timeout
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="labkit-grade-") as tmp:
         scratch = Path(tmp)
-        for p in folder.glob("*.py"):  # the learner's scripts, and any module of theirs they import
-            shutil.copy2(p, scratch / p.name)
+        theirs = {*folder.glob("*.py"), *(folder / name for lab in chosen for name in lab.files)}
+        for p in sorted(theirs):  # the learner's scripts, modules of theirs they import, a lab's other files
+            if p.is_file() and not p.is_symlink():
+                shutil.copy2(p, scratch / p.name)
         for lab in chosen:
             if progress:
                 progress(f"grading {lab.name} ({lab.starter}) ...")

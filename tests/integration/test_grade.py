@@ -236,3 +236,18 @@ def test_a_wrong_assessment_table_fails_before_any_lab_is_graded(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith("labkit grade: [tool.labkit.grading.assessment]: budget is relative to the machine")
     assert "multiple = M" in err and time.perf_counter() - start < 5
+
+
+def test_a_lab_of_other_files_than_scripts_is_graded_from_them(tmp_path: Path) -> None:
+    """The scale-out lab's hostfile and batch script reach the grading's scratch copy; a linked file does not."""
+    lab = labs.get("scale-out")
+    folder = tmp_path / "labs"
+    folder.mkdir()
+    for step in range(1, lab.n_steps + 1):
+        shutil.copy2(lab.solution(step), folder / lab.step_file(step))
+    result = grade.grade(folder, ["scale-out"])
+    assert result.score == lab.n_steps, [c.message for c in result.cases]
+    (folder / "cluster_hostfile").unlink()
+    (folder / "cluster_hostfile").symlink_to(lab.solution(1))
+    again = grade.grade(folder, ["scale-out"])
+    assert again.score < lab.n_steps, [c.message for c in again.cases]
