@@ -13,6 +13,7 @@ from pathlib import Path
 
 from labkit.core.cliargs import positive_int
 from labkit.course import labs
+from labkit.deploy import z2jh
 from labkit.records import classlog
 from labkit.workshop import accounts, classpage, classview, hub, hubconfig, lifecycle, limits, passwords, results
 from labkit.workshop import reveal as reveals
@@ -69,6 +70,83 @@ def _memory(text: str) -> str:
     return text.strip()
 
 
+K8S_HELP = f"""\
+Writes a class's JupyterHub for Kubernetes into DIR: Helm values for Zero to JupyterHub's `jupyterhub` chart
+{z2jh.CHART_VERSION} (KubeSpawner), with each learner's server running the course image, limited and guaranteed
+--cores and --memory, the course released into the learner's home volume at the first start of their server (never
+over what is there), the class folder on a ReadWriteMany claim you provide (--class-pvc), the check queue per pod,
+--instructor as the hub's admin, and no configuration from the learners' homes; the passwords in secrets.yaml, a
+claim to complete, a Containerfile adding JupyterHub to the course image, and a README with the steps to install
+and tear down. Everything is checked offline against the chart's own values schema; nothing talks to a cluster.
+--check FILE... checks edited values instead (merged in order, as `helm --values` does)."""
+
+
+def _k8s_parser(acts) -> None:  # noqa: ANN001
+    """``labkit workshop k8s``: Zero to JupyterHub values for the class (labkit.deploy.z2jh)."""
+    d = z2jh.HubOptions()
+    k = acts.add_parser("k8s", help=f"write a class's JupyterHub for Kubernetes (Zero to JupyterHub "
+                        f"{z2jh.CHART_VERSION}), checked offline", description=K8S_HELP)
+    k.add_argument("-o", "--output", metavar="DIR", help="the folder to write (refused when not empty, unless --force)")
+    k.add_argument("--force", action="store_true", help="write into a folder that holds files (over them)")
+    k.add_argument("--check", nargs="+", metavar="FILE", help="check values files instead of writing any")
+    k.add_argument("--image", default=d.image, metavar="NAME:TAG",
+                   help="the course image in a registry the cluster pulls from (default: %(default)s, as `labkit "
+                   "image build` tags it)")
+    k.add_argument("--cores", type=_arg(_cores), default=d.cores, help="cores per learner, limit and guarantee "
+                   "(default: %(default)s)")
+    k.add_argument("--memory", type=_arg(_memory), default=d.memory, metavar="SIZE",
+                   help="memory per learner, limit and guarantee (default: %(default)s)")
+    k.add_argument("--instructor", default=d.instructor, metavar="NAME", help="the hub's admin (default: %(default)s)")
+    k.add_argument("--class-pvc", default=d.class_pvc, metavar="NAME",
+                   help="the ReadWriteMany PersistentVolumeClaim of the class folder (default: %(default)s)")
+    k.add_argument("--learners", type=positive_int, default=None, metavar="N",
+                   help="only learner01 ... learnerNN may log in (default: any name with the class password)")
+    k.add_argument("--subdomain-host", default="", metavar="URL",
+                   help="e.g. https://hub.example.org: each learner's server on a name of its own (needs a wildcard "
+                   "DNS name and certificate)")
+
+
+def _k8s(a: argparse.Namespace) -> int:
+    if bool(a.check) == bool(a.output):
+        print("labkit workshop k8s: give -o DIR to write the hub's files, or --check FILE... to check values",
+              file=sys.stderr)
+        return 2
+    if a.check:
+        return _k8s_check(a.check)
+    opts = z2jh.HubOptions(image=a.image, cores=a.cores, memory=a.memory, instructor=a.instructor,
+                           class_pvc=a.class_pvc, learners=a.learners, subdomain_host=a.subdomain_host)
+    try:
+        done = z2jh.write(opts, Path(a.output), force=a.force)
+    except (ValueError, OSError) as e:
+        print(f"labkit workshop k8s: {e}", file=sys.stderr)
+        return 2 if isinstance(e, (ValueError, FileExistsError)) else 1
+    print(f"wrote {', '.join(p.name for p in done.files)} to {done.folder}: the chart {z2jh.CHART} "
+          f"{z2jh.CHART_VERSION}'s values, checked offline against its schema (nothing deployed); steps in README.md")
+    for note in done.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def _k8s_check(names: list[str]) -> int:
+    import yaml
+
+    documents = []
+    for name in names:
+        try:
+            documents.append(yaml.safe_load(Path(name).read_text()) or {})
+        except (OSError, yaml.YAMLError) as e:
+            print(f"labkit workshop k8s: {name}: {e}", file=sys.stderr)
+            return 2
+    try:
+        z2jh.validate(*documents, what=" + ".join(names))
+    except z2jh.ValuesError as e:
+        print(f"labkit workshop k8s: {e}", file=sys.stderr)
+        return 1
+    print(f"{' + '.join(names)}: valid for the chart {z2jh.CHART} {z2jh.CHART_VERSION} (its schema, merged with its "
+          "defaults as Helm does) and the course's rules")
+    return 0
+
+
 def add_parser(sub) -> None:
     """Register ``labkit workshop`` and ``labkit class``."""
     p = sub.add_parser("workshop", help="a JupyterHub for a class on this machine (root)", description=HELP)
@@ -106,6 +184,7 @@ def add_parser(sub) -> None:
                          "it to every learner); recorded in the class view", description=REVEAL_HELP)
     rv.add_argument("lab", choices=list(labs.LABS), help="which lab")
     rv.add_argument("step", type=positive_int, help="the step whose solution (after it) the class may see")
+    _k8s_parser(acts)
     c = sub.add_parser("class", help="the class view: learners x steps", description=CLASS_HELP)
     cacts = c.add_subparsers(dest="action", required=True)
     cs = cacts.add_parser("status", help="show the class view", description=CLASS_HELP)
@@ -122,7 +201,8 @@ def run(a: argparse.Namespace) -> int:
     try:
         if a.subcommand == "class":
             return _class(a)
-        return {"up": _up, "status": _status, "down": _down, "password": _password, "reveal": _reveal}[a.action](a)
+        return {"up": _up, "status": _status, "down": _down, "password": _password, "reveal": _reveal,
+                "k8s": _k8s}[a.action](a)
     except (lifecycle.WorkshopError, accounts.AccountsError, hub.HubError, reveals.RevealError) as e:
         print(f"labkit {name}: {e}", file=sys.stderr)
         return 1

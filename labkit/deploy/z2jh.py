@@ -274,6 +274,13 @@ def _path(parts: Iterable[Any]) -> str:
     return out.lstrip(".") or "(root)"
 
 
+def _json_type(value: Any) -> str:
+    """What YAML made of a value, in the schema's words (a quoted "2" is a string, 0.1 a number)."""
+    kinds = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"), (list, "an array"),
+             (dict, "an object"))
+    return "null" if value is None else next((k for t, k in kinds if isinstance(value, t)), type(value).__name__)
+
+
 def _describe(e: Any) -> list[str]:
     where = list(e.absolute_path)
     if e.validator == "additionalProperties" and e.validator_value is False:
@@ -283,7 +290,7 @@ def _describe(e: Any) -> list[str]:
                 for k in e.instance if k not in known and not any(re.search(p, k) for p in patterns)]
     if e.validator == "type":
         wanted = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
-        return [f"{_path(where)}: {e.instance!r} is a {type(e.instance).__name__}; the chart wants "
+        return [f"{_path(where)}: {e.instance!r} is {_json_type(e.instance)}; the chart wants "
                 + " or ".join(str(w) for w in wanted)]
     return [f"{_path(where)}: {e.message}"]
 
@@ -313,6 +320,10 @@ def rule_problems(merged: dict[str, Any]) -> list[str]:
     if (config.get("JupyterHub") or {}).get("authenticator_class", "dummy") == "dummy":
         problems.append("hub.config.JupyterHub.authenticator_class: the chart's default (dummy) lets anyone log in "
                         "as anyone, the instructor included; use shared-password or a real login")
+    if (config.get("JupyterHub") or {}).get("authenticator_class") == "shared-password":
+        given = config.get("SharedPasswordAuthenticator") or {}
+        problems += [f"hub.config.SharedPasswordAuthenticator.{k}: missing (give secrets.yaml too)"
+                     for k in ("user_password", "admin_password") if not given.get(k)]
     if not (config.get("Authenticator") or {}).get("admin_users"):
         problems.append("hub.config.Authenticator.admin_users: name the instructor (the hub's admin)")
     single = merged.get("singleuser") or {}
