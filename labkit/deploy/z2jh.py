@@ -11,7 +11,7 @@ their server loads.
 
 :func:`validate` checks a values file as Helm would, offline: the chart's default values merged with it, then
 the chart's own ``values.schema.json`` of the pinned version (:data:`CHART_VERSION`, stored in
-``k8s_schemas/``; JUPYTERHUB.md there says where it came from), then the course's rules (:func:`rule_problems`),
+``k8s_schemas/jupyterhub/``; SOURCES.md there says where it came from), then the course's rules (:func:`rule_problems`),
 which the schema cannot express. Nothing here talks to a cluster.
 """
 
@@ -35,7 +35,8 @@ CHART = "jupyterhub"
 CHART_REPO = "https://hub.jupyter.org/helm-chart/"
 CHART_VERSION = "4.4.0"  # JupyterHub 5.5.0; Kubernetes >= 1.28
 HUB_VERSION = "5.5.0"  # the hub's JupyterHub: the course image's jupyterhub-singleuser should match its major
-SCHEMAS = resources.files("labkit.deploy") / "k8s_schemas"  # package data: in the wheel too
+# Package data (a wheel needs "k8s_schemas/jupyterhub/*.json" in pyproject's package-data to carry it)
+SCHEMAS = resources.files("labkit.deploy") / "k8s_schemas" / "jupyterhub"
 RELEASE = "labkit-hub"  # the Helm release's name in the instructor's commands
 NAMESPACE = "labkit"
 
@@ -241,12 +242,12 @@ def secret_values(user_password: str, admin_password: str) -> dict[str, Any]:
 @cache
 def schema() -> dict[str, Any]:
     """The chart's ``values.schema.json`` of :data:`CHART_VERSION`."""
-    return json.loads((SCHEMAS / f"{CHART}-{CHART_VERSION}.values.schema.json").read_text())
+    return json.loads((SCHEMAS / f"values.schema-{CHART_VERSION}.json").read_text())
 
 
 @cache
 def _defaults() -> str:
-    return (SCHEMAS / f"{CHART}-{CHART_VERSION}.values.json").read_text()
+    return (SCHEMAS / f"values-{CHART_VERSION}.json").read_text()
 
 
 def defaults() -> dict[str, Any]:

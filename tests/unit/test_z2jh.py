@@ -49,7 +49,7 @@ def test_the_stored_schema_is_the_charts_and_its_defaults_are_valid():
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
     assert "description" not in schema and "description" not in schema["properties"]["singleuser"]
     assert z2jh.schema_problems(z2jh.defaults()) == []
-    note = (Path(z2jh.__file__).parent / "k8s_schemas" / "JUPYTERHUB.md").read_text()
+    note = (Path(z2jh.__file__).parent / "k8s_schemas" / "jupyterhub" / "SOURCES.md").read_text()
     assert z2jh.CHART_VERSION in note and "5c5f5df751588a68a7781ead01d0f62e88e2e72f" in note
 
 
