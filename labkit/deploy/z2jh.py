@@ -51,7 +51,7 @@ QUEUE_DIR = "/tmp/labkit-check-queue"  # in the pod: the queue orders this learn
 DEFAULT_URL = "/lab/tree/labs/00_start_here.ipynb"
 USER_ENV_FORBIDDEN = ("PYTHONPATH", "PYTHONUSERBASE", "PYTHONSTARTUP", "JUPYTER_CONFIG_DIR", "JUPYTER_PATH")
 
-USERNAME = re.compile(r"^[a-z][a-z0-9._-]{0,31}$")
+USERNAME = re.compile(r"[a-z][a-z0-9._-]{0,31}")  # fullmatch: no trailing newline
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B?\s*$", re.IGNORECASE)
 MIN_MEMORY = 64 * 2**20
 # A wildcard DNS name for per-learner subdomains (https://learner07.hub.example.org)
@@ -115,7 +115,7 @@ class HubOptions:
         memory_bytes(self.memory)
         if isinstance(self.cores, bool) or not isinstance(self.cores, (int, float)) or not 0.01 <= self.cores <= 1024:
             raise ValueError(f"--cores {self.cores!r}: a number of cores from 0.01 to 1024, e.g. 2")
-        if not USERNAME.match(self.instructor):
+        if not isinstance(self.instructor, str) or not USERNAME.fullmatch(self.instructor):
             raise ValueError(f"--instructor {self.instructor!r}: a JupyterHub user name (lower-case letters, digits, "
                              "'.', '_' or '-', starting with a letter, at most 32)")
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", self.class_pvc):
@@ -133,6 +133,7 @@ class HubOptions:
         return max(1, int(self.cores // 2))
 
     def learner_names(self) -> list[str]:
+        """learner01 ... learnerNN (as ``workshop up`` names its accounts); empty without ``learners``."""
         width = max(2, len(str(self.learners or 0)))
         return [f"learner{i:0{width}d}" for i in range(1, (self.learners or 0) + 1)]
 

@@ -150,6 +150,7 @@ def test_the_options_show_in_the_values():
     ({"memory": "10M"}, "at least 64M"),
     ({"cores": 0}, "--cores"),
     ({"instructor": "Bob!"}, "--instructor"),
+    ({"instructor": "bob\n"}, "--instructor"),
     ({"class_pvc": "Class_PVC"}, "--class-pvc"),
     ({"subdomain_host": "hub"}, "--subdomain-host"),
     ({"learners": 0}, "--learners"),
