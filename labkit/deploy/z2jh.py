@@ -65,7 +65,7 @@ set -eu
 # it is not there yet: whatever the learner has in ~/course (edited, moved, emptied) is never touched.
 course="$HOME_DIR/course"
 if [ -n "$CLASS_ROOT" ]; then
-  mkdir -p "$CLASS_ROOT/$LABKIT_LEARNER"
+  mkdir -p "$CLASS_ROOT/$LEARNER_NAME"
 fi
 if [ -e "$course" ] || [ -L "$course" ]; then
   echo "labkit: $course is there already: left as it is"
@@ -169,7 +169,7 @@ def quantity(size: int) -> str:
 
 def _init_container(o: HubOptions) -> dict[str, Any]:
     """The first start: the course released into the home volume, the learner's class folder made."""
-    env = {"HOME_DIR": HOME, "CLASS_ROOT": CLASS_ROOT, "LABKIT_LEARNER": "{username}"}  # expanded by KubeSpawner
+    env = {"HOME_DIR": HOME, "CLASS_ROOT": CLASS_ROOT, "LEARNER_NAME": "{username}"}  # expanded by KubeSpawner
     return {
         "name": "labkit-course",
         "image": o.image,

@@ -166,7 +166,7 @@ def test_kubespawner_expands_the_first_start_and_the_class_folder_per_learner():
     init = _expand(v["initContainers"][0], **names)  # would raise on a brace in the script
     assert init["command"] == ["sh", "-c", z2jh.FIRST_START]
     assert "{" not in z2jh.FIRST_START and "}" not in z2jh.FIRST_START
-    assert {"name": "LABKIT_LEARNER", "value": "learner07"} in init["env"]
+    assert {"name": "LEARNER_NAME", "value": "learner07"} in init["env"]
     assert init["volumeMounts"][0] == {"name": "volume-learner07", "mountPath": z2jh.HOME}
     assert v["storage"]["dynamic"]["volumeNameTemplate"] == z2jh.HOME_VOLUME  # the same volume the server mounts
     assert _expand(v["storage"]["extraVolumeMounts"], **names) == [
@@ -188,7 +188,7 @@ def _first_start(tmp_path: Path, home: Path) -> subprocess.CompletedProcess:
                     'echo "notebook" > "$out/labs/00_start_here.ipynb"\n')
     fake.chmod(0o755)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME_DIR": str(home),
-           "CLASS_ROOT": str(tmp_path / "class"), "LABKIT_LEARNER": "learner07"}
+           "CLASS_ROOT": str(tmp_path / "class"), "LEARNER_NAME": "learner07"}
     return subprocess.run([shutil.which("sh") or "/bin/sh", "-c", z2jh.FIRST_START], env=env, capture_output=True,
                           text=True, timeout=30)
 
