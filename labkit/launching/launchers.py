@@ -12,7 +12,9 @@ TensorFlow, OpenMP and BLAS, and OpenMPI yields the core when a rank waits.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -91,9 +93,39 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+@functools.lru_cache(maxsize=8)
+def _mpirun_version(path: str) -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"Open MPI\)?\s+(\d+)\.(\d+)(?:\.(\d+))?", out)
+    return tuple(int(x) for x in found.groups() if x is not None) if found else None
+
+
+def mpi_version() -> tuple[int, ...] | None:
+    """The OpenMPI version of the ``mpirun`` labkit launches (:func:`tool`), e.g. ``(4, 1, 4)``; None without
+    one. Asked once per path (``mpirun --version``) and cached."""
+    path = tool("mpirun")
+    return _mpirun_version(path) if ("/" in path and os.path.exists(path)) else None
+
+
+DEFAULT_MPI_MAJOR = 4
+
+
+def transport_flags(mpi_major: int) -> list[str]:
+    """Shared memory within a node, TCP across nodes, no single-copy kernel mechanism (it needs ptrace rights
+    containers often lack), for OpenMPI ``mpi_major`` (pure). OpenMPI 5 renamed the ``vader`` transport ``sm``
+    and moved single copy into the ``smsc`` framework."""
+    if mpi_major >= 5:
+        return ["--mca", "btl", "self,sm,tcp", "--mca", "smsc", "^cma"]
+    return ["--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none"]
+
+
 def mpirun_flags(np: int, host_list: Sequence[hosts.Host] | None = None, cores: int | None = None,
-                 as_root: bool | None = None) -> list[str]:
-    """The options labkit gives ``mpirun`` (also used for ipyparallel MPI engines)."""
+                 as_root: bool | None = None, mpi_major: int | None = None) -> list[str]:
+    """The options labkit gives ``mpirun`` (also used for ipyparallel MPI engines), for OpenMPI ``mpi_major``
+    (default: the detected ``mpirun``'s, :func:`mpi_version`, else 4)."""
     if np < 1:
         raise ValueError(f"need at least one worker, got np={np}")
     args = []
@@ -109,12 +141,13 @@ def mpirun_flags(np: int, host_list: Sequence[hosts.Host] | None = None, cores: 
     # multi-threaded workers, so let the kernel place them.
     args += ["--bind-to", "none", "--map-by", "slot"]
     # Shared memory within a node, TCP across nodes; no InfiniBand probing noise.
-    args += ["--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none"]
-    return args
+    if mpi_major is None:
+        mpi_major = (mpi_version() or (DEFAULT_MPI_MAJOR,))[0]
+    return args + transport_flags(mpi_major)
 
 
 def mpi_missing() -> str | None:
-    if shutil.which("mpirun"):
+    if shutil.which(tool("mpirun")):
         return None
     return ("mpirun was not found. Install OpenMPI: `sudo apt-get install openmpi-bin libopenmpi-dev` "
             "(or run `make setup`), or use launcher='gloo'.")

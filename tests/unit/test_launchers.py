@@ -142,3 +142,35 @@ def test_a_command_is_shown_as_a_person_would_type_it() -> None:
                                      "--epochs", "1"]
     assert launchers.typed(["/usr/bin/mpirun", "-np", "2", "/opt/x/python3", "/tmp/a.py"]) == [
         "mpirun", "-np", "2", "/opt/x/python3", "/tmp/a.py"]  # the launcher by name; other paths as they are
+
+
+def test_transport_flags_follow_the_openmpi_version() -> None:
+    four = launchers.mpirun_flags(2, cores=2, as_root=False, mpi_major=4)
+    assert four[four.index("btl") + 1] == "self,vader,tcp" and "btl_vader_single_copy_mechanism" in four
+    five = launchers.mpirun_flags(2, cores=2, as_root=False, mpi_major=5)
+    assert five[five.index("btl") + 1] == "self,sm,tcp" and five[five.index("smsc") + 1] == "^cma"
+    assert not any("vader" in a for a in five)
+    for flags in (four, five):
+        assert flags[:4] == ["--bind-to", "none", "--map-by", "slot"]
+    assert "--allow-run-as-root" in launchers.mpirun_flags(2, cores=2, as_root=True, mpi_major=5)
+    assert "--oversubscribe" in launchers.mpirun_flags(4, cores=2, as_root=False, mpi_major=5)
+
+
+@pytest.mark.parametrize(("banner", "version"), [
+    ("mpirun (Open MPI) 4.1.4\n\nReport bugs to https://www.open-mpi.org/community/help/\n", (4, 1, 4)),
+    ("mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n", (5, 0, 11)),
+    ("HYDRA build details:\n    Version: 4.0\n", None),
+])
+def test_mpi_version_is_read_from_the_mpirun_beside_python(banner: str, version: tuple[int, ...] | None,
+                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "mpirun"
+    fake.write_text(f"#!/bin/sh\nprintf '%s' '{banner}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(launchers, "tool", lambda name: str(tmp_path / name))
+    launchers._mpirun_version.cache_clear()
+    try:
+        assert launchers.mpi_version() == version
+        flags = launchers.mpirun_flags(2, cores=2, as_root=False)
+        assert ("sm" if version and version[0] >= 5 else "vader") in flags[flags.index("btl") + 1]
+    finally:
+        launchers._mpirun_version.cache_clear()
