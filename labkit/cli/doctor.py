@@ -11,6 +11,7 @@ from typing import Any
 
 from labkit.core import env
 from labkit.instrument import data
+from labkit.launching import launchers
 
 SETUP_HINT = "run `make setup` in the lab's folder"
 
@@ -42,7 +43,8 @@ def collect() -> dict[str, Any]:
         "tensorflow": None,
         "keras": None,
         "horovod": None,
-        "mpirun": shutil.which("mpirun"),
+        "mpirun": shutil.which(launchers.tool("mpirun")),
+        "mpi": None,
         "horovodrun": shutil.which("horovodrun") or _venv_bin("horovodrun"),
         "gpus": 0,
         "dataset": None,
@@ -90,8 +92,13 @@ def collect() -> dict[str, Any]:
                 "GPUs are visible but Horovod was built without NCCL: "
                 "rebuild with `LABKIT_HOROVOD_GPU=1 make setup` for fast GPU allreduce"
             )
-    if report["mpirun"] is None:
+    if report["mpirun"]:
+        version = launchers.mpi_version()
+        report["mpi"] = f"Open MPI {'.'.join(map(str, version))}" if version else "unknown MPI"
+    gloo_only = hvd is not None and hvd["gloo"] and not hvd["mpi"]
+    if report["mpirun"] is None and not gloo_only:
         problems.append("mpirun not found: sudo apt-get install openmpi-bin libopenmpi-dev (or `make setup`)")
+    report["cannot_run"] = cannot_run(report, is_root=hasattr(os, "geteuid") and os.geteuid() == 0)
 
 
     try:
@@ -105,6 +112,24 @@ def collect() -> dict[str, Any]:
     report["problems"] = problems
     report["ready"] = not problems
     return report
+
+
+def cannot_run(report: dict[str, Any], is_root: bool) -> list[str]:
+    """What the course has that this machine cannot run, and why (pure, from the report)."""
+    out = []
+    hvd = report.get("horovod")
+    if report.get("mpirun") is None or (hvd and not hvd["mpi"]):
+        out.append("launches with mpirun (launcher='mpirun', horovodrun --mpi, ipyparallel MPI engines): "
+                   + ("Horovod was built without MPI" if hvd and not hvd["mpi"] else "no mpirun")
+                   + "; launcher='gloo' runs the Horovod labs")
+    if not is_root:
+        out.append("virtual nodes, Slurm jobs and the multi-node cells of labs 7 and 8 (`labkit nodes`): need root")
+        out.append("`labkit workshop` (JupyterHub for a class) and `labkit image build`: need root")
+    else:
+        for tool, what in (("sshd", "virtual nodes (labs 7 and 8)"), ("slurmctld", "Slurm jobs (lab 7)")):
+            if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+                out.append(f"{what}: {tool} not found ({SETUP_HINT} as root)")
+    return out
 
 
 def _venv_bin(name: str) -> str | None:
@@ -127,14 +152,19 @@ def format_report(r: dict[str, Any]) -> str:
         ("TensorFlow", r["tensorflow"] or "not usable"),
         ("tf.keras is", r["keras"] or "-"),
         ("Horovod", hvd_text),
-        ("mpirun", r["mpirun"] or "not found"),
+        ("mpirun", f"{r['mpirun']}  ({r.get('mpi') or '?'})" if r["mpirun"] else "not found"),
         ("GPUs", str(r["gpus"]) + ("" if r["gpus"] else "  (the labs run in small mode on the CPU)")),
         ("Fashion-MNIST", r["dataset"] or "not found"),
     ]
     width = max(len(k) for k, _ in rows)
     lines = ["labkit doctor", ""] + [f"  {k.ljust(width)}  {v}" for k, v in rows] + [""]
+    cannot = r.get("cannot_run") or []
+    if cannot:
+        lines.append("Not on this machine:")
+        lines += [f"  - {c}" for c in cannot]
+        lines.append("")
     if r["ready"]:
-        lines.append("Ready: every lab can run here.")
+        lines.append("Ready: " + ("the labs can run here, except the above." if cannot else "every lab can run here."))
     else:
         lines.append("Not ready. To fix:")
         lines += [f"  - {p}" for p in r["problems"]]

@@ -79,7 +79,9 @@ def test_collect_sees_this_environment(report):
     assert report["python"] == ".".join(map(str, sys.version_info[:3]))
     assert report["tensorflow"] == tf.__version__
     assert report["keras"].startswith("tf-keras")
-    assert report["mpirun"] == shutil.which("mpirun")
+    from labkit.launching import launchers
+
+    assert report["mpirun"] == shutil.which(launchers.tool("mpirun"))
     if report["horovod"] is None:
         assert any("Horovod" in p for p in report["problems"])
     else:
@@ -122,3 +124,14 @@ def test_main_prints_the_report_and_exits_1_unless_ready(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "collect", lambda: fake_report())
     assert doctor.main(as_json=True) == 0
     assert json.loads(capsys.readouterr().out)["ready"] is True
+
+
+def test_doctor_says_what_needs_root_and_what_a_gloo_only_build_cannot_do():
+    gloo_only = fake_report(horovod={"version": "0.28.1", "mpi": False, "gloo": True, "nccl": False}, mpirun=None)
+    cannot = doctor.cannot_run(gloo_only, is_root=False)
+    assert any("mpirun" in c and "without MPI" in c for c in cannot)
+    assert any("virtual nodes" in c and "root" in c for c in cannot)
+    assert any("workshop" in c for c in cannot)
+    assert not any("mpirun" in c for c in doctor.cannot_run(fake_report(), is_root=False))
+    text = doctor.format_report(fake_report(cannot_run=cannot, mpi="Open MPI 5.0.11"))
+    assert "Not on this machine" in text and "except the above" in text
