@@ -121,6 +121,10 @@ def test_make_setup_without_root_then_the_fast_tests_and_the_checks(tmp_path: Pa
         assert "from the package index into .venv" in log and "Installed without root" in log
     finally:
         signal.signal(signal.SIGTERM, previous)
+        kept = _podman("logs", name, check=False)
+        if kept.returncode == 0:  # what the container said, also when the run was cut short
+            (ROOT / "test-artifacts").mkdir(exist_ok=True)
+            (ROOT / "test-artifacts" / "rootless-setup.container.log").write_text(kept.stdout + kept.stderr)
         _podman("rm", "-f", name, check=False)
         _podman("rmi", "-f", tag, check=False)
         assert _leftovers(tag, name) == [], "the test left a container or an image"
