@@ -114,8 +114,8 @@ def step_1(ev: dict[str, Any]) -> str:
         if set(grads) != {HALF}:
             raise Failed(_not_half(r, grads))
     per_rank = sum(records["0"][probe_allreduce.GRADIENTS].values())
-    return (f"with {FLAG} each rank all-reduced its {per_rank} gradient tensors as float16, half the bytes of "
-            "float32 (the check runs with the flag only: without it they should stay float32).")
+    return (f"each rank all-reduced its {per_rank} gradient tensors as float16, half the bytes of float32 (the check "
+            f"runs with {FLAG} only: without it they should stay float32).")
 
 
 STEPS = [step_1]

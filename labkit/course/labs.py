@@ -94,7 +94,7 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "each worker builds its own input pipeline; the coordinator schedules the steps",
     ), "fashion_mnist_ps.py", "05_parameter_server.ipynb", 180.0, "labkit.check.lab_parameter_server"),
     Lab("communication", "What communication costs: gradients as float16 on the wire", (
-        "with --fp16-allreduce, the gradients all-reduced as float16",
+        "the --fp16-allreduce option sends the gradients as float16",
     ), "fashion_mnist.py", "08_communication.ipynb", 150.0, "labkit.check.lab_communication",
         builds_on="horovod", solutions_stem="fashion_mnist_communication"),
     Lab("scale-out", "Scale out: a hostfile and a Slurm batch script for two GPU nodes", (
