@@ -2,7 +2,8 @@
 otherwise (a compressor class of its own, chosen in a variable, the option a BooleanOptionalAction); a script that
 parses --fp16-allreduce but sends float32 (it rounds its gradients to float16 and back) and one without the option
 fail, saying what to change. The judge's every message is tested on hand-made evidence in
-tests/unit/test_lab_communication.py."""
+tests/unit/test_lab_communication_units.py. The correct script spelled otherwise runs in
+make test-heavy (make test keeps the solution, the wrong script and the one without the option)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ def test_the_solution_sends_float16_gradients_with_the_flag(checked, running) ->
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a fourth probed run: make test keeps the solution, the wrong script and the missing option
 @pytest.mark.horovod
 def test_a_compressor_of_the_scripts_own_passes(checked, running) -> None:
     report, _ = checked("own compressor")
