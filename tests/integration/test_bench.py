@@ -117,7 +117,7 @@ def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pyte
                     env[runs.FILE_VAR])
         return launch.JobResult(0, command, tmp_path, np, 1.0)
 
-    def fake_cluster(command, workers, timeout, threads, env, quiet, cwd, target, independent):
+    def fake_cluster(command, workers, timeout, threads, env, quiet, cwd, target, independent, stop_when=None):
         calls.append(("copies" if independent else "cluster", workers, env.get("LABKIT_SHRINK")))
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": workers, "images_per_sec": 100.0 * workers,
                      "status": "ok", "launcher": "independent"}, env[runs.FILE_VAR])

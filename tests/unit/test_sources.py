@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -201,6 +202,8 @@ def test_generated_scripts_have_the_blank_lines_a_person_would_write(tmp_path):
 
 def test_git_marks_every_generated_script_as_generated():
     outputs = [t.output for t in sources.TARGETS]
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed here")
     out = subprocess.run(["git", "check-attr", "linguist-generated", "--", *outputs, "labkit/course/sources.py"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
