@@ -12,7 +12,7 @@ epoch takes seconds on a CPU; --mode full trains the lab's WRN-16-10 (160/320/64
 channels) on all 60,000 images.
 
     python fashion_mnist_after_step_06.py --epochs 3
-    mpirun -np 2 python fashion_mnist_after_step_06.py --epochs 3        # or: horovodrun -np 2 ..., srun ...
+    mpirun -np 2 python fashion_mnist_after_step_06.py --epochs 3   # or: horovodrun -np 2 ..., srun ...
 """
 
 from __future__ import annotations
