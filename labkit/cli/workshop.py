@@ -13,7 +13,7 @@ from pathlib import Path
 
 from labkit.core.cliargs import positive_int
 from labkit.course import labs
-from labkit.deploy import z2jh
+from labkit.deploy import z2jh, z2jh_files
 from labkit.records import classlog
 from labkit.workshop import accounts, classpage, classview, hub, hubconfig, lifecycle, limits, passwords, results
 from labkit.workshop import reveal as reveals
@@ -116,7 +116,7 @@ def _k8s(a: argparse.Namespace) -> int:
     opts = z2jh.HubOptions(image=a.image, cores=a.cores, memory=a.memory, instructor=a.instructor,
                            class_pvc=a.class_pvc, learners=a.learners, subdomain_host=a.subdomain_host)
     try:
-        done = z2jh.write(opts, Path(a.output), force=a.force)
+        done = z2jh_files.write(opts, Path(a.output), force=a.force)
     except (ValueError, OSError) as e:
         print(f"labkit workshop k8s: {e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, FileExistsError)) else 1

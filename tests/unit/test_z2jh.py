@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from labkit.cli import main as cli
-from labkit.deploy import z2jh
+from labkit.deploy import z2jh, z2jh_files
 
 OPTS = z2jh.HubOptions(image="registry.example.org/course/labkit:0.1.0")
 SECRETS = z2jh.secret_values("class-password", "i" * 40)
@@ -59,7 +59,7 @@ def test_written_values_validate_against_the_charts_schema():
         merged = z2jh.validate(z2jh.values(opts), SECRETS)
         assert merged["proxy"] == z2jh.defaults()["proxy"]  # the chart's defaults kept where labkit says nothing
     # as YAML and back: what the instructor hands to helm
-    assert z2jh.validate(yaml.safe_load(z2jh.to_yaml(z2jh.values(OPTS))), SECRETS)
+    assert z2jh.validate(yaml.safe_load(z2jh_files.to_yaml(z2jh.values(OPTS))), SECRETS)
 
 
 def test_helm_merge_maps_key_by_key_replaces_lists_and_null_removes():
