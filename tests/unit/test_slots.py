@@ -55,7 +55,8 @@ def test_dead_forged_and_linked_tickets_do_not_count(tmp_path: Path) -> None:
     old = time.time() - 60
     for name, data in (("0-dead.ticket", {"pid": dead, "started": "1"}),  # a process that ended
                        ("1-forged.ticket", {"pid": 1, "started": "12345"}),  # a live pid, not its start time
-                       ("2-junk.ticket", "not json")):
+                       ("2-junk.ticket", "not json"),
+                       ("4-huge.ticket", "{" + " " * (1 << 20) + "}")):  # read 4 KB at most: not a ticket
         path = folder / name
         path.write_text(json.dumps(data) if isinstance(data, dict) else data)
         os.utime(path, (old, old))
