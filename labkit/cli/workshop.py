@@ -160,6 +160,9 @@ def add_parser(sub) -> None:
                    help="e.g. https://hub.example.org: each learner's server on a name of its own "
                    "(https://learner07.hub.example.org; needs a wildcard DNS name and certificate)")
     u.add_argument("--slurm", action="store_true", help="learners' jobs go to Slurm on virtual nodes")
+    u.add_argument("--spawner", choices=list(hubconfig.SPAWNERS), default="local",
+                   help="where learners' servers run: local (this machine, in each learner's limits; default) or "
+                   "slurm (each server a Slurm job on the virtual nodes, their jobs too; implies --slurm)")
     u.add_argument("--shared-password", action="store_true",
                    help="one password for all learners (JupyterHub's SharedPasswordAuthenticator) instead of one "
                    "each; anyone holding it can log in as any learner")
@@ -212,7 +215,7 @@ def _up(a: argparse.Namespace) -> int:
     if a.no_limits and (a.cores or a.memory or a.pids):
         print("labkit workshop up: --no-limits and --cores/--memory/--pids: choose one", file=sys.stderr)
         return 2
-    if a.job_minutes and not a.slurm:
+    if a.job_minutes and not (a.slurm or a.spawner == "slurm"):
         print("labkit workshop up: --job-minutes limits Slurm jobs: give it with --slurm", file=sys.stderr)
         return 2
     pids = None if a.no_limits else (a.pids or limits.DEFAULT_PIDS)
@@ -220,7 +223,7 @@ def _up(a: argparse.Namespace) -> int:
                           auth="shared" if a.shared_password else "hub", cores=a.cores, memory=a.memory,
                           say=lambda text: print(text, file=sys.stderr), pids=pids, no_limits=a.no_limits,
                           **({"job_minutes": a.job_minutes} if a.job_minutes else {}),
-                          subdomain_host=a.subdomain_host or "")
+                          subdomain_host=a.subdomain_host or "", spawner=a.spawner)
     status = lifecycle.status()
     if a.json:
         print(json.dumps({**status, "passwords": pw}, indent=1))
@@ -244,7 +247,9 @@ def _show(status: dict) -> None:
     for who in status["learners"]:
         course = "course ready" if who["course"] else "course at first login"
         print(f"  {who['name']:<12} {course}{', running' if who['processes'] else ''}")
-    if status["slurm"]:
+    if status.get("spawner") == "slurm":
+        print("  Slurm:      each learner's JupyterLab is a Slurm job on a virtual node; their jobs go there too")
+    elif status["slurm"]:
         print("  Slurm:      learners' jobs go to the virtual nodes (`labkit run --launcher slurm ...`)")
     for problem in status["problems"]:
         print(f"  note: {problem}")

@@ -32,6 +32,8 @@ SERVICE = "class"  # the class view's service name: /services/class/
 DEFAULT_URL = "/lab/tree/labs/00_start_here.ipynb"
 TERMINAL = ["/usr/bin/env", "SHELL=/bin/bash", "/bin/bash", "-l"]  # the account's shell is nologin
 AUTHS = ("hub", "shared")
+SPAWNERS = {"local": "labkit.workshop.spawner.WorkshopSpawner",  # servers on this machine, in the learners' limits
+            "slurm": "labkit.workshop.slurmspawner.WorkshopSlurmSpawner"}  # servers as Slurm jobs on the nodes
 # A wildcard DNS name, or localhost (browsers resolve NAME.localhost to this machine: a workshop tried locally)
 SUBDOMAIN_HOST = re.compile(r"https?://(localhost|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+)"
                             r"(:[0-9]{1,5})?")
@@ -65,10 +67,19 @@ class HubSettings:
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. SLURM_CONF for every learner
     logins: Path | None = None  # hub mode: the password hashes (passwords.save_hashes)
     subdomain_host: str = ""  # e.g. https://hub.example.org: each learner's server at https://NAME.hub.example.org
+    spawner: str = "local"  # or "slurm" (SPAWNERS)
+    hub_ip: str = "127.0.0.1"  # where servers reach the hub: the nodes' bridge for Slurm jobs
+    node_addresses: dict[str, str] = field(default_factory=dict)  # slurm: each node's name and address
 
     def check(self) -> None:
         if self.subdomain_host:
             check_subdomain_host(self.subdomain_host)
+        if self.spawner not in SPAWNERS:
+            raise ValueError(f"spawner is one of {', '.join(SPAWNERS)}, got {self.spawner!r}")
+        if self.spawner == "slurm" and not (self.node_addresses and self.extra_env.get("SLURM_CONF")):
+            raise ValueError("the Slurm spawner needs the nodes' addresses and their SLURM_CONF")
+        for address in (self.hub_ip, *self.node_addresses.values()):
+            check_ip(address)
         if self.auth not in AUTHS:
             raise ValueError(f"auth is hub or shared, got {self.auth!r}")
         if self.auth == "hub" and self.logins is None:
@@ -121,6 +132,17 @@ def _isolation_lines(s: HubSettings) -> list[str]:
     return lines
 
 
+def _slurm_lines(s: HubSettings, spawner: str) -> list[str]:
+    """Servers as Slurm jobs: batchspawner's API handler replaced (labkit.workshop.slurmspawner.install), the
+    nodes' addresses for the proxy, and a longer start (a job may wait in the queue)."""
+    if s.spawner != "slurm":
+        return []
+    return ["import labkit.workshop.slurmspawner\nlabkit.workshop.slurmspawner.install()",
+            f"{spawner}.node_addresses = {dict(s.node_addresses)!r}",
+            f"{spawner}.req_log_dir = {str(s.state / 'servers')!r}",
+            f"{spawner}.slurm_conf = {s.extra_env.get('SLURM_CONF', '')!r}"]
+
+
 def risks(s: HubSettings) -> list[str]:
     """What this configuration leaves open, said plainly in ``workshop up``'s output."""
     return [] if s.subdomain_host else [SHARED_ORIGIN]
@@ -129,13 +151,13 @@ def risks(s: HubSettings) -> list[str]:
 def config_text(s: HubSettings) -> str:
     """The whole configuration file."""
     s.check()
-    spawner = "c.WorkshopSpawner"
+    spawner = "c." + SPAWNERS[s.spawner].rsplit(".", 1)[1]
     limits = []
     if s.cores:
         limits.append(f"c.Spawner.cpu_limit = {float(s.cores)!r}")
     if s.memory:
         limits.append(f"c.Spawner.mem_limit = {int(s.memory)!r}")
-    if s.pids:
+    if s.pids and s.spawner == "local":  # Slurm's jobs: the nodes' task cap
         limits.append(f"{spawner}.pids_limit = {int(s.pids)!r}")
     service = {"name": SERVICE, "url": f"http://127.0.0.1:{s.service_port}", "display": True,
                "command": [s.python, "-m", "labkit.workshop.service"], "user": s.instructor, "cwd": str(s.class_dir),
@@ -146,7 +168,7 @@ def config_text(s: HubSettings) -> str:
         "# Written by `labkit workshop up`; removed by `labkit workshop down`.",
         "c = get_config()  # noqa: F821",
         f"c.JupyterHub.bind_url = 'http://{s.ip}:{s.port}'",
-        f"c.JupyterHub.hub_ip = '127.0.0.1'\nc.JupyterHub.hub_port = {s.hub_port}",
+        f"c.JupyterHub.hub_ip = {s.hub_ip!r}\nc.JupyterHub.hub_port = {s.hub_port}",
         f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{s.proxy_api_port}'",
         f"c.ConfigurableHTTPProxy.command = [{s.proxy!r}]",
         f"c.ConfigurableHTTPProxy.pid_file = {str(s.state / 'proxy.pid')!r}",
@@ -157,7 +179,8 @@ def config_text(s: HubSettings) -> str:
         *_auth_lines(s),
         f"c.Authenticator.allowed_users = {set(s.learners)!r}",
         f"c.Authenticator.admin_users = {{{s.instructor!r}}}",
-        "c.JupyterHub.spawner_class = 'labkit.workshop.spawner.WorkshopSpawner'",
+        f"c.JupyterHub.spawner_class = {SPAWNERS[s.spawner]!r}",
+        *_slurm_lines(s, spawner),
         f"{spawner}.release_dir = {str(s.release)!r}",
         f"{spawner}.class_dir = {str(s.class_dir)!r}",
         f"{spawner}.data_dir = {str(s.data_dir) if s.data_dir else ''!r}",

@@ -13,6 +13,7 @@ import grp
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -21,9 +22,21 @@ from pathlib import Path
 
 from labkit.core import contract, slots, tfconfig
 from labkit.course import sources
-from labkit.nodes import virtual
+from labkit.nodes import net, virtual
 from labkit.records import classlog
-from labkit.workshop import accounts, homes, hub, hubconfig, limits, passwords, readonly, reveal, scopes, slurmlimits
+from labkit.workshop import (
+    accounts,
+    homes,
+    hub,
+    hubconfig,
+    limits,
+    passwords,
+    readonly,
+    reveal,
+    scopes,
+    slurmlimits,
+    slurmservers,
+)
 from labkit.workshop.state import State, state_folder
 
 NEEDS_ROOT = ("a workshop needs root: it creates Unix users and groups, runs JupyterHub as root so that each "
@@ -35,17 +48,23 @@ class WorkshopError(RuntimeError):
     """The workshop cannot start or stop; the message says what to do."""
 
 
-def _slurm(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits.Limits) -> None:
+def node_count(learners: int, spawner: str) -> int:
+    """Virtual nodes a workshop starts: two, or one per learner (up to 8) when each server is a job on a node."""
+    return max(2, min(learners, 8)) if spawner == "slurm" else 2
+
+
+def _slurm(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits.Limits) -> virtual.VirtualNodes:
     """Virtual nodes with Slurm (started unless up already); learners reach their Slurm config by name. Each job
     may run at most ``job_minutes`` and, with limits, is held to its CPUs and the learner's memory per node
-    (control groups of Slurm's own, and the partition's limits set live: the nodes' own file is unchanged)."""
+    (control groups of Slurm's own, and the partition's limits set live: the nodes' own file is unchanged).
+    With the Slurm spawner, the servers' own partition too (:mod:`labkit.workshop.slurmservers`)."""
     confine = bool(asked.asked())
     cluster = virtual.VirtualNodes.load()
     if cluster is None:
         st.made["nodes"] = True
         st.save()
-        cluster = virtual.VirtualNodes(count=2, slots=2, slurm=True, confined=confine,
-                                       task_cap=asked.pids).up()
+        cluster = virtual.VirtualNodes(count=node_count(len(st.learners), st.spawner), slots=2, slurm=True,
+                                       confined=confine, task_cap=asked.pids).up()
     elif not cluster.slurm:
         raise WorkshopError("virtual nodes without Slurm are up: `labkit nodes down` first, or run without --slurm")
     elif confine and (not cluster.confined or cluster.task_cap != asked.pids):
@@ -59,6 +78,12 @@ def _slurm(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits
     st.made["slurm_partition"] = slurmlimits.current(cluster.slurm_conf)
     st.save()
     slurmlimits.apply(cluster.slurm_conf, slurmlimits.for_jobs(job_minutes, asked.memory))
+    if st.spawner == "slurm":
+        st.made["servers_partition"] = True
+        st.save()
+        memory = max(1, asked.memory // 2**20) if asked.memory else None
+        slurmservers.create(cluster.slurm_conf, [n.name for n in cluster.nodes], memory)
+    return cluster
 
 
 def ask_limits(cores: float | None, memory: str | None, pids: int | None, no_limits: bool) -> limits.Limits:
@@ -90,9 +115,11 @@ def enforceable(asked: limits.Limits, no_limits: bool) -> str | None:
 def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = False, auth: str = "hub",
        cores: float | None = None, memory: str | None = None, folder: str | None = None,
        say: Callable[[str], None] = print, pids: int | None = limits.DEFAULT_PIDS, no_limits: bool = False,
-       job_minutes: int = slurmlimits.DEFAULT_MINUTES, subdomain_host: str = "") -> tuple[State, dict[str, str]]:
+       job_minutes: int = slurmlimits.DEFAULT_MINUTES, subdomain_host: str = "",
+       spawner: str = "local") -> tuple[State, dict[str, str]]:
     """Start a workshop for ``learners`` learners; its state and the passwords (to print once: only their hashes
-    are kept). Refuses when a limit asked for cannot be enforced here, unless ``no_limits``."""
+    are kept). Refuses when a limit asked for cannot be enforced here, unless ``no_limits``. ``spawner="slurm"``
+    runs each learner's server as a Slurm job on the virtual nodes (their jobs go there too)."""
     if os.geteuid() != 0:
         raise WorkshopError(NEEDS_ROOT)
     names = accounts.learner_names(learners)
@@ -100,6 +127,9 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
         hubconfig.check_ip(ip)
     except ValueError as e:
         raise WorkshopError(str(e)) from e
+    if spawner not in hubconfig.SPAWNERS:
+        raise WorkshopError(f"--spawner is one of {', '.join(hubconfig.SPAWNERS)}, got {spawner!r}")
+    slurm = slurm or spawner == "slurm"
     asked = ask_limits(cores, memory, pids, no_limits)
     note = enforceable(asked, no_limits)
     source = sources.course_source()
@@ -111,7 +141,7 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
     if where.exists() and any(where.iterdir()):
         raise WorkshopError(f"the state folder {where} is not empty: choose another ($LABKIT_WORKSHOP_STATE)")
     started = time.monotonic()
-    st = State(where, names, port=port, ip=ip, auth=auth, slurm=slurm, job_id=uuid.uuid4().hex,
+    st = State(where, names, port=port, ip=ip, auth=auth, slurm=slurm, spawner=spawner, job_id=uuid.uuid4().hex,
                made={"folder": not where.exists()})
     where.mkdir(parents=True, exist_ok=True)
     where.chmod(0o711)
@@ -160,6 +190,8 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
            say: Callable[[str], None], subdomain_host: str = "") -> dict[str, str]:
     _open_exactly(st, readonly.plan_access(source, [*readonly.env_paths(), st.folder]))
     st.private.mkdir(mode=0o700)
+    if st.spawner == "slurm":
+        (st.private / "servers").mkdir(mode=0o700)  # the servers' job output, written by root's jobs
     acc = accounts.Accounts(st.learners, st.instructor)
     accounts.create(acc, st.made, st.save)
     st.made["cgroups"] = list(acc.users)  # the instructor gets a server (and groups) too at login
@@ -184,15 +216,16 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
         passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
     extra_env = {contract.SOLUTIONS_DIR: str(reveal.prepare(st.revealed_dir))}  # `labkit solution`: revealed steps
     extra_env.update(check_queue(st.folder / "queue"))
-    if st.slurm:
-        _slurm(st, extra_env, job_minutes, asked)
+    nodes = _slurm(st, extra_env, job_minutes, asked) if st.slurm else None
+    on_nodes = {} if st.spawner != "slurm" or nodes is None else {
+        "spawner": "slurm", "hub_ip": net.gateway(), "node_addresses": {n.name: n.address for n in nodes.nodes}}
     hub_port, api_port, service_port = tfconfig.free_ports(3)
     hub_settings = hubconfig.HubSettings(
         state=st.private, port=st.port, hub_port=hub_port, proxy_api_port=api_port, service_port=service_port,
         learners=st.learners, instructor=st.instructor, release=readonly.publish(source, st.folder / "release"),
         class_dir=st.class_dir, python=sys.executable, proxy=proxy, ip=st.ip, auth=st.auth, data_dir=data,
         cores=asked.cores, memory=asked.memory, pids=asked.pids, extra_env=extra_env, logins=st.logins,
-        subdomain_host=subdomain_host, **settings)
+        subdomain_host=subdomain_host, **settings, **on_nodes)
     hubconfig.write(hub_settings, st.config)
     st.problems.extend(hubconfig.risks(hub_settings))  # said in `up`'s output
     st.hub = hub.start(st.config, st.log, st.job_id)
@@ -213,6 +246,7 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     if hub.alive(st.hub):
         removed.append(f"JupyterHub (pid {st.hub.pid}) and its proxy")
     hub.stop(st.hub, st.job_id)
+    removed += _end_jobs(st)
     removed += accounts.remove(st.made, st.save)
     removed += limits.remove(st.made.get("cgroups", []))
     st.made["cgroups"] = []
@@ -237,6 +271,23 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     return removed + [str(where)]
 
 
+def _end_jobs(st: State) -> list[str]:
+    """Cancel the workshop's users' Slurm jobs (their servers' too), and delete the servers' partition."""
+    cluster = virtual.VirtualNodes.load() if st.slurm else None
+    if cluster is None or not cluster.slurm_conf.exists():
+        return []
+    try:
+        ended = slurmservers.cancel(cluster.slurm_conf, [*st.learners, st.instructor])
+        if st.made.get("servers_partition"):
+            ended += slurmservers.remove(cluster.slurm_conf)
+            st.made["servers_partition"] = False
+            st.save()
+            ended.append(f"the Slurm partition {slurmservers.PARTITION}")
+    except (OSError, subprocess.SubprocessError, slurmlimits.SlurmLimitError) as e:
+        ended.append(f"Slurm could not be asked to end the workshop's jobs ({e}); the nodes' down ends them")
+    return ended
+
+
 def status(folder: str | os.PathLike[str] | None = None) -> dict:
     """The workshop's state: hub up and answering, each learner's course and running server."""
     where = state_folder(folder)
@@ -254,5 +305,5 @@ def status(folder: str | os.PathLike[str] | None = None) -> dict:
             "url": st.url, "jupyterhub": (answer or {}).get("version"), "hub_pid": st.hub.pid if st.hub else None,
             "auth": st.auth,
             "instructor": st.instructor, "learners": learners, "class_page": st.url + "services/class/",
-            "class_dir": str(st.class_dir), "logins": str(st.logins), "slurm": st.slurm,
+            "class_dir": str(st.class_dir), "logins": str(st.logins), "slurm": st.slurm, "spawner": st.spawner,
             "seconds_up": st.seconds_up, "problems": st.problems}

@@ -25,7 +25,7 @@ class SlurmLimitError(RuntimeError):
     """scontrol could not read or set the partition's limit; the message has its output."""
 
 
-def _scontrol(conf: Path, *args: str) -> str:
+def scontrol(conf: Path, *args: str) -> str:
     env = {**os.environ, "SLURM_CONF": str(conf)}
     try:
         out = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30, env=env)
@@ -37,7 +37,7 @@ def _scontrol(conf: Path, *args: str) -> str:
 
 
 def _partition(conf: Path) -> dict[str, str]:
-    for line in _scontrol(conf, "show", "partition", "--oneliner").splitlines():
+    for line in scontrol(conf, "show", "partition", "--oneliner").splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
         if "PartitionName" in fields:
             return fields
@@ -66,4 +66,4 @@ def apply(conf: Path, values: dict[str, str]) -> None:
         if key not in FIELDS or not pattern.fullmatch(value):
             raise SlurmLimitError(f"{key}={value!r} is not a partition limit labkit sets")
     name = _partition(conf)["PartitionName"]
-    _scontrol(conf, "update", f"PartitionName={name}", *(f"{k}={v}" for k, v in values.items()))
+    scontrol(conf, "update", f"PartitionName={name}", *(f"{k}={v}" for k, v in values.items()))

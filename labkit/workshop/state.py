@@ -36,7 +36,8 @@ class State:
     port: int = 0
     ip: str = "127.0.0.1"
     auth: str = "hub"  # the hub's own password store (hubauth), or "shared"
-    slurm: bool = False
+    slurm: bool = False  # learners' jobs go to Slurm on the virtual nodes
+    spawner: str = "local"  # "slurm": the learners' servers themselves are Slurm jobs (hubconfig.SPAWNERS)
     job_id: str = ""
     hub: Started | None = None  # the hub process: signalled only while it is still this one
     phase: str = "starting"  # starting, up

@@ -301,7 +301,7 @@ def test_slurm_jobs_get_the_partitions_time_and_memory_limits(monkeypatch: pytes
         return ("PartitionName=nodes AllowGroups=ALL Default=YES MaxTime=UNLIMITED MaxMemPerNode=UNLIMITED "
                 "Nodes=node[1-2]\n")
 
-    monkeypatch.setattr(slurmlimits, "_scontrol", scontrol)
+    monkeypatch.setattr(slurmlimits, "scontrol", scontrol)
     assert slurmlimits.current(Path("/x")) == {"MaxTime": "UNLIMITED", "DefMemPerNode": "UNLIMITED",
                                                "MaxMemPerNode": "UNLIMITED"}
     slurmlimits.apply(Path("/x"), slurmlimits.for_jobs(30, None))

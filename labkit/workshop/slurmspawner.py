@@ -1,0 +1,164 @@
+"""Learners' servers as Slurm jobs (``labkit workshop up --spawner slurm``): batchspawner's ``SlurmSpawner``,
+held to the workshop's rules.
+
+The hub (root) gives the learner the course (:class:`~labkit.workshop.spawner.CourseSpawner`), then submits
+the learner's JupyterLab as root's batch job to the servers' partition (:data:`labkit.workshop.slurmservers.
+PARTITION`: root-only, so a learner cannot submit jobs there that escape the time limit of their own jobs'
+partition; Slurm refuses a root-only partition to ``sbatch --uid`` jobs). On its node the job becomes the learner
+at once (``setpriv``: the learner's uid, groups, no capabilities, no new privileges) and execs the server, with
+the hub's environment (``--export`` names exactly the variables of :meth:`get_env`), inside the job's CPUs and
+memory. As root the job touches nothing of the learner's: it starts in ``/`` and its output goes to a folder of
+root's (:attr:`WorkshopSlurmSpawner.req_log_dir`). The server listens on a free port of its node and tells the
+hub that port; the proxy reaches it at the node's address on the nodes' network
+(:attr:`WorkshopSlurmSpawner.node_addresses`, written by ``up``), and the server reaches the hub at the bridge's
+address. Stopping a server cancels its job (``scancel``, run by root).
+
+batchspawner's own API handler sets *any* attribute a server posts on its spawner in the hub, the commands root
+runs (``exec_prefix``, ``batch_cancel_cmd``, ...) included: any learner holding their server's token could run
+commands as root. :func:`install` replaces it, from the hub's configuration, by :class:`ServerPortHandler`,
+which takes the port and nothing else, once per start; the hub refuses to start when batchspawner's handler is
+not where :func:`install` looks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pwd
+import shlex
+
+from batchspawner import SlurmSpawner
+from batchspawner import api as batch_api
+from jupyterhub import apihandlers
+from jupyterhub.apihandlers import APIHandler
+from tornado import web
+from traitlets import Dict, Unicode, default
+
+from labkit.workshop.slurmservers import NAME, PARTITION
+from labkit.workshop.spawner import CourseSpawner
+
+SCRIPT = """#!/bin/bash
+#SBATCH --job-name=jupyterlab-{{username}}
+#SBATCH --output={{log_dir}}/{{username}}-%j.log
+#SBATCH --chdir=/
+#SBATCH --export={{keepvars}}
+#SBATCH --partition={{partition}}
+#SBATCH --nodes=1
+#SBATCH --cpus-per-task={{nprocs}}
+{% if memory %}#SBATCH --mem={{memory}}
+{% endif %}
+exec setpriv --reuid={{uid}} --regid={{gid}} --init-groups --no-new-privs -- {{cmd}}
+"""
+LOWEST_PORT = 1024
+
+
+class HandlerMoved(RuntimeError):
+    """batchspawner's API handler is not where :func:`install` replaces it: the hub must not start."""
+
+
+class WorkshopSlurmSpawner(CourseSpawner, SlurmSpawner):
+    """batchspawner's ``SlurmSpawner``: root's job that becomes the learner; submitted, queried, cancelled by root."""
+
+    node_addresses = Dict(Unicode(), help="each node's name and its address on the nodes' network").tag(config=True)
+    req_log_dir = Unicode(help="root's folder for the servers' job output").tag(config=True)
+    slurm_conf = Unicode(help="the cluster's slurm.conf, for the hub's sbatch, squeue and scancel").tag(config=True)
+    req_uid = Unicode(help="the learner's user id (the server's)")
+    req_gid = Unicode(help="the learner's primary group id (the server's)")
+
+    @default("req_uid")
+    def _req_uid_default(self) -> str:
+        return str(pwd.getpwnam(self.user.name).pw_uid)
+
+    @default("req_gid")
+    def _req_gid_default(self) -> str:
+        return str(pwd.getpwnam(self.user.name).pw_gid)
+
+    @default("req_nprocs")
+    def _req_nprocs_default(self) -> str:
+        return str(max(1, math.ceil(self.cpu_limit))) if self.cpu_limit else "1"
+
+    @default("req_memory")
+    def _req_memory_default(self) -> str:
+        return f"{max(1, int(self.mem_limit) // 2**20)}M" if self.mem_limit else ""
+
+    @default("exec_prefix")
+    def _exec_prefix_default(self) -> str:
+        return ""  # root runs sbatch, squeue and scancel; the job's script becomes the learner (setpriv)
+
+    @default("batch_submit_cmd")
+    def _batch_submit_cmd_default(self) -> str:
+        return "sbatch --parsable"
+
+    @default("batch_script")
+    def _batch_script_default(self) -> str:
+        return SCRIPT
+
+    @default("req_partition")
+    def _req_partition_default(self) -> str:
+        return PARTITION
+
+    @default("req_srun")
+    def _req_srun_default(self) -> str:
+        return ""  # the script execs the server: scancel's signal reaches it
+
+    async def run_command(self, cmd, input=None, env=None):  # noqa: A002 (batchspawner's signature)
+        """batchspawner's command (sbatch, squeue, scancel), run by the hub with the cluster's ``SLURM_CONF``."""
+        base = os.environ if env is None else env
+        return await super().run_command(cmd, input=input, env={**base, "SLURM_CONF": self.slurm_conf})
+
+    def cmd_formatted_for_batch(self) -> str:
+        """The server's command line, each argument quoted for the job's shell (the terminal's JSON setting too)."""
+        return shlex.join([self.batchspawner_singleuser_cmd, *self.cmd, *self.get_args()])
+
+    def state_gethost(self) -> str:
+        """The address the proxy reaches the server at: the job's node, on the nodes' network."""
+        node = super().state_gethost()
+        if node not in self.node_addresses:
+            raise RuntimeError(f"{self.user.name}'s server runs on {node!r}, which is not one of the workshop's "
+                               f"nodes ({', '.join(sorted(self.node_addresses))})")
+        return self.node_addresses[node]
+
+    async def start(self):
+        if not NAME.fullmatch(self.user.name) or not self.req_log_dir:
+            raise RuntimeError(f"{self.user.name!r} is not a user name the workshop made, or no folder for the log")
+        await self.give_course()
+        return await super().start()
+
+
+class ServerPortHandler(APIHandler):
+    """``POST /hub/api/batchspawner`` from a starting server: its port, nothing else, set once per start."""
+
+    @web.authenticated
+    def post(self) -> None:
+        token = self.get_auth_token()
+        spawner = next((s for s in self.current_user.spawners.values() if s.api_token == token), None)
+        if not isinstance(spawner, WorkshopSlurmSpawner):
+            raise web.HTTPError(403, "only a starting server of this workshop may say its port")
+        port = check_port(self.get_json_body())
+        if spawner.port:
+            raise web.HTTPError(409, "the server's port is already set")
+        spawner.port = port
+        self.set_status(201)
+        self.finish(json.dumps({"message": f"port {port} recorded"}))
+
+
+def check_port(body: object) -> int:
+    """The port in ``{"port": N}``; HTTP 400 for anything else (another key, a string, a privileged port)."""
+    port = body.get("port") if isinstance(body, dict) and set(body) == {"port"} else None
+    if type(port) is not int or not LOWEST_PORT <= port <= 65535:
+        raise web.HTTPError(400, f'a server says only {{"port": N}} with N from {LOWEST_PORT} to 65535')
+    return port
+
+
+def install(handlers: list | None = None) -> None:
+    """Put :class:`ServerPortHandler` where batchspawner registered its handler (JupyterHub's API handlers)."""
+    handlers = apihandlers.default_handlers if handlers is None else handlers
+    theirs = [h for h in handlers if h[1] is batch_api.BatchSpawnerAPIHandler]
+    if not theirs:
+        raise HandlerMoved("batchspawner's API handler is not in JupyterHub's API handlers: this batchspawner "
+                           "version registers it elsewhere, and its handler would let a learner's server set the "
+                           "commands the hub runs as root. Pin the batchspawner version pyproject.toml names.")
+    for handler in theirs:
+        handlers.remove(handler)
+    handlers.append((theirs[0][0], ServerPortHandler))

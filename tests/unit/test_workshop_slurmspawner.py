@@ -1,0 +1,110 @@
+"""Learners' servers as Slurm jobs: the hub's configuration, the job batchspawner submits, the port a server may
+say, and batchspawner's own handler (which sets any attribute a server posts) kept out of the hub."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers import hubconf
+
+pytest.importorskip("batchspawner")
+
+from batchspawner import api as batch_api  # noqa: E402
+from batchspawner.batchspawner import format_template  # noqa: E402
+from jupyterhub import apihandlers  # noqa: E402
+from tornado import web  # noqa: E402
+
+from labkit.workshop import hubconfig, lifecycle, slurmservers, slurmspawner  # noqa: E402
+
+NODES = {"node1": "198.18.0.11", "node2": "198.18.0.12"}
+
+
+def _spawner(**kw: object) -> slurmspawner.WorkshopSlurmSpawner:
+    user = SimpleNamespace(name="root", url="/user/root/")
+    return slurmspawner.WorkshopSlurmSpawner(user=user, release_dir="/rel", node_addresses=NODES,
+                                             req_log_dir="/state/hub/servers", **kw)
+
+
+def test_the_hub_runs_servers_as_jobs_and_replaces_batchspawner_s_handler(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    handlers = [("/api/batchspawner", batch_api.BatchSpawnerAPIHandler), ("/api/users", object)]
+    monkeypatch.setattr(apihandlers, "default_handlers", handlers)
+    c = hubconf.load(hubconfig.config_text(hubconf.settings(tmp_path, spawner="slurm", hub_ip="198.18.0.1",
+                                                            node_addresses=NODES, cores=1.0, pids=64,
+                                                            extra_env={"SLURM_CONF": "/n/slurm.conf"})))
+    assert c.JupyterHub.spawner_class == "labkit.workshop.slurmspawner.WorkshopSlurmSpawner"
+    assert c.JupyterHub.hub_ip == "198.18.0.1" and c.WorkshopSlurmSpawner.node_addresses == NODES
+    assert c.WorkshopSlurmSpawner.release_dir == str(tmp_path / "release") and c.Spawner.disable_user_config
+    assert c.WorkshopSlurmSpawner.req_log_dir == str(tmp_path / "servers")  # root's, in the hub's private folder
+    assert c.WorkshopSlurmSpawner.slurm_conf == "/n/slurm.conf"
+    assert "pids_limit" not in c.WorkshopSlurmSpawner  # the nodes' task cap holds Slurm's jobs
+    assert handlers == [("/api/users", object), ("/api/batchspawner", slurmspawner.ServerPortHandler)]
+
+
+@pytest.mark.parametrize("bad", [dict(spawner="slurm"), dict(spawner="kubernetes"),
+                                 dict(spawner="slurm", node_addresses={"node1": "1.2.3.4; rm"})])
+def test_settings_a_slurm_hub_cannot_run_with_are_refused(tmp_path: Path, bad: dict) -> None:
+    with pytest.raises(ValueError):
+        hubconfig.config_text(hubconf.settings(tmp_path, **bad))
+
+
+def test_the_hub_refuses_to_start_when_batchspawner_s_handler_has_moved() -> None:
+    with pytest.raises(slurmspawner.HandlerMoved, match="set the commands the hub runs as root"):
+        slurmspawner.install([("/api/users", object)])
+
+
+@pytest.mark.parametrize("body", [{"port": 80}, {"port": "40000"}, {"port": True}, {"port": 70000}, [40000],
+                                  {"port": 40000, "batch_cancel_cmd": "touch /canary"}, {"exec_prefix": "sh -c"}])
+def test_a_server_says_its_port_and_nothing_else(body: object) -> None:
+    with pytest.raises(web.HTTPError) as e:
+        slurmspawner.check_port(body)
+    assert e.value.status_code == 400
+
+
+def test_a_good_port_is_taken() -> None:
+    assert slurmspawner.check_port({"port": 40000}) == 40000
+
+
+def test_root_s_job_becomes_the_learner_and_runs_the_server_s_quoted_command() -> None:
+    s = _spawner(cpu_limit=1.5, mem_limit=3 * 2**30, cmd=["jupyterhub-singleuser"], req_keepvars="PATH,HOME",
+                 args=['--ServerApp.terminado_settings={"shell_command": ["/bin/bash", "-l"]}'])
+    subvars = s.get_req_subvars()
+    assert s.exec_prefix == "" and (subvars["nprocs"], subvars["memory"]) == ("2", "3072M")
+    assert subvars["partition"] == slurmservers.PARTITION and subvars["gid"] == "0"
+    assert s.batch_submit_cmd == "sbatch --parsable" and (subvars["uid"], subvars["gid"]) == ("0", "0")
+    line = s.cmd_formatted_for_batch()
+    argv = shlex.split(line)
+    assert argv[:2] == ["batchspawner-singleuser", "jupyterhub-singleuser"]
+    settings = [a for a in argv if a.startswith("--ServerApp.terminado_settings=")]
+    assert json.loads(settings[0].split("=", 1)[1]) == {"shell_command": ["/bin/bash", "-l"]}
+    script = format_template(s.batch_script, **{**subvars, "cmd": line})
+    assert "#SBATCH --partition=labkit-servers" in script and "#SBATCH --mem=3072M" in script
+    assert "#SBATCH --cpus-per-task=2" in script and "#SBATCH --export=PATH,HOME" in script
+    assert "#SBATCH --chdir=/\n" in script and "#SBATCH --output=/state/hub/servers/root-%j.log" in script
+    assert script.rstrip().endswith("exec setpriv --reuid=0 --regid=0 --init-groups --no-new-privs -- " + line)
+
+
+def test_the_proxy_reaches_the_server_at_its_node_s_address() -> None:
+    s = _spawner()
+    s.job_status = "RUNNING node2"
+    assert s.state_gethost() == "198.18.0.12"
+    s.job_status = "RUNNING elsewhere"
+    with pytest.raises(RuntimeError, match="not one of the workshop's nodes"):
+        s.state_gethost()
+
+
+def test_the_servers_partition_is_root_only_and_spreads_servers() -> None:
+    args = slurmservers.partition_args(["node1", "node2"], 3072)
+    assert args[:3] == ["create", "PartitionName=labkit-servers", "Nodes=node1,node2"]
+    assert {"RootOnly=YES", "LLN=YES", "Default=NO", "MaxMemPerNode=3072"} <= set(args)
+    with pytest.raises(ValueError):
+        slurmservers.partition_args(["node1 Default=YES"], None)
+
+
+def test_nodes_for_a_class_whose_servers_are_jobs() -> None:
+    assert [lifecycle.node_count(n, "slurm") for n in (1, 2, 5, 40)] == [2, 2, 5, 8]
+    assert lifecycle.node_count(40, "local") == 2
