@@ -45,9 +45,14 @@ def missing() -> str | None:
     return None
 
 
+def node_memory_mib(count: int) -> int:
+    """The memory each of ``count`` virtual nodes offers Slurm (MiB): half this machine's, shared out."""
+    return max(256, psutil.virtual_memory().total // 2**20 // (2 * count))
+
+
 def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path) -> str:
     """``slurm.conf`` for the cluster: controller ``head`` on the bridge, every node's CPUs = its slots."""
-    memory = max(256, psutil.virtual_memory().total // 2**20 // (2 * cluster.count))
+    memory = node_memory_mib(cluster.count)
     names = ",".join(n.name for n in cluster.nodes)
     return "\n".join([
         "# Written by labkit nodes up --slurm: Slurm on labkit's virtual nodes",

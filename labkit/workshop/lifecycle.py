@@ -23,6 +23,7 @@ from pathlib import Path
 from labkit.core import contract, slots, tfconfig
 from labkit.course import sources
 from labkit.nodes import net, virtual
+from labkit.nodes import slurm as nodes_slurm
 from labkit.records import classlog
 from labkit.workshop import (
     accounts,
@@ -51,6 +52,17 @@ class WorkshopError(RuntimeError):
 def node_count(learners: int, spawner: str) -> int:
     """Virtual nodes a workshop starts: two, or one per learner (up to 8) when each server is a job on a node."""
     return max(2, min(learners, 8)) if spawner == "slurm" else 2
+
+
+def fits_on_nodes(asked: limits.Limits, count: int) -> None:
+    """A learner's server and one job of theirs, each given the learner's memory, fit on one virtual node; else
+    :class:`WorkshopError` saying what would fit."""
+    node = nodes_slurm.node_memory_mib(count)
+    if asked.memory and 2 * (asked.memory // 2**20) > node:
+        raise WorkshopError(f"--memory {asked.memory // 2**20} MiB per learner: a learner's server (a Slurm job) and "
+                            f"one job of theirs need twice that on a node, and each of the {count} virtual nodes "
+                            f"offers {node} MiB (half this machine's memory, shared out). Give at most "
+                            f"--memory {node // 2 // 1024}G, or fewer learners")
 
 
 def _slurm(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits.Limits) -> virtual.VirtualNodes:
@@ -131,6 +143,8 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
         raise WorkshopError(f"--spawner is one of {', '.join(hubconfig.SPAWNERS)}, got {spawner!r}")
     slurm = slurm or spawner == "slurm"
     asked = ask_limits(cores, memory, pids, no_limits)
+    if spawner == "slurm":
+        fits_on_nodes(asked, node_count(len(names), spawner))
     note = enforceable(asked, no_limits)
     source = sources.course_source()
     proxy = hub.find_proxy() or hub.install_proxy(say)

@@ -2,16 +2,17 @@
 held to the workshop's rules.
 
 The hub (root) gives the learner the course (:class:`~labkit.workshop.spawner.CourseSpawner`), then submits
-the learner's JupyterLab as root's batch job to the servers' partition (:data:`labkit.workshop.slurmservers.
-PARTITION`: root-only, so a learner cannot submit jobs there that escape the time limit of their own jobs'
-partition; Slurm refuses a root-only partition to ``sbatch --uid`` jobs). On its node the job becomes the learner
-at once (``setpriv``: the learner's uid, groups, no capabilities, no new privileges) and execs the server, with
-the hub's environment (``--export`` names exactly the variables of :meth:`get_env`), inside the job's CPUs and
-memory. As root the job touches nothing of the learner's: it starts in ``/`` and its output goes to a folder of
-root's (:attr:`WorkshopSlurmSpawner.req_log_dir`). The server listens on a free port of its node and tells the
-hub that port; the proxy reaches it at the node's address on the nodes' network
-(:attr:`WorkshopSlurmSpawner.node_addresses`, written by ``up``), and the server reaches the hub at the bridge's
-address. Stopping a server cancels its job (``scancel``, run by root).
+the learner's JupyterLab as root's batch job to the servers' partition
+(:data:`labkit.workshop.slurmservers.PARTITION`: root-only, so a learner cannot submit jobs there that escape
+the time limit of their own jobs' partition; Slurm refuses a root-only partition to ``sbatch --uid`` jobs). On
+its node the job becomes the learner at once (``setpriv``: the learner's uid, groups, no capabilities, no new
+privileges) and execs the server, with the hub's environment (``--export`` names exactly the variables of
+:meth:`get_env`), inside the job's CPUs and memory. As root the job touches nothing of the learner's: it starts
+in ``/`` (the learner's home only once it is the learner) and its output goes to a folder of root's
+(:attr:`WorkshopSlurmSpawner.req_log_dir`). The server listens on a free port of its node and tells the hub that
+port; the proxy reaches it at the node's address on the nodes' network (:attr:`WorkshopSlurmSpawner.node_addresses`,
+written by ``up``), and the server reaches the hub at the bridge's address. Stopping a server cancels its job
+(``scancel``, run by root).
 
 batchspawner's own API handler sets *any* attribute a server posts on its spawner in the hub, the commands root
 runs (``exec_prefix``, ``batch_cancel_cmd``, ...) included: any learner holding their server's token could run
@@ -48,7 +49,7 @@ SCRIPT = """#!/bin/bash
 #SBATCH --cpus-per-task={{nprocs}}
 {% if memory %}#SBATCH --mem={{memory}}
 {% endif %}
-exec setpriv --reuid={{uid}} --regid={{gid}} --init-groups --no-new-privs -- {{cmd}}
+exec setpriv --reuid={{uid}} --regid={{gid}} --init-groups --no-new-privs -- env --chdir={{homedir}} {{cmd}}
 """
 LOWEST_PORT = 1024
 

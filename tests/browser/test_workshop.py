@@ -11,13 +11,12 @@ import json
 import os
 import pwd
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import browser, paths
+from helpers import browser, hubpage, paths
 from helpers.hubconf import hub_missing
 
 from labkit.core import proc, tfconfig
@@ -39,30 +38,6 @@ def _missing() -> str | None:
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
-
-# Run in a learner's JupyterLab page: a new terminal of the learner's server, ``cmd`` typed into it; resolves to
-# what the terminal printed up to the end marker (the exit code follows it), or rejects after ``ms``.
-TERMINAL_JS = """async ([base, cmd, ms]) => {
-  const xsrf = decodeURIComponent((document.cookie.split('; ').find(c => c.startsWith('_xsrf=')) || '=').split('=')[1]);
-  const r = await fetch(base + 'api/terminals', {method: 'POST', headers: {'X-XSRFToken': xsrf}});
-  if (!r.ok) throw new Error('terminal: ' + r.status);
-  const name = (await r.json()).name;
-  const ws = new WebSocket(location.origin.replace('http', 'ws') + base + 'terminals/websocket/' + name);
-  return await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => { ws.close(); reject(new Error('timeout: ' + out.slice(-2000))); }, ms);
-    ws.onopen = () => ws.send(JSON.stringify(['stdin', cmd + '; echo "END-$((6*7))-$?"\\r']));
-    ws.onmessage = (e) => {
-      const m = JSON.parse(e.data);
-      if (m[0] !== 'stdout') return;
-      out += m[1];
-      const at = out.indexOf('END-42-');
-      if (at >= 0 && /END-42-\\d+/.test(out)) { clearTimeout(timer); ws.close(); resolve(out); }
-    };
-    ws.onerror = () => reject(new Error('websocket error'));
-  });
-}"""
-
 
 def _snapshot() -> dict[str, object]:
     return {"users": {p.pw_name for p in pwd.getpwall()}, "groups": {g.gr_name for g in grp.getgrall()},
@@ -94,24 +69,6 @@ def workshop() -> Iterator[tuple[lifecycle.State, dict[str, str]]]:
         assert proc.marked(job) == []  # the hub and its proxy
         cmdlines = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
         assert [c for c in cmdlines if str(state) in c] == []
-
-
-def _login(page, url: str, who: str, password: str) -> float:  # noqa: ANN001
-    """Log in through the hub's form; seconds from submitting it to JupyterLab's shell (or the hub's home)."""
-    page.goto(url + "hub/login", timeout=60_000)
-    page.fill("input#username_input", who)
-    page.fill("input#password_input", password)
-    start = time.monotonic()
-    page.click("#login_submit")
-    if who.startswith("learner"):
-        page.wait_for_selector("#jp-main-dock-panel", timeout=240_000)
-    else:
-        page.wait_for_url("**/hub/**", timeout=60_000)
-    return time.monotonic() - start
-
-
-def _terminal(page, who: str, cmd: str, timeout: float = 120) -> str:  # noqa: ANN001
-    return page.evaluate(TERMINAL_JS, [f"/user/{who}/", cmd, int(timeout * 1000)])
 
 
 def _limited(who: str) -> None:
@@ -154,12 +111,13 @@ def test_learners_check_and_the_instructor_sees_them(workshop: tuple[lifecycle.S
     home1 = Path(pwd.getpwnam("learner01").pw_dir)
     took = {}
     with browser.browser() as one, browser.browser() as two:
-        took["learner01"] = _login(one, st.url, "learner01", pw["learner01"])
-        took["learner02"] = _login(two, st.url, "learner02", pw["learner02"])
+        took["learner01"] = hubpage.login(one, st.url, "learner01", pw["learner01"])
+        took["learner02"] = hubpage.login(two, st.url, "learner02", pw["learner02"])
         print(f"\nworkshop up: {st.seconds_up} s; login to a running JupyterLab: "
               f"{json.dumps({k: round(v, 1) for k, v in took.items()})} s")
         _limited("learner01")
-        shell = _terminal(one, "learner01", 'echo "SHELL-IS $SHELL $(id -un) $(getent passwd learner01 | cut -d: -f7)"')
+        shell = hubpage.terminal(one, "learner01",
+                                 'echo "SHELL-IS $SHELL $(id -un) $(getent passwd learner01 | cut -d: -f7)"')
         assert "SHELL-IS /bin/bash learner01 /usr/sbin/nologin" in shell, shell  # bash here, nologin for ssh
         script = home1 / "course" / "labs" / "fashion_mnist.py"
         assert script.is_file() and not (home1 / "course" / "solutions").exists()
@@ -168,7 +126,7 @@ def test_learners_check_and_the_instructor_sees_them(workshop: tuple[lifecycle.S
         script.write_bytes(SOLUTION.read_bytes())
         check = "cd ~/course/labs && (nohup labkit check horovod fashion_mnist.py --step 1 > check.out 2>&1 &)"
         for page, who in ((one, "learner01"), (two, "learner02")):
-            _terminal(page, who, check)
+            hubpage.terminal(page, who, check)
         proc.wait_until(lambda: all(_records(st, w) or not _checking(w) for w in ("learner01", "learner02")), 600,
                         every=2)
         outs = {w: (Path(pwd.getpwnam(w).pw_dir) / "course" / "labs" / "check.out").read_text(errors="replace")
@@ -177,7 +135,7 @@ def test_learners_check_and_the_instructor_sees_them(workshop: tuple[lifecycle.S
         assert "all steps pass" in outs["learner01"] and "fix step 1 first" in outs["learner02"], outs
         assert [(r.step, r.passed) for r in _records(st, "learner02")] == [(1, False)]
         # apart: another's server, files, records, processes, and the class page are closed to a learner
-        out = _terminal(one, "learner01", "cat ~learner02/course/labs/fashion_mnist.py; ls " + str(st.class_dir)
+        out = hubpage.terminal(one, "learner01", "cat ~learner02/course/labs/fashion_mnist.py; ls " + str(st.class_dir)
                         + "; cat " + str(st.class_dir / "learner02.jsonl") + "; kill -0 $(pgrep -u learner02 -o)")
         assert out.count("Permission denied") == 3 and "Operation not permitted" in out, out
         one.goto(st.url + "user/learner02/lab", timeout=60_000)
@@ -186,7 +144,7 @@ def test_learners_check_and_the_instructor_sees_them(workshop: tuple[lifecycle.S
         response = one.goto(st.url + "services/class/", timeout=60_000)
         assert response is not None and response.status == 403 and "learner02" not in one.content()
     with browser.browser() as teacher:
-        _login(teacher, st.url, "instructor", pw["instructor"])
+        hubpage.login(teacher, st.url, "instructor", pw["instructor"])
         teacher.goto(st.url + "services/class/", timeout=60_000)
         grid = teacher.inner_text("#grid")
         assert "horovod/1" in grid and "learner01" in grid and "learner02" in grid and "learner03" in grid

@@ -85,7 +85,8 @@ def test_root_s_job_becomes_the_learner_and_runs_the_server_s_quoted_command() -
     assert "#SBATCH --partition=labkit-servers" in script and "#SBATCH --mem=3072M" in script
     assert "#SBATCH --cpus-per-task=2" in script and "#SBATCH --export=PATH,HOME" in script
     assert "#SBATCH --chdir=/\n" in script and "#SBATCH --output=/state/hub/servers/root-%j.log" in script
-    assert script.rstrip().endswith("exec setpriv --reuid=0 --regid=0 --init-groups --no-new-privs -- " + line)
+    become = "exec setpriv --reuid=0 --regid=0 --init-groups --no-new-privs -- env --chdir=/root "
+    assert script.rstrip().endswith(become + line)
 
 
 def test_the_proxy_reaches_the_server_at_its_node_s_address() -> None:
@@ -103,6 +104,13 @@ def test_the_servers_partition_is_root_only_and_spreads_servers() -> None:
     assert {"RootOnly=YES", "LLN=YES", "Default=NO", "MaxMemPerNode=3072"} <= set(args)
     with pytest.raises(ValueError):
         slurmservers.partition_args(["node1 Default=YES"], None)
+
+
+def test_a_memory_limit_the_nodes_cannot_hold_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifecycle.nodes_slurm, "node_memory_mib", lambda count: 6000)
+    lifecycle.fits_on_nodes(lifecycle.limits.Limits(memory=2 * 2**30), 2)
+    with pytest.raises(lifecycle.WorkshopError, match="at most --memory 2G"):
+        lifecycle.fits_on_nodes(lifecycle.limits.Limits(memory=3 * 2**30), 2)
 
 
 def test_nodes_for_a_class_whose_servers_are_jobs() -> None:

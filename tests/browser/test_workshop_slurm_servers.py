@@ -1,0 +1,169 @@
+"""A workshop whose learners' servers are Slurm jobs (``workshop up --spawner slurm``), for real: two learners log
+in through Debian's chromium, their JupyterLabs are served from node1 and node2 (two Slurm jobs, one per node), a
+check runs in each and both show on the instructor's class page, a learner's own job from their server runs on
+the cluster, and a hostile learner can neither submit to the servers' partition nor make the hub run a command of
+theirs through batchspawner's API. Stopping a server cancels its job; ``down`` leaves no job, node, account or
+process. Needs root, JupyterHub, batchspawner, Slurm and munge, Playwright and chromium; skipped otherwise."""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import browser, hubpage, paths
+from helpers.hubconf import hub_missing
+
+from labkit.core import proc, tfconfig
+from labkit.nodes import net, virtual
+from labkit.nodes import slurm as nodes_slurm
+from labkit.records import classlog
+from labkit.workshop import accounts, lifecycle, slurmservers
+
+ROOT = paths.ROOT
+SOLUTION = ROOT / "solutions" / "fashion_mnist_after_step_01.py"
+LEARNERS = ("learner01", "learner02")
+
+
+def _missing() -> str | None:
+    if hub_missing() is not None:
+        return hub_missing()
+    if nodes_slurm.missing() is not None:
+        return nodes_slurm.missing()
+    try:
+        import batchspawner  # noqa: F401
+    except ImportError:
+        return "batchspawner is not installed: pip install -e '.[workshop]'"
+    return browser.missing()
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
+
+
+def _snapshot() -> dict[str, object]:
+    return {"users": {p.pw_name for p in pwd.getpwall()}, "groups": {g.gr_name for g in grp.getgrall()},
+            "homes": set(os.listdir("/home")), "netns": set(net.netns_names())}
+
+
+def _squeue(conf: Path) -> list[list[str]]:
+    """Slurm's jobs: id, partition, name, state, node."""
+    out = subprocess.run(["squeue", "--noheader", "--format=%i %P %j %T %N"], capture_output=True, text=True,
+                         env={**os.environ, "SLURM_CONF": str(conf)}, timeout=30)
+    return [line.split() for line in out.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def workshop() -> Iterator[tuple[lifecycle.State, dict[str, str]]]:
+    state = Path(f"/run/labkit-workshop-test-slurm-{os.getpid()}")
+    if lifecycle.State.load() is not None or accounts.user_exists("learner01") or state.exists() \
+            or Path("/run/labkit-nodes/state.json").exists():
+        pytest.skip("a workshop or virtual nodes are up on this machine already")
+    before = _snapshot()
+    uids: set[int] = set()
+    job = ""
+    try:
+        st, pw = lifecycle.up(len(LEARNERS), port=tfconfig.free_ports(1)[0], folder=str(state), cores=1,
+                              memory="2G", say=print, spawner="slurm")
+        uids, job = accounts.uids_of(st.made["users"]), st.job_id
+        yield st, pw
+    finally:
+        lifecycle.down(str(state))
+        assert lifecycle.down(str(state)) == []  # safe twice
+        after = _snapshot()
+        for kind in ("users", "groups", "homes", "netns"):
+            assert after[kind] == before[kind], kind
+        assert not state.exists() and not Path("/run/labkit-nodes").exists()  # the nodes and their Slurm
+        assert len(uids) == 3 and accounts.processes_of(uids) == [] and accounts.temp_files(uids) == []
+        assert proc.marked(job) == []  # the hub and its proxy
+        names = {"slurmctld", "slurmd", "slurmstepd", "munged"}
+        assert [p.info for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] in names
+                and str(state) in " ".join(p.info["cmdline"] or [])] == []
+
+
+def _records(st: lifecycle.State, who: str) -> list[classlog.Record]:
+    return classlog.read_file(st.class_dir / f"{who}{classlog.SUFFIX}").records
+
+
+# What a hostile learner's terminal runs: batchspawner's API, told to change the command the hub runs as root to
+# cancel the job, and the port once more; then a job of their own in the servers' root-only partition.
+HOSTILE = """python - <<'EOF'
+import json, os, urllib.request
+url = os.environ["JUPYTERHUB_API_URL"] + "/batchspawner"
+for body in ({{"batch_cancel_cmd": "touch {canary}", "port": 40000}}, {{"exec_prefix": "touch {canary};"}},
+             {{"port": 40001}}):
+    req = urllib.request.Request(url, json.dumps(body).encode(), method="POST",
+                                 headers={{"Authorization": "token " + os.environ["JUPYTERHUB_API_TOKEN"]}})
+    try:
+        print("API", urllib.request.urlopen(req).status)
+    except urllib.error.HTTPError as e:
+        print("API", e.code)
+EOF
+sbatch --partition=labkit-servers --wrap 'touch {canary}' 2>&1 | tail -1"""
+
+
+def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, dict[str, str]],
+                                             tmp_path: Path) -> None:
+    st, pw = workshop
+    nodes = virtual.VirtualNodes.load()
+    assert nodes is not None
+    conf = nodes.slurm_conf
+    canary = tmp_path / "canary"  # root's temporary folder: only a command run as root could make it
+    took = {}
+    with browser.browser() as one, browser.browser() as two:
+        pages = dict(zip(LEARNERS, (one, two), strict=True))
+        for who, page in pages.items():
+            took[who] = hubpage.login(page, st.url, who, pw[who])
+        print(f"\nworkshop up: {st.seconds_up} s; login to a running JupyterLab (a Slurm job): "
+              f"{json.dumps({k: round(v, 1) for k, v in took.items()})} s")
+        jobs = _squeue(conf)
+        servers = {row[2]: row for row in jobs if row[1] == slurmservers.PARTITION}
+        assert set(servers) == {"jupyterlab-learner01", "jupyterlab-learner02"}, jobs
+        assert {row[3] for row in servers.values()} == {"RUNNING"}
+        assert {row[4] for row in servers.values()} == {"node1", "node2"}, jobs
+        hosts = {}
+        for who, page in pages.items():
+            out = hubpage.terminal(page, who, 'echo "HOST-IS $(hostname) $(id -un) $SLURM_JOB_PARTITION"')
+            hosts[who] = out.split("HOST-IS ")[-1].split()[:3]
+            assert hosts[who][1:] == [who, slurmservers.PARTITION], out
+        assert {h[0] for h in hosts.values()} == {"node1", "node2"}, hosts  # one server on each node
+        # a learner's own job, from their server, runs on the cluster (the default partition, as the learner)
+        out = hubpage.terminal(one, "learner01", "sbatch --wait --output=$HOME/job.out --wrap 'echo RAN-ON "
+                               "$(hostname) $(id -un)' && cat $HOME/job.out", timeout=120)
+        assert "RAN-ON node" in out and "learner01" in out.split("RAN-ON")[-1], out
+        # hostile: batchspawner's API takes the port only, once; the servers' partition is root's
+        out = hubpage.terminal(two, "learner02", HOSTILE.format(canary=canary), timeout=60)
+        assert out.count("API 400") == 2 and "API 409" in out, out
+        assert "denied" in out.lower() or "not available" in out.lower(), out
+        # a check in each JupyterLab (one passing, one failing), recorded for the class
+        home1 = Path(pwd.getpwnam("learner01").pw_dir)
+        (home1 / "course" / "labs" / "fashion_mnist.py").write_bytes(SOLUTION.read_bytes())
+        os.chown(home1 / "course" / "labs" / "fashion_mnist.py", *accounts_ids("learner01"))
+        check = "cd ~/course/labs && labkit check horovod fashion_mnist.py --step 1 > check.out 2>&1; tail -3 check.out"
+        outs = {who: hubpage.terminal(page, who, check, timeout=600) for who, page in pages.items()}
+        assert [(r.step, r.passed) for r in _records(st, "learner01")] == [(1, True)], outs
+        assert [(r.step, r.passed) for r in _records(st, "learner02")] == [(1, False)], outs
+        # stopping a server cancels its job
+        one.goto(st.url + "hub/home", timeout=60_000)
+        one.click("#stop")
+        proc.wait_until(lambda: "jupyterlab-learner01" not in {r[2] for r in _squeue(conf)}, 60, every=1)
+        assert [r[2] for r in _squeue(conf)] == ["jupyterlab-learner02"]
+    with browser.browser() as teacher:
+        hubpage.login(teacher, st.url, "instructor", pw["instructor"])
+        teacher.goto(st.url + "services/class/", timeout=60_000)
+        grid = teacher.inner_text("#grid")
+        row = {line.split()[0]: line for line in grid.splitlines() if line.startswith("learner")}
+        assert "✔" in row["learner01"] and "✘" in row["learner02"], grid
+    assert not canary.exists()  # the hub never ran the hostile learner's command
+    status = lifecycle.status(st.folder)
+    assert status["state"] == "up" and status["spawner"] == "slurm"
+
+
+def accounts_ids(who: str) -> tuple[int, int]:
+    info = pwd.getpwnam(who)
+    return info.pw_uid, info.pw_gid
