@@ -224,10 +224,11 @@ STATE_JS = """() => {
 
 
 def open_notebook(page: Any, lab: Lab, name: str, timeout: float = 180) -> None:
-    """Open ``labs/NAME`` in JupyterLab and wait for its kernel to be idle; a kernel that has not started in
-    ``timeout`` seconds (a loaded machine, the first kernel of a server) is given one reload of the page."""
+    """Open ``NAME`` (a path from the server's root: ``labs/`` for ``make lab``) in JupyterLab and wait for its kernel
+    to be idle; a kernel that has not started in ``timeout`` seconds (a loaded machine, the first kernel of a
+    server) is given one reload of the page."""
     label = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
-             f"&& window.jupyterapp.shell.currentWidget.title.label === {json.dumps(name)}")
+             f"&& window.jupyterapp.shell.currentWidget.title.label === {json.dumps(Path(name).name)}")
     idle = ("() => { const p = window.jupyterapp.shell.currentWidget; return p.sessionContext "
             "&& p.sessionContext.session && p.sessionContext.session.kernel "
             "&& p.sessionContext.session.kernel.status === 'idle'; }")

@@ -1,0 +1,233 @@
+"""The Containerfile built as a learner builds it, then lab 2 run in JupyterLab served from the built image.
+
+A Debian base image of this machine's suite (``mmdebstrap`` minbase, ``podman import`` as ``debian:SUITE-slim``,
+what the Containerfile's ``FROM`` names), then ``podman build -f Containerfile`` on the repository as ``git
+archive HEAD`` gives it (untracked files never enter), Horovod built inside. The built image runs as a learner
+runs it, ``podman run -p 127.0.0.1:PORT:8888 -v WORK:/home/labkit/work IMAGE`` with no command, and a browser
+opens the address with the token it printed and runs ``labs/02_horovod.ipynb`` top to bottom, asserting what the
+notebook tests assert of lab 2 (``tests/browser/test_notebook_horovod.py``, ``test_browser.py``). The container
+gets the browser tests' two settings only: quick mode, and lab settings without autosave or windowing.
+
+pip inside the build reaches the package index only with this machine's certificate bundle and pip settings lent
+to it, read-only; that stays here, in the test, never in the Containerfile. The bundle is lent as a file of its
+own (apt installs ca-certificates into the image's /etc/ssl/certs during the build, so that folder cannot be
+covered) and the lent pip settings point at it.
+
+Everything lives in a podman store of the test's own (``--root``/``--runroot`` in a temporary folder): the base,
+the stages and the image, the container. It is emptied and removed on exit, error, timeout or interrupt, and the
+test asserts that nothing is left: no container of its name, no mount, no folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import paths
+
+from labkit.core import contract, tfconfig
+from labkit.deploy.image import build, recipe
+
+ROOT = paths.ROOT
+NB = "labs/02_horovod.ipynb"
+LENT_CA = "/run/labkit-test-ca.crt"  # where the build's containers find this machine's certificate bundle
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_PIP = Path("/etc/pip.conf")
+SETTINGS_IN = "/run/labkit-test-settings"
+BUILD_TIMEOUT = 5400.0
+LAB_TIMEOUT = 1500.0
+# What test_browser.py expects of lab 2: the ranks' weights at steps 3 and 4, one big vs two small; the progress.
+EXPECT = {"images": 3, "widgets": 1}
+
+
+def lent_pip(folder: Path, host_conf: str) -> list[str]:
+    """The build's read-only mounts that let pip reach the index here: the certificate bundle at
+    :data:`LENT_CA`, this machine's pip settings pointed at it, and the folders under /opt they name."""
+    text = re.sub(r"(?m)^\s*cert\s*=.*$", f"cert = {LENT_CA}", host_conf)
+    if not re.search(r"(?m)^\s*cert\s*=", text):
+        text = ("[global]\n" if "[global]" not in text else "") + text
+        text = text.replace("[global]\n", f"[global]\ncert = {LENT_CA}\n", 1)
+    conf = folder / "pip.conf"
+    conf.write_text(text)
+    conf.chmod(0o644)
+    opts = ["--volume", f"{HOST_CA}:{LENT_CA}:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
+    for top in sorted({m.group(1) for m in re.finditer(r"/opt/([\w.-]+)", host_conf)}):
+        opts += ["--volume", f"/opt/{top}:/opt/{top}:ro"]  # never /opt itself: the image's /opt/labkit
+    return opts
+
+
+def test_the_lent_pip_settings_name_the_lent_bundle(tmp_path: Path) -> None:
+    opts = lent_pip(tmp_path, "[global]\ncert = /etc/ssl/certs/ca-certificates.crt\nfind-links = /opt/wheels\n")
+    assert (tmp_path / "pip.conf").read_text() == f"[global]\ncert = {LENT_CA}\nfind-links = /opt/wheels\n"
+    assert f"{HOST_CA}:{LENT_CA}:ro" in opts and "/opt/wheels:/opt/wheels:ro" in opts
+    assert not [o for o in opts if o.startswith("/opt:")]
+    lent_pip(tmp_path, "")
+    assert (tmp_path / "pip.conf").read_text() == f"[global]\ncert = {LENT_CA}\n"
+    text = (ROOT / "Containerfile").read_text()
+    assert "test suite builds it" in text and "not built by the test suite" not in text
+    assert "/etc/pip.conf" not in text and "PIP_CERT" not in text and "labkit-test" not in text
+
+
+class Store:
+    """podman with a store of its own in ``folder`` (images, containers and their layers)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.argv = [*recipe.podman(), "--root", str(folder / "storage"), "--runroot", str(folder / "run")]
+        self.env = {**os.environ, **build.podman_env(folder / "conf")}
+
+    def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+        out = subprocess.run([*self.argv, *args], capture_output=True, text=True, timeout=timeout, env=self.env)
+        if check and out.returncode != 0:
+            raise AssertionError(f"podman {' '.join(args[:3])} exited {out.returncode}:\n{out.stdout[-3000:]}\n"
+                                 f"{out.stderr[-3000:]}")
+        return out
+
+    def logs(self, name: str) -> str:
+        out = self.run("logs", name, check=False)
+        return out.stdout + out.stderr
+
+    def empty(self) -> None:
+        """Remove every container and image of the store, then the store itself."""
+        self.run("rm", "-a", "-f", "-t", "0", check=False, timeout=300)
+        self.run("rmi", "-a", "-f", check=False, timeout=600)
+        for line in reversed(Path("/proc/mounts").read_text().splitlines()):
+            where = line.split()[1]
+            if where.startswith(str(self.folder)):
+                subprocess.run(["umount", "-l", where], check=False, capture_output=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _serve(store: Store, image: str, name: str, work: Path, settings: Path) -> tuple[str, str]:
+    """The image as a learner runs it (no command), on a free port of the loopback address; its URL and token."""
+    port = tfconfig.free_ports(1)[0]
+    store.run("run", "--rm", "--detach", f"--name={name}", "-p", f"127.0.0.1:{port}:{recipe.PORT}",
+              "-v", f"{work}:{recipe.WORK}",
+              "-v", f"{settings}:{SETTINGS_IN}:ro", "-e", f"JUPYTERLAB_SETTINGS_DIR={SETTINGS_IN}",
+              "-e", f"{contract.NB_QUICK}=1", image, timeout=120)
+    deadline, logs = time.monotonic() + 180, ""
+    while time.monotonic() < deadline and not re.search(r"token=\w+", logs):
+        time.sleep(1)
+        logs = store.logs(name)
+    token = re.search(r"token=(\w+)", logs)
+    assert token, f"JupyterLab printed no address with a token:\n{logs[-3000:]}"
+    return f"http://127.0.0.1:{port}", token[1]
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a Debian base, the Containerfile built with Horovod from source, lab 2 in it: make test-heavy
+def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
+    import json
+
+    from helpers import browser
+    from helpers.notebooks import outputs_text
+
+    lacking = build.missing_tools()
+    if lacking:
+        pytest.skip("needs " + ", ".join(lacking))
+    problem = browser.missing()
+    if problem:
+        pytest.skip(problem)
+    if not HOST_PIP.exists() or not HOST_CA.exists():
+        pytest.skip("the build reaches the package index only with this machine's pip settings and certificates")
+    suite = recipe.host_suite()
+    folder = Path(tempfile.mkdtemp(prefix="labkit-containerfile-"))
+    store = Store(folder)
+    name = f"labkit-test-containerfile-{uuid.uuid4().hex[:8]}"
+    image = f"localhost/labkit-containerfile-test:{uuid.uuid4().hex[:8]}"
+    artifacts = ROOT / "test-artifacts" / "containerfile"
+    artifacts.mkdir(parents=True, exist_ok=True)
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        # The base the Containerfile's FROM names, in the test's store only.
+        rootfs = folder / "base.tar"
+        start = time.monotonic()
+        subprocess.run(["mmdebstrap", "--variant=minbase", suite, str(rootfs), str(recipe.host_sources())],
+                       check=True, capture_output=True, timeout=900)
+        store.run("import", str(rootfs), f"localhost/debian:{suite}-slim", timeout=600)
+        rootfs.unlink()
+        base_s = time.monotonic() - start
+        # The repository as a clone has it at HEAD, nothing untracked.
+        context = folder / "context"
+        context.mkdir()
+        archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True,
+                                 check=True, timeout=120).stdout
+        subprocess.run(["tar", "xf", "-", "-C", str(context)], input=archive, check=True, timeout=120)
+        lent = folder / "lent"
+        lent.mkdir()
+        start = time.monotonic()
+        built = subprocess.run([*store.argv, "build", "-f", "Containerfile", "-t", image,
+                                "--build-arg", f"DEBIAN={suite}", *lent_pip(lent, HOST_PIP.read_text()),
+                                str(context)], capture_output=True, text=True, env=store.env, timeout=BUILD_TIMEOUT)
+        build_s = time.monotonic() - start
+        (artifacts / "build.log").write_text(built.stdout + built.stderr)
+        assert built.returncode == 0, (built.stdout + built.stderr)[-6000:]
+        size = int(store.run("image", "inspect", "--format", "{{.Size}}", image).stdout.strip() or 0)
+        print(f"Containerfile: base {base_s:.0f} s, podman build {build_s:.0f} s "
+              f"({build_s // 60:.0f} min {build_s % 60:.0f} s), image {size / 1e9:.2f} GB", flush=True)
+        assert "lent" not in store.run("image", "inspect", "--format", "{{json .Config.Env}}", image).stdout
+
+        # The learner's run: JupyterLab on a folder of theirs, the course written into it at the first start.
+        work = folder / "work"
+        work.mkdir()
+        uid = int(store.run("run", "--rm", image, "id", "-u", timeout=120).stdout.strip())
+        os.chown(work, uid, uid)  # the image's user writes the mounted folder (Docker Desktop needs no such step)
+        settings = folder / "settings"
+        for key, value in browser.SETTINGS.items():
+            path = settings / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(value))
+        for p in [settings, *settings.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        url, token = _serve(store, image, name, work, settings)
+        log = artifacts / "jupyterlab.log"
+        script = work / "labs" / "fashion_mnist.py"
+        with browser.browser() as page:
+            page.goto(f"{url}/lab?token={token}", timeout=180_000)  # the address it printed: logs the browser in
+            before = script.read_bytes()
+            lab = browser.Lab(url, log, None)
+            start = time.monotonic()
+            try:
+                browser.open_notebook(page, lab, NB)
+                state = browser.run_all(page, LAB_TIMEOUT)
+                lab_s = time.monotonic() - start
+                browser.screenshot(page, artifacts / "02_horovod.png")
+            finally:
+                log.write_text(store.logs(name))
+        print(f"lab 2 in the container (quick mode): {lab_s:.0f} s", flush=True)
+        found = browser.problems(state, **EXPECT)
+        assert found == [], "\n".join(found)
+        text = outputs_text(browser.to_notebook(state, work / NB))
+        # What tests/browser/test_notebook_horovod.py asserts of lab 2.
+        assert "job finished OK" in text and "Images/sec" in text
+        assert "Horovod was not initialised" in text and "hvd.init()" in text
+        assert "unrecognized arguments: --checkpoint-dir" in text
+        assert "rank 0 of 2: sum of ranks = 1" in text and "rank 1 of 2: sum of ranks = 1" in text
+        assert "average [0.5], sum [1.]" in text and "broadcast from 1 [1.], allgather [0. 1.]" in text
+        assert "local rank 1" in text and "--- rank 1 ---" in text
+        assert re.search(r"^\$ \S*mpirun -np 2 ", text, re.M), text[-3000:]
+        assert "engine set stopped" not in text and "cuInit" not in text
+        assert "solutions/" not in text and "Traceback" not in text
+        # The learner's script untouched, the original kept beside it.
+        assert script.read_bytes() == before
+        assert (work / "labs" / "fashion_mnist_original.py").exists()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        store.empty()
+        left = [line for line in Path("/proc/mounts").read_text().splitlines() if str(folder) in line]
+        assert not folder.exists() and left == [], f"the test left {folder} or its mounts: {left}"
+        names = subprocess.run([*recipe.podman(), "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
+                               text=True, env={**os.environ, **build.podman_env()}, timeout=120).stdout.split()
+        assert name not in names, "the test left its container"
