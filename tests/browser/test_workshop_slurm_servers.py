@@ -128,9 +128,11 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
         assert {row[4] for row in servers.values()} == {"node1", "node2"}, jobs
         hosts = {}
         for who, page in pages.items():
-            out = hubpage.terminal(page, who, 'echo "HOST-IS $(hostname) $(id -un) $SLURM_JOB_PARTITION"')
-            hosts[who] = out.split("HOST-IS ")[-1].split()[:3]
-            assert hosts[who][1:] == [who, slurmservers.PARTITION], out
+            out = hubpage.terminal(page, who, 'echo "HOST-IS $(hostname) $(id -un) $SLURM_JOB_PARTITION $(nproc) '
+                                   '$(pwd)"')
+            hosts[who] = out.split("HOST-IS ")[-1].split()[:5]
+            home = pwd.getpwnam(who).pw_dir
+            assert hosts[who][1:] == [who, slurmservers.PARTITION, "1", home], out  # held to its job's one CPU
         assert {h[0] for h in hosts.values()} == {"node1", "node2"}, hosts  # one server on each node
         # a learner's own job, from their server, runs on the cluster (the default partition, as the learner)
         out = hubpage.terminal(one, "learner01", "sbatch --wait --output=$HOME/job.out --wrap 'echo RAN-ON "
@@ -148,6 +150,11 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
         outs = {who: hubpage.terminal(page, who, check, timeout=600) for who, page in pages.items()}
         assert [(r.step, r.passed) for r in _records(st, "learner01")] == [(1, True)], outs
         assert [(r.step, r.passed) for r in _records(st, "learner02")] == [(1, False)], outs
+        # apart: another's files and server are closed to a learner, wherever the servers run
+        out = hubpage.terminal(one, "learner01", "cat ~learner02/course/labs/fashion_mnist.py")
+        assert "Permission denied" in out, out
+        one.goto(st.url + "user/learner02/lab", timeout=60_000)
+        assert "jp-main-dock-panel" not in one.content()
         # stopping a server cancels its job
         one.goto(st.url + "hub/home", timeout=60_000)
         one.click("#stop")
