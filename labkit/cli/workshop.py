@@ -219,11 +219,11 @@ def _up(a: argparse.Namespace) -> int:
         print("labkit workshop up: --job-minutes limits Slurm jobs: give it with --slurm", file=sys.stderr)
         return 2
     pids = None if a.no_limits else (a.pids or limits.DEFAULT_PIDS)
-    st, pw = lifecycle.up(a.learners, port=a.port, ip=a.ip, slurm=a.slurm,
-                          auth="shared" if a.shared_password else "hub", cores=a.cores, memory=a.memory,
-                          say=lambda text: print(text, file=sys.stderr), pids=pids, no_limits=a.no_limits,
-                          **({"job_minutes": a.job_minutes} if a.job_minutes else {}),
-                          subdomain_host=a.subdomain_host or "", spawner=a.spawner)
+    plan = lifecycle.Plan(a.learners, port=a.port, ip=a.ip, slurm=a.slurm, spawner=a.spawner,
+                          auth="shared" if a.shared_password else "hub", cores=a.cores, memory=a.memory, pids=pids,
+                          no_limits=a.no_limits, subdomain_host=a.subdomain_host or "",
+                          **({"job_minutes": a.job_minutes} if a.job_minutes else {}))
+    st, pw = lifecycle.up(plan, say=lambda text: print(text, file=sys.stderr))
     status = lifecycle.status()
     if a.json:
         print(json.dumps({**status, "passwords": pw}, indent=1))

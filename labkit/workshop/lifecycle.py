@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.core import contract, slots, tfconfig
@@ -124,14 +125,30 @@ def enforceable(asked: limits.Limits, no_limits: bool) -> str | None:
     return None
 
 
-def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = False, auth: str = "hub",
-       cores: float | None = None, memory: str | None = None, folder: str | None = None,
-       say: Callable[[str], None] = print, pids: int | None = limits.DEFAULT_PIDS, no_limits: bool = False,
-       job_minutes: int = slurmlimits.DEFAULT_MINUTES, subdomain_host: str = "",
-       spawner: str = "local") -> tuple[State, dict[str, str]]:
-    """Start a workshop for ``learners`` learners; its state and the passwords (to print once: only their hashes
-    are kept). Refuses when a limit asked for cannot be enforced here, unless ``no_limits``. ``spawner="slurm"``
-    runs each learner's server as a Slurm job on the virtual nodes (their jobs go there too)."""
+@dataclass
+class Plan:
+    """What ``workshop up`` is asked for (its command-line options)."""
+
+    learners: int
+    port: int = 8000
+    ip: str = "127.0.0.1"
+    slurm: bool = False  # learners' jobs go to Slurm on the virtual nodes
+    spawner: str = "local"  # "slurm": each learner's server is a Slurm job there too (hubconfig.SPAWNERS)
+    auth: str = "hub"
+    cores: float | None = None
+    memory: str | None = None  # e.g. "2G"
+    pids: int | None = limits.DEFAULT_PIDS
+    no_limits: bool = False
+    job_minutes: int = slurmlimits.DEFAULT_MINUTES
+    subdomain_host: str = ""
+    folder: str | None = None  # the state folder ($LABKIT_WORKSHOP_STATE)
+
+
+def up(plan: Plan, say: Callable[[str], None] = print) -> tuple[State, dict[str, str]]:
+    """Start a workshop for ``plan.learners`` learners; its state and the passwords (to print once: only their
+    hashes are kept). Refuses when a limit asked for cannot be enforced here, unless ``no_limits``.
+    ``spawner="slurm"`` runs each learner's server as a Slurm job on the virtual nodes (their jobs go there too)."""
+    learners, port, ip, spawner, folder = plan.learners, plan.port, plan.ip, plan.spawner, plan.folder
     if os.geteuid() != 0:
         raise WorkshopError(NEEDS_ROOT)
     names = accounts.learner_names(learners)
@@ -141,11 +158,11 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
         raise WorkshopError(str(e)) from e
     if spawner not in hubconfig.SPAWNERS:
         raise WorkshopError(f"--spawner is one of {', '.join(hubconfig.SPAWNERS)}, got {spawner!r}")
-    slurm = slurm or spawner == "slurm"
-    asked = ask_limits(cores, memory, pids, no_limits)
+    slurm = plan.slurm or spawner == "slurm"
+    asked = ask_limits(plan.cores, plan.memory, plan.pids, plan.no_limits)
     if spawner == "slurm":
         fits_on_nodes(asked, node_count(len(names), spawner))
-    note = enforceable(asked, no_limits)
+    note = enforceable(asked, plan.no_limits)
     source = sources.course_source()
     proxy = hub.find_proxy() or hub.install_proxy(say)
     hub.jupyterhub()
@@ -155,7 +172,7 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
     if where.exists() and any(where.iterdir()):
         raise WorkshopError(f"the state folder {where} is not empty: choose another ($LABKIT_WORKSHOP_STATE)")
     started = time.monotonic()
-    st = State(where, names, port=port, ip=ip, auth=auth, slurm=slurm, spawner=spawner, job_id=uuid.uuid4().hex,
+    st = State(where, names, port=port, ip=ip, auth=plan.auth, slurm=slurm, spawner=spawner, job_id=uuid.uuid4().hex,
                made={"folder": not where.exists()})
     where.mkdir(parents=True, exist_ok=True)
     where.chmod(0o711)
@@ -163,7 +180,7 @@ def up(learners: int, port: int = 8000, ip: str = "127.0.0.1", slurm: bool = Fal
         st.problems.append(note)
     st.save()
     try:
-        pw = _start(st, source, proxy, asked, job_minutes, say, subdomain_host)
+        pw = _start(st, source, proxy, asked, plan.job_minutes, say, plan.subdomain_host)
     except BaseException:
         down(where)
         raise

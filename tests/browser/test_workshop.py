@@ -53,8 +53,8 @@ def workshop() -> Iterator[tuple[lifecycle.State, dict[str, str]]]:
     uids: set[int] = set()
     job = ""
     try:
-        st, pw = lifecycle.up(3, port=tfconfig.free_ports(1)[0], folder=str(state), cores=1.5, memory="3G",
-                              say=print)
+        plan = lifecycle.Plan(3, port=tfconfig.free_ports(1)[0], folder=str(state), cores=1.5, memory="3G")
+        st, pw = lifecycle.up(plan, say=print)
         uids, job = accounts.uids_of(st.made["users"]), st.job_id
         yield st, pw
     finally:

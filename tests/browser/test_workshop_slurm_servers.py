@@ -68,8 +68,8 @@ def workshop() -> Iterator[tuple[lifecycle.State, dict[str, str]]]:
     uids: set[int] = set()
     job = ""
     try:
-        st, pw = lifecycle.up(len(LEARNERS), port=tfconfig.free_ports(1)[0], folder=str(state), cores=1,
-                              memory="2G", say=print, spawner="slurm")
+        st, pw = lifecycle.up(lifecycle.Plan(len(LEARNERS), port=tfconfig.free_ports(1)[0], folder=str(state), cores=1,
+                              memory="2G", spawner="slurm"), say=print)
         uids, job = accounts.uids_of(st.made["users"]), st.job_id
         yield st, pw
     finally:

@@ -122,6 +122,34 @@ def _serve(store: Store, image: str, name: str, work: Path, settings: Path) -> t
     return f"http://127.0.0.1:{port}", token[1]
 
 
+# What labs 7 and 8's virtual nodes need in a container, tried in the built image (docs/cloud.md reports it): as
+# the image's user, as root, as root with iproute2 added, with the capabilities for namespaces, privileged.
+NODES_UP = "labkit nodes up --count 2 --slots 1; echo \"up exited $?\"; labkit nodes status; labkit nodes down"
+IPROUTE = "apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq iproute2 >/dev/null 2>&1; "
+NODES_TRIES = {
+    "doctor (image user)": ([], "labkit doctor"),
+    "nodes up (image user)": ([], NODES_UP),
+    "nodes up (root)": (["--user", "root"], NODES_UP),
+    "nodes up (root, iproute2 added)": (["--user", "root"], IPROUTE + NODES_UP),
+    "nodes up (root, iproute2 added, --cap-add NET_ADMIN,SYS_ADMIN)":
+        (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], IPROUTE + NODES_UP),
+    "nodes up (root, iproute2 added, --privileged)": (["--user", "root", "--privileged"], IPROUTE + NODES_UP),
+}
+
+
+def _try_nodes(store: Store, image: str, out: Path) -> None:
+    """Run each of :data:`NODES_TRIES` in a container of its own; print how each ended, keep the whole output."""
+    lines = []
+    for what, (opts, command) in NODES_TRIES.items():
+        run = store.run("run", "--rm", *opts, image, "sh", "-c", command, timeout=600, check=False)
+        text = run.stdout + run.stderr
+        lines.append(f"=== {what}: podman {' '.join(opts)} ... sh -c {command!r} (exit {run.returncode})\n{text}")
+        said = re.search(r"up exited (\d+)", text)
+        print(f"{what}: exit {run.returncode}" + (f", nodes up exited {said[1]}" if said else "")
+              + "; " + " | ".join(x for x in text.strip().splitlines()[-3:]), flush=True)
+    out.write_text("\n".join(lines))
+
+
 @pytest.mark.slow
 @pytest.mark.heavy  # a Debian base, the Containerfile built with Horovod from source, lab 2 in it: make test-heavy
 def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
@@ -207,6 +235,8 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
             finally:
                 log.write_text(store.logs(name))
         print(f"lab 2 in the container (quick mode): {lab_s:.0f} s", flush=True)
+        store.run("stop", "-t", "5", name, timeout=60)
+        _try_nodes(store, image, artifacts / "nodes.log")
         found = browser.problems(state, **EXPECT)
         assert found == [], "\n".join(found)
         text = outputs_text(browser.to_notebook(state, work / NB))

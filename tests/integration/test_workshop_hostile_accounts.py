@@ -71,7 +71,7 @@ def workshop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workshop]:
         without_hub(mp, fake_hub.pid)
         mp.setattr(accounts, "JOB_SPOOLS", tuple(spools))
         try:
-            st, pw = lifecycle.up(2, port=1, folder=str(state), memory=MEMORY, pids=PIDS, say=print)
+            st, pw = lifecycle.up(lifecycle.Plan(2, port=1, folder=str(state), memory=MEMORY, pids=PIDS), say=print)
             uids = accounts.uids_of(st.made["users"])
             yield Workshop(st, pw, fake_hub, spools)
         finally:

@@ -177,8 +177,8 @@ def workshop() -> Iterator[Workshop]:
     _localhost_names(mp)
     try:
         port = tfconfig.free_ports(1)[0]  # learners at NAME.localhost, which resolves to this machine
-        st, _ = lifecycle.up(3, port=port, folder=str(state), no_limits=True, say=print,
-                             subdomain_host=f"http://localhost:{port}")
+        st, _ = lifecycle.up(lifecycle.Plan(3, port=port, folder=str(state), no_limits=True,
+                             subdomain_host=f"http://localhost:{port}"), say=print)
         uids, job = accounts.uids_of(st.made["users"]), st.job_id
         # before their first start: learner01 plants links to root's canaries, learner02 a FIFO as ~/.profile,
         # their own server configuration and Python start-up files, and a ~/course of their own

@@ -36,6 +36,6 @@ def test_a_failed_up_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hub, "jupyterhub", lambda: "/bin/true")
     monkeypatch.setattr(hub, "start", no_hub)
     with pytest.raises(hub.HubError, match="the test says so"):
-        lifecycle.up(2, port=1, folder=str(state), say=print)
+        lifecycle.up(lifecycle.Plan(2, port=1, folder=str(state)), say=print)
     assert _snapshot() == before and not state.exists()
     assert lifecycle.down(str(state)) == []

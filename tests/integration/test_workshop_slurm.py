@@ -94,8 +94,8 @@ def workshop() -> Iterator[Workshop]:
         without_hub(mp, fake_hub.pid)
         try:
             start = time.monotonic()
-            st, _ = lifecycle.up(1, port=1, folder=str(state), slurm=True, memory=MEMORY, pids=PIDS,
-                                 job_minutes=MINUTES, say=print)
+            st, _ = lifecycle.up(lifecycle.Plan(1, port=1, folder=str(state), slurm=True, memory=MEMORY, pids=PIDS,
+                                 job_minutes=MINUTES), say=print)
             print(f"\nworkshop up --slurm: {time.monotonic() - start:.1f} s")
             uids = accounts.uids_of(st.made["users"])
             cluster = virtual.VirtualNodes.load()
