@@ -6,7 +6,10 @@ archive HEAD`` gives it (untracked files never enter), Horovod built inside. The
 runs it, ``podman run -p 127.0.0.1:PORT:8888 -v WORK:/home/labkit/work IMAGE`` with no command, and a browser
 opens the address with the token it printed and runs ``labs/02_horovod.ipynb`` top to bottom, asserting what the
 notebook tests assert of lab 2 (``tests/browser/test_notebook_horovod.py``, ``test_browser.py``). The container
-gets the browser tests' two settings only: quick mode, and lab settings without autosave or windowing.
+gets the browser tests' settings only: quick mode, lab settings without autosave or windowing, and the
+application exposed to the page's scripts (``LabApp.expose_app_in_browser``), through environment variables.
+Before that, ``labkit doctor`` and ``labkit nodes up`` run in the image as its user, as root, as root with
+iproute2 added, with ``--cap-add NET_ADMIN,SYS_ADMIN`` and privileged: each must end as docs/cloud.md says.
 
 pip inside the build reaches the package index only with this machine's certificate bundle and pip settings lent
 to it, read-only; that stays here, in the test, never in the Containerfile. The bundle is lent as a file of its
@@ -42,6 +45,9 @@ LENT_CA = "/run/labkit-test-ca.crt"  # where the build's containers find this ma
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_PIP = Path("/etc/pip.conf")
 SETTINGS_IN = "/run/labkit-test-settings"
+CONFIG_IN = "/run/labkit-test-config"
+# What the browser test drives JupyterLab through (window.jupyterapp), as tests/helpers/browser.py's server has it.
+LAB_CONFIG = {"LabApp": {"expose_app_in_browser": True}}
 BUILD_TIMEOUT = 5400.0
 LAB_TIMEOUT = 1500.0
 # What test_browser.py expects of lab 2: the ranks' weights at steps 3 and 4, one big vs two small; the progress.
@@ -106,12 +112,13 @@ class Store:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _serve(store: Store, image: str, name: str, work: Path, settings: Path) -> tuple[str, str]:
+def _serve(store: Store, image: str, name: str, work: Path, settings: Path, config: Path) -> tuple[str, str]:
     """The image as a learner runs it (no command), on a free port of the loopback address; its URL and token."""
     port = tfconfig.free_ports(1)[0]
     store.run("run", "--rm", "--detach", f"--name={name}", "-p", f"127.0.0.1:{port}:{recipe.PORT}",
               "-v", f"{work}:{recipe.WORK}",
               "-v", f"{settings}:{SETTINGS_IN}:ro", "-e", f"JUPYTERLAB_SETTINGS_DIR={SETTINGS_IN}",
+              "-v", f"{config}:{CONFIG_IN}:ro", "-e", f"JUPYTER_CONFIG_PATH={CONFIG_IN}",
               "-e", f"{contract.NB_QUICK}=1", image, timeout=120)
     deadline, logs = time.monotonic() + 180, ""
     while time.monotonic() < deadline and not re.search(r"token=\w+", logs):
@@ -123,31 +130,36 @@ def _serve(store: Store, image: str, name: str, work: Path, settings: Path) -> t
 
 
 # What labs 7 and 8's virtual nodes need in a container, tried in the built image (docs/cloud.md reports it): as
-# the image's user, as root, as root with iproute2 added, with the capabilities for namespaces, privileged.
+# the image's user, as root, as root with iproute2 added, with the capabilities for namespaces, privileged. Each
+# with what `labkit nodes up` exited with when it was measured (None: not a start of the nodes).
 NODES_UP = "labkit nodes up --count 2 --slots 1; echo \"up exited $?\"; labkit nodes status; labkit nodes down"
 IPROUTE = "apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq iproute2 >/dev/null 2>&1; "
 NODES_TRIES = {
-    "doctor (image user)": ([], "labkit doctor"),
-    "nodes up (image user)": ([], NODES_UP),
-    "nodes up (root)": (["--user", "root"], NODES_UP),
-    "nodes up (root, iproute2 added)": (["--user", "root"], IPROUTE + NODES_UP),
+    "doctor (image user)": ([], "labkit doctor", None),
+    "nodes up (image user)": ([], NODES_UP, 1),
+    "nodes up (root)": (["--user", "root"], NODES_UP, 1),
+    "nodes up (root, iproute2 added)": (["--user", "root"], IPROUTE + NODES_UP, 1),
     "nodes up (root, iproute2 added, --cap-add NET_ADMIN,SYS_ADMIN)":
-        (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], IPROUTE + NODES_UP),
-    "nodes up (root, iproute2 added, --privileged)": (["--user", "root", "--privileged"], IPROUTE + NODES_UP),
+        (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], IPROUTE + NODES_UP, 0),
+    "nodes up (root, iproute2 added, --privileged)": (["--user", "root", "--privileged"], IPROUTE + NODES_UP, 0),
 }
 
 
-def _try_nodes(store: Store, image: str, out: Path) -> None:
-    """Run each of :data:`NODES_TRIES` in a container of its own; print how each ended, keep the whole output."""
-    lines = []
-    for what, (opts, command) in NODES_TRIES.items():
+def _try_nodes(store: Store, image: str, out: Path) -> list[str]:
+    """Run each of :data:`NODES_TRIES` in a container of its own; print how each ended, keep the whole output in
+    ``out``; what ended otherwise than when it was measured."""
+    lines, changed = [], []
+    for what, (opts, command, expected) in NODES_TRIES.items():
         run = store.run("run", "--rm", *opts, image, "sh", "-c", command, timeout=600, check=False)
         text = run.stdout + run.stderr
         lines.append(f"=== {what}: podman {' '.join(opts)} ... sh -c {command!r} (exit {run.returncode})\n{text}")
         said = re.search(r"up exited (\d+)", text)
         print(f"{what}: exit {run.returncode}" + (f", nodes up exited {said[1]}" if said else "")
               + "; " + " | ".join(x for x in text.strip().splitlines()[-3:]), flush=True)
+        if run.returncode != 0 or (expected is not None and (not said or int(said[1]) != expected)):
+            changed.append(f"{what}: exit {run.returncode}, {said[0] if said else 'nodes up did not run'}")
     out.write_text("\n".join(lines))
+    return changed
 
 
 @pytest.mark.slow
@@ -206,6 +218,7 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
         print(f"Containerfile: base {base_s:.0f} s, podman build {build_s:.0f} s "
               f"({build_s // 60:.0f} min {build_s % 60:.0f} s), image {size / 1e9:.2f} GB", flush=True)
         assert "lent" not in store.run("image", "inspect", "--format", "{{json .Config.Env}}", image).stdout
+        changed = _try_nodes(store, image, artifacts / "nodes.log")  # asserted once lab 2 has run
 
         # The learner's run: JupyterLab on a folder of theirs, the course written into it at the first start.
         work = folder / "work"
@@ -217,9 +230,12 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
             path = settings / key
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(value))
-        for p in [settings, *settings.rglob("*")]:
+        config = folder / "config"
+        config.mkdir()
+        (config / "jupyter_lab_config.json").write_text(json.dumps(LAB_CONFIG))
+        for p in [settings, *settings.rglob("*"), config, *config.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)
-        url, token = _serve(store, image, name, work, settings)
+        url, token = _serve(store, image, name, work, settings, config)
         log = artifacts / "jupyterlab.log"
         script = work / "labs" / "fashion_mnist.py"
         with browser.browser() as page:
@@ -235,8 +251,6 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
             finally:
                 log.write_text(store.logs(name))
         print(f"lab 2 in the container (quick mode): {lab_s:.0f} s", flush=True)
-        store.run("stop", "-t", "5", name, timeout=60)
-        _try_nodes(store, image, artifacts / "nodes.log")
         found = browser.problems(state, **EXPECT)
         assert found == [], "\n".join(found)
         text = outputs_text(browser.to_notebook(state, work / NB))
@@ -253,6 +267,8 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
         # The learner's script untouched, the original kept beside it.
         assert script.read_bytes() == before
         assert (work / "labs" / "fashion_mnist_original.py").exists()
+        # Virtual nodes in the image as docs/cloud.md says: root, iproute2 and NET_ADMIN + SYS_ADMIN.
+        assert changed == [], "virtual nodes in the image did not end as docs/cloud.md says:\n" + "\n".join(changed)
     finally:
         signal.signal(signal.SIGTERM, previous)
         store.empty()
