@@ -68,9 +68,9 @@ def test_postbuild_installs_a_working_lab_into_a_fresh_environment(tmp_path: Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LABKIT_", "VIRTUAL_ENV", "PYTHON"))}
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
     env["PIP_NO_COMPILE"] = "1"  # no byte-compiling of TensorFlow's thousands of files: a minute less, same install
-    build = subprocess.run(["bash", str(repo / "binder" / "postBuild")], cwd=repo, env=env, capture_output=True,
+    post_build = subprocess.run(["bash", str(repo / "binder" / "postBuild")], cwd=repo, env=env, capture_output=True,
                            text=True, timeout=1500)
-    assert build.returncode == 0, (build.stdout + build.stderr)[-3000:]
+    assert post_build.returncode == 0, (post_build.stdout + post_build.stderr)[-3000:]
     python = env_dir / "bin" / "python"
     assert not (repo / ".venv").exists(), "postBuild must install into Binder's environment, not a .venv"
     doctor = subprocess.run([str(repo / "binder" / "start"), str(env_dir / "bin" / "labkit"), "doctor", "--json"],
