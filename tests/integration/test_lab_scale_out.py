@@ -165,6 +165,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow  # each waits out its bound (about 2 s): make test, not make test-fast
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_a_hostile_batch_script_is_stopped_within_its_bound_and_leaves_nothing(
         tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
