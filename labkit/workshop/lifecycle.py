@@ -84,6 +84,8 @@ def _slurm(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits
         raise WorkshopError("virtual nodes are up whose Slurm jobs are not held to their cores, memory and this "
                             "workshop's task cap (`labkit nodes up --slurm`): `labkit nodes down` first, so that "
                             "`workshop up --slurm` starts them with these job limits, or run with --no-limits")
+    if st.spawner == "slurm":
+        fits_on_nodes(asked, cluster.count)  # nodes up before the workshop may be more (or fewer) than it starts
     st.made["nodes_mode"] = cluster.folder.stat().st_mode & 0o777
     st.save()
     cluster.folder.chmod(0o711)  # learners' sbatch reads slurm/slurm.conf and the munge socket below it

@@ -3,9 +3,10 @@
 
 The servers' partition (:data:`PARTITION`) spans the workshop's nodes, is created live with ``scontrol create``
 (the nodes' own ``slurm.conf``, shared with lab 7, is not changed) and deleted by ``down``. It is ``RootOnly``:
-only the hub (root, ``sbatch --uid``) submits there, so a learner's own jobs stay in the default partition with
-its time limit. ``LLN`` (least loaded node) spreads the servers over the nodes instead of filling one first.
-Its memory per node is the learners' limit when there is one, like the default partition's.
+only root's jobs run there (the hub submits each server as root's job, which becomes the learner on its node),
+so a learner's own jobs stay in the default partition with its time limit. ``LLN`` (least loaded node) spreads
+the servers over the nodes instead of filling one first. Its memory per node is the learners' limit when there
+is one, like the default partition's.
 """
 
 from __future__ import annotations

@@ -154,6 +154,7 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
         out = hubpage.terminal(one, "learner01", "cat ~learner02/course/labs/fashion_mnist.py")
         assert "Permission denied" in out, out
         one.goto(st.url + "user/learner02/lab", timeout=60_000)
+        assert "403" in one.content() or "permission" in one.content().lower()
         assert "jp-main-dock-panel" not in one.content()
         # stopping a server cancels its job
         one.goto(st.url + "hub/home", timeout=60_000)
