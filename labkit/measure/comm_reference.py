@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import asdict
@@ -51,7 +52,8 @@ def make(out: Path, rate: str = "200mbit", repeat: int = 3, steps: int = 10,
                                  for k in KNOBS}
             if "elastic" in parts:
                 grown = elastic.leave_and_return(cluster.hostfile, epochs=ELASTIC_EPOCHS)
-                data["elastic"] = {"epochs": grown.epochs, "ok": grown.ok, "summary": grown.summary}
+                data["elastic"] = {"epochs": grown.epochs, "ok": grown.ok, "summary": without_folders(grown.summary)}
+            data.get("link", {})["log_dir"] = ""  # a folder of the machine that made them, not the learner's
     solution = str(reference.final_solution(labs.get("horovod")).resolve())
     small = ["--mode", "small"]
     # the script by name only: a learner's copy of the course has no solutions folder to point to
@@ -67,6 +69,12 @@ def make(out: Path, rate: str = "200mbit", repeat: int = 3, steps: int = 10,
     data.setdefault("parts_made", {}).update(dict.fromkeys(parts, made["date"]))
     files.write_json_atomic(path, data)
     return path
+
+
+def without_folders(summary: str) -> str:
+    """A run's summary without the folder of its logs: that folder is on the machine that made the reference
+    results, never on the learner's."""
+    return re.sub(r";? *logs in \S+", "", summary).rstrip()
 
 
 def load() -> dict[str, Any]:
@@ -110,7 +118,7 @@ def compression_result(data: dict[str, Any]) -> compression.Comparison:
 def elastic_report(data: dict[str, Any]) -> elastic.ElasticReport:
     """The stored elastic run, as :func:`labkit.measure.elastic.leave_and_return` returned it."""
     e = data["elastic"]
-    return elastic.ElasticReport(e["epochs"], e["ok"], e["summary"])
+    return elastic.ElasticReport(e["epochs"], e["ok"], without_folders(e["summary"]))
 
 
 def main(argv: list[str] | None = None) -> int:

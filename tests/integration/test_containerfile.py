@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -35,39 +34,17 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
+from helpers.podman import HOST_CA, HOST_PIP, LENT_CA, Store, lab_settings, lent_pip
 
 from labkit.core import contract, tfconfig
 from labkit.deploy.image import build, recipe
 
 ROOT = paths.ROOT
 NB = "labs/02_horovod.ipynb"
-LENT_CA = "/run/labkit-test-ca.crt"  # where the build's containers find this machine's certificate bundle
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-HOST_PIP = Path("/etc/pip.conf")
-SETTINGS_IN = "/run/labkit-test-settings"
-CONFIG_IN = "/run/labkit-test-config"
-# What the browser test drives JupyterLab through (window.jupyterapp), as tests/helpers/browser.py's server has it.
-LAB_CONFIG = {"LabApp": {"expose_app_in_browser": True}}
 BUILD_TIMEOUT = 5400.0
 LAB_TIMEOUT = 1500.0
 # What test_browser.py expects of lab 2: the ranks' weights at steps 3 and 4, one big vs two small; the progress.
 EXPECT = {"images": 3, "widgets": 1}
-
-
-def lent_pip(folder: Path, host_conf: str) -> list[str]:
-    """The build's read-only mounts that let pip reach the index here: the certificate bundle at
-    :data:`LENT_CA`, this machine's pip settings pointed at it, and the folders under /opt they name."""
-    text = re.sub(r"(?m)^\s*cert\s*=.*$", f"cert = {LENT_CA}", host_conf)
-    if not re.search(r"(?m)^\s*cert\s*=", text):
-        text = ("[global]\n" if "[global]" not in text else "") + text
-        text = text.replace("[global]\n", f"[global]\ncert = {LENT_CA}\n", 1)
-    conf = folder / "pip.conf"
-    conf.write_text(text)
-    conf.chmod(0o644)
-    opts = ["--volume", f"{HOST_CA}:{LENT_CA}:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
-    for top in sorted({m.group(1) for m in re.finditer(r"/opt/([\w.-]+)", host_conf)}):
-        opts += ["--volume", f"/opt/{top}:/opt/{top}:ro"]  # never /opt itself: the image's /opt/labkit
-    return opts
 
 
 def test_the_lent_pip_settings_name_the_lent_bundle(tmp_path: Path) -> None:
@@ -82,50 +59,12 @@ def test_the_lent_pip_settings_name_the_lent_bundle(tmp_path: Path) -> None:
     assert "/etc/pip.conf" not in text and "PIP_CERT" not in text and "labkit-test" not in text
 
 
-class Store:
-    """podman with a store of its own in ``folder`` (images, containers and their layers)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.argv = [*recipe.podman(), "--root", str(folder / "storage"), "--runroot", str(folder / "run")]
-        self.env = {**os.environ, **build.podman_env(folder / "conf")}
-
-    def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-        out = subprocess.run([*self.argv, *args], capture_output=True, text=True, timeout=timeout, env=self.env)
-        if check and out.returncode != 0:
-            raise AssertionError(f"podman {' '.join(args[:3])} exited {out.returncode}:\n{out.stdout[-3000:]}\n"
-                                 f"{out.stderr[-3000:]}")
-        return out
-
-    def logs(self, name: str) -> str:
-        out = self.run("logs", name, check=False)
-        return out.stdout + out.stderr
-
-    def empty(self) -> None:
-        """Remove every container and image of the store, then the store itself."""
-        self.run("rm", "-a", "-f", "-t", "0", check=False, timeout=300)
-        self.run("rmi", "-a", "-f", check=False, timeout=600)
-        for line in reversed(Path("/proc/mounts").read_text().splitlines()):
-            where = line.split()[1]
-            if where.startswith(str(self.folder)):
-                subprocess.run(["umount", "-l", where], check=False, capture_output=True)
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _serve(store: Store, image: str, name: str, work: Path, settings: Path, config: Path) -> tuple[str, str]:
+def _serve(store: Store, image: str, name: str, work: Path, settings: list[str]) -> tuple[str, str]:
     """The image as a learner runs it (no command), on a free port of the loopback address; its URL and token."""
     port = tfconfig.free_ports(1)[0]
     store.run("run", "--rm", "--detach", f"--name={name}", "-p", f"127.0.0.1:{port}:{recipe.PORT}",
-              "-v", f"{work}:{recipe.WORK}",
-              "-v", f"{settings}:{SETTINGS_IN}:ro", "-e", f"JUPYTERLAB_SETTINGS_DIR={SETTINGS_IN}",
-              "-v", f"{config}:{CONFIG_IN}:ro", "-e", f"JUPYTER_CONFIG_PATH={CONFIG_IN}",
-              "-e", f"{contract.NB_QUICK}=1", image, timeout=120)
-    deadline, logs = time.monotonic() + 180, ""
-    while time.monotonic() < deadline and not re.search(r"token=\w+", logs):
-        time.sleep(1)
-        logs = store.logs(name)
-    token = re.search(r"token=(\w+)", logs)
-    assert token, f"JupyterLab printed no address with a token:\n{logs[-3000:]}"
+              "-v", f"{work}:{recipe.WORK}", *settings, "-e", f"{contract.NB_QUICK}=1", image, timeout=120)
+    token = store.wait_for(name, r"token=(\w+)", 180)
     return f"http://127.0.0.1:{port}", token[1]
 
 
@@ -165,7 +104,6 @@ def _try_nodes(store: Store, image: str, out: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.heavy  # a Debian base, the Containerfile built with Horovod from source, lab 2 in it: make test-heavy
 def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
-    import json
 
     from helpers import browser
     from helpers.notebooks import outputs_text
@@ -225,17 +163,8 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
         work.mkdir()
         uid = int(store.run("run", "--rm", image, "id", "-u", timeout=120).stdout.strip())
         os.chown(work, uid, uid)  # the image's user writes the mounted folder (Docker Desktop needs no such step)
-        settings = folder / "settings"
-        for key, value in browser.SETTINGS.items():
-            path = settings / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(value))
-        config = folder / "config"
-        config.mkdir()
-        (config / "jupyter_lab_config.json").write_text(json.dumps(LAB_CONFIG))
-        for p in [settings, *settings.rglob("*"), config, *config.rglob("*")]:
-            p.chmod(0o755 if p.is_dir() else 0o644)
-        url, token = _serve(store, image, name, work, settings, config)
+        settings = lab_settings(folder)
+        url, token = _serve(store, image, name, work, settings)
         log = artifacts / "jupyterlab.log"
         script = work / "labs" / "fashion_mnist.py"
         with browser.browser() as page:
@@ -272,8 +201,7 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
         store.empty()
-        left = [line for line in Path("/proc/mounts").read_text().splitlines() if str(folder) in line]
-        assert not folder.exists() and left == [], f"the test left {folder} or its mounts: {left}"
+        assert store.left() == [], f"the test left its store or its mounts: {store.left()}"
         names = subprocess.run([*recipe.podman(), "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
                                text=True, env={**os.environ, **build.podman_env()}, timeout=120).stdout.split()
         assert name not in names, "the test left its container"
