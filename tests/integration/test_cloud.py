@@ -71,6 +71,7 @@ def test_writes_three_files_each_accepted_by_its_sdk(provider, tmp_path):
             assert built is not None
 
 
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_check_option_reads_a_file_and_bad_input_exits_2(provider, tmp_path, capsys):
     cli.main([provider, "--solution", "horovod", "-o", str(tmp_path)])

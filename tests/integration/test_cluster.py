@@ -82,6 +82,7 @@ def test_parameter_servers_are_stopped_when_the_chief_ends(script: Path, tmp_pat
     assert proc.marked(c.job_id) == []
 
 
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 def test_timeout_kills_everything_including_grandchildren(script: Path, tmp_path: Path) -> None:
     c = cluster.Cluster(["python", str(script), "child"], workers=2, log_dir=tmp_path / "logs", quiet=True)
     c.start()

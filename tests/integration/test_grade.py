@@ -238,6 +238,7 @@ def test_a_wrong_assessment_table_fails_before_any_lab_is_graded(tmp_path: Path,
     assert "multiple = M" in err and time.perf_counter() - start < 5
 
 
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 def test_a_lab_of_other_files_than_scripts_is_graded_from_them(tmp_path: Path) -> None:
     """The scale-out lab's hostfile and batch script reach the grading's scratch copy; a linked file does not."""
     lab = labs.get("scale-out")

@@ -196,6 +196,7 @@ def test_what_a_script_leaves_running_is_stopped_when_it_ends(tmp_path: Path) ->
 # ----------------------------------------------------------------------------- the command line and the cache
 
 
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 def test_the_command_line_checks_either_file(tmp_path: Path) -> None:
     script = _files(tmp_path, batch=PASSING["srun-pmix"])
     done = subprocess.run([sys.executable, "-m", "labkit.cli", "check", "scale-out", str(tmp_path / "cluster_hostfile"),

@@ -67,6 +67,7 @@ def test_each_start_starts_the_ranks_its_way(tmp_path: Path) -> None:
     assert "CUDA_VISIBLE_DEVICES" not in gpus
 
 
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 def test_the_command_line_writes_it(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("print('training')\n")
     argv = ["run", "--launcher", "slurm", "--plain", "--start", "tf_config", "--tasks-per-node", "3", "--script-only",

@@ -84,6 +84,7 @@ def _long_trace(path: Path, steps: int, tensors: int = 8) -> int:
     return path.stat().st_size
 
 
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 def test_a_huge_trace_is_read_in_bounded_memory(tmp_path: Path) -> None:
     path = tmp_path / "long.json"
     size = _long_trace(path, 3200)

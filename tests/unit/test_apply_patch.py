@@ -59,6 +59,7 @@ def test_nothing_is_written_when_a_hunk_does_not_fit(tmp_path: Path) -> None:
     assert (root / "pkg" / "m.py").read_text() == before
 
 
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 def test_the_horovod_patch_gives_what_patch_gives(tmp_path: Path) -> None:
     sdist = Path.home() / ".cache" / "labkit" / "sdist" / "horovod-0.28.1.tar.gz"
     if not sdist.exists() or not shutil.which("patch"):
