@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 from helpers import notebooks, paths
+from helpers.podman import Store
 
 ROOT = paths.ROOT
 BINDER = ROOT / "binder"
@@ -145,37 +146,13 @@ def test_the_containerfiles_follow_repo2docker() -> None:
     assert apt_packages() == (BINDER / "apt.txt").read_text().split()
 
 
-def _podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-    from labkit.deploy.image import build, recipe
-
-    env = {**os.environ, **build.podman_env()}
-    try:
-        out = subprocess.run([*recipe.podman(), *args], capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as e:
-        raise AssertionError(f"podman {' '.join(args[:3])} did not end in {timeout:.0f} s") from e
-    if check and out.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args[:3])} exited {out.returncode}:\n{out.stdout[-3000:]}\n"
-                             f"{out.stderr[-3000:]}")
-    return out
-
-
-def _leftovers(tags: list[str], name: str) -> list[str]:
-    images = _podman("images", "-a", "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout.split()
-    containers = _podman("ps", "-a", "--external", "--format", "{{.Names}} {{.Image}}", check=False).stdout
-    found = [x for x in images if x in tags]
-    for line in containers.splitlines():
-        if line.split(" ")[0] == name or any(t in line for t in tags):
-            found.append(line)
-    return found
-
-
-def _serve(tag: str, name: str, token: str, timeout: float = 180) -> str:
+def _serve(store: Store, tag: str, name: str, token: str, timeout: float = 180) -> str:
     """The image's command as Binder starts it (binder/start wraps ``jupyter lab``), on a free port; its address."""
     from labkit.core import tfconfig
 
     port = tfconfig.free_ports(1)[0]
-    _podman("run", "--detach", f"--name={name}", "-p", f"127.0.0.1:{port}:8888", "-e", f"JUPYTER_TOKEN={token}",
-            tag, *SERVE, timeout=120)
+    store.run("run", "--detach", f"--name={name}", "-p", f"127.0.0.1:{port}:8888", "-e", f"JUPYTER_TOKEN={token}",
+              tag, *SERVE, timeout=120)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
@@ -184,9 +161,8 @@ def _serve(tag: str, name: str, token: str, timeout: float = 180) -> str:
             return url
         except OSError:
             if time.monotonic() > deadline:
-                logs = _podman("logs", name, check=False)
                 raise AssertionError(f"JupyterLab did not answer in {timeout:.0f} s:\n"
-                                     f"{(logs.stdout + logs.stderr)[-3000:]}") from None
+                                     f"{store.logs(name)[-3000:]}") from None
             time.sleep(1)
 
 
@@ -233,6 +209,7 @@ def test_binder_container_builds_serves_jupyterlab_and_runs_a_lab() -> None:
     artifacts = ROOT / "test-artifacts" / "binder"
     artifacts.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="labkit-binder-"))
+    store = Store(Path(tempfile.mkdtemp(prefix="labkit-binder-podman-")))  # beside the build's context, not in it
     times: dict[str, float] = {}
 
     def interrupted(signum: int, frame: object) -> None:
@@ -240,8 +217,8 @@ def test_binder_container_builds_serves_jupyterlab_and_runs_a_lab() -> None:
 
     def podman_build(containerfile: str, tag: str, *extra: str, timeout: float) -> None:
         (scratch / "Containerfile").write_text(containerfile)
-        out = _podman("build", "--runtime", recipe.RUNC, "--layers=false", "--pull=never", *extra, "-t", tag,
-                      "-f", str(scratch / "Containerfile"), str(scratch), timeout=timeout, check=False)
+        out = store.run("build", "--layers=false", "--pull=never", *extra, "-t", tag,
+                        "-f", str(scratch / "Containerfile"), str(scratch), timeout=timeout, check=False)
         log = out.stdout + out.stderr
         (artifacts / f"build-{tag.split('-')[-1].split(':')[0]}.log").write_text(log)
         assert out.returncode == 0, log[-5000:]
@@ -254,9 +231,9 @@ def test_binder_container_builds_serves_jupyterlab_and_runs_a_lab() -> None:
                         f"--customize-hook=chroot \"$1\" useradd -m -u {UID} -s /bin/bash {USER}",
                         suite, str(rootfs), str(recipe.host_sources())],
                        check=True, capture_output=True, timeout=900)
-        _podman("import", str(rootfs), tags[0])
+        store.run("import", str(rootfs), tags[0])
         rootfs.unlink()
-        got = _podman("run", "--rm", "--network=none", tags[0], "python3", "-c",
+        got = store.run("run", "--rm", "--network=none", tags[0], "python3", "-c",
                       "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
         assert got == version, f"binder/runtime.txt says Python {version}; Debian {suite} has {got}"
         (scratch / "repo").mkdir()
@@ -277,13 +254,13 @@ def test_binder_container_builds_serves_jupyterlab_and_runs_a_lab() -> None:
         print(f"postBuild as {USER}: {times['postBuild']:.0f} s")
 
         def in_container(*command: str) -> subprocess.CompletedProcess:
-            return _podman("exec", "-w", "/tmp", name, f"{HOME}/binder/start", *command, timeout=300, check=False)
+            return store.run("exec", "-w", "/tmp", name, f"{HOME}/binder/start", *command, timeout=300, check=False)
 
         start = time.monotonic()
-        url = _serve(tags[2], name, token)
+        url = _serve(store, tags[2], name, token)
         times["serve"] = time.monotonic() - start
         print(f"JupyterLab through binder/start answered after {times['serve']:.0f} s")
-        served = _podman("top", name, "user", "args", check=False).stdout
+        served = store.run("top", name, "user", "args", check=False).stdout
         assert "jupyter-lab" in served or "jupyter lab" in served, served
         assert all(line.split()[0] == USER for line in served.splitlines()[1:]), served  # not root
 
@@ -303,13 +280,10 @@ def test_binder_container_builds_serves_jupyterlab_and_runs_a_lab() -> None:
         assert found == [], "\n".join(found)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        kept = _podman("logs", name, check=False)
-        if kept.returncode == 0:
-            (artifacts / "jupyterlab.log").write_text(kept.stdout + kept.stderr)
-        _podman("rm", "-f", "-t", "5", name, check=False)
-        for tag in reversed(tags):
-            _podman("rmi", "-f", tag, check=False)
+        kept = store.logs(name)
+        if kept:
+            (artifacts / "jupyterlab.log").write_text(kept)
+        store.empty()
         shutil.rmtree(scratch, ignore_errors=True)
         (artifacts / "times.json").write_text(json.dumps(times, indent=1))
-        assert _leftovers(tags, name) == [], "the test left a container or an image"
-        assert not scratch.exists(), f"the test left {scratch}"
+        assert store.left() == [] and not scratch.exists(), f"the test left {scratch}: {store.left()}"

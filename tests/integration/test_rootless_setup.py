@@ -10,16 +10,17 @@ is removed on exit, error or interrupt, and the test asserts it.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 from helpers import paths
+from helpers.podman import Store
 
 from labkit.deploy.image import build, recipe
 from labkit.instrument import data
@@ -46,21 +47,6 @@ echo "check-horovod-passed"
 .venv/bin/labkit check multiworker labs/fashion_mnist_multiworker.py
 echo "check-multiworker-passed"
 """
-
-
-def _podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, **build.podman_env()}
-    out = subprocess.run([*recipe.podman(), *args], capture_output=True, text=True, timeout=timeout, env=env)
-    if check and out.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)} exited {out.returncode}:\n{out.stdout[-3000:]}\n"
-                             f"{out.stderr[-3000:]}")
-    return out
-
-
-def _leftovers(tag: str, name: str) -> list[str]:
-    images = _podman("images", "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout.split()
-    names = _podman("ps", "-a", "--format", "{{.Names}}", check=False).stdout.split()
-    return [x for x in images if x == tag] + [x for x in names if x == name]
 
 
 def rootless_script() -> str:
@@ -94,6 +80,7 @@ def test_make_setup_without_root_then_the_fast_tests_and_the_checks(tmp_path: Pa
     tag = f"localhost/labkit-rootless-test:{uuid.uuid4().hex[:8]}"
     name = f"labkit-test-rootless-{uuid.uuid4().hex[:8]}"
     rootfs = tmp_path / "rootfs.tar"
+    store = Store(Path(tempfile.mkdtemp(prefix="labkit-rootless-podman-")))
 
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -104,9 +91,9 @@ def test_make_setup_without_root_then_the_fast_tests_and_the_checks(tmp_path: Pa
                         f"--customize-hook=chroot \"$1\" useradd -m -s /bin/bash {LEARNER}",
                         recipe.host_suite(), str(rootfs), str(recipe.host_sources())],
                        check=True, capture_output=True, timeout=900)
-        _podman("import", str(rootfs), tag)
+        store.run("import", str(rootfs), tag)
         rootfs.unlink()
-        run = _podman("run", "--name", name, "--user", LEARNER, "-w", f"/home/{LEARNER}", *LENT,
+        run = store.run("run", "--name", name, "--user", LEARNER, "-w", f"/home/{LEARNER}", *LENT,
                       "-v", f"{inbox}:/in:ro", "-e", "LABKIT_DATA=/in/data", tag,
                       "bash", "/in/run.sh", timeout=5400, check=False)
         log = run.stdout + run.stderr
@@ -121,10 +108,9 @@ def test_make_setup_without_root_then_the_fast_tests_and_the_checks(tmp_path: Pa
         assert "from the package index into .venv" in log and "Installed without root" in log
     finally:
         signal.signal(signal.SIGTERM, previous)
-        kept = _podman("logs", name, check=False)
-        if kept.returncode == 0:  # what the container said, also when the run was cut short
+        kept = store.logs(name)
+        if kept:  # what the container said, also when the run was cut short
             (ROOT / "test-artifacts").mkdir(exist_ok=True)
-            (ROOT / "test-artifacts" / "rootless-setup.container.log").write_text(kept.stdout + kept.stderr)
-        _podman("rm", "-f", name, check=False)
-        _podman("rmi", "-f", tag, check=False)
-        assert _leftovers(tag, name) == [], "the test left a container or an image"
+            (ROOT / "test-artifacts" / "rootless-setup.container.log").write_text(kept)
+        store.empty()
+        assert store.left() == [], f"the test left its podman store or its mounts: {store.left()}"
