@@ -9,7 +9,7 @@ notebook tests assert of lab 2 (``tests/browser/test_notebook_horovod.py``, ``te
 gets the browser tests' settings only: quick mode, lab settings without autosave or windowing, and the
 application exposed to the page's scripts (``LabApp.expose_app_in_browser``), through environment variables.
 Before that, ``labkit doctor`` and ``labkit nodes up`` run in the image as its user, as root, as root with
-iproute2 added, with ``--cap-add NET_ADMIN,SYS_ADMIN`` and privileged: each must end as docs/cloud.md says.
+``--cap-add NET_ADMIN,SYS_ADMIN`` and privileged: each must end as docs/cloud.md says.
 
 pip inside the build reaches the package index only with this machine's certificate bundle and pip settings lent
 to it, read-only; that stays here, in the test, never in the Containerfile. The bundle is lent as a file of its
@@ -69,18 +69,16 @@ def _serve(store: Store, image: str, name: str, work: Path, settings: list[str])
 
 
 # What labs 7 and 8's virtual nodes need in a container, tried in the built image (docs/cloud.md reports it): as
-# the image's user, as root, as root with iproute2 added, with the capabilities for namespaces, privileged. Each
-# with what `labkit nodes up` exited with when it was measured (None: not a start of the nodes).
+# the image's user, as root, as root with the capabilities for namespaces, privileged. Each with what `labkit nodes
+# up` exited with when it was measured (None: not a start of the nodes).
 NODES_UP = "labkit nodes up --count 2 --slots 1; echo \"up exited $?\"; labkit nodes status; labkit nodes down"
-IPROUTE = "apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq iproute2 >/dev/null 2>&1; "
 NODES_TRIES = {
     "doctor (image user)": ([], "labkit doctor", None),
     "nodes up (image user)": ([], NODES_UP, 1),
     "nodes up (root)": (["--user", "root"], NODES_UP, 1),
-    "nodes up (root, iproute2 added)": (["--user", "root"], IPROUTE + NODES_UP, 1),
-    "nodes up (root, iproute2 added, --cap-add NET_ADMIN,SYS_ADMIN)":
-        (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], IPROUTE + NODES_UP, 0),
-    "nodes up (root, iproute2 added, --privileged)": (["--user", "root", "--privileged"], IPROUTE + NODES_UP, 0),
+    "nodes up (root, --cap-add NET_ADMIN,SYS_ADMIN)":
+        (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], NODES_UP, 0),
+    "nodes up (root, --privileged)": (["--user", "root", "--privileged"], NODES_UP, 0),
 }
 
 
@@ -196,7 +194,7 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
         # The learner's script untouched, the original kept beside it.
         assert script.read_bytes() == before
         assert (work / "labs" / "fashion_mnist_original.py").exists()
-        # Virtual nodes in the image as docs/cloud.md says: root, iproute2 and NET_ADMIN + SYS_ADMIN.
+        # Virtual nodes in the image as docs/cloud.md says: root and NET_ADMIN + SYS_ADMIN.
         assert changed == [], "virtual nodes in the image did not end as docs/cloud.md says:\n" + "\n".join(changed)
     finally:
         signal.signal(signal.SIGTERM, previous)

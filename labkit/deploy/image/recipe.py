@@ -38,8 +38,9 @@ PROVISION = Path(__file__).with_name("provision.sh")
 # Its path in the repository (the same inside the image, under ROOT): follows the package wherever it moves.
 PROVISION_PATH = PROVISION.relative_to(Path(labkit.__file__).resolve().parents[1]).as_posix()
 # Debian packages of the image (the Containerfile lists the same: a test compares them).
-PACKAGES = ("python3", "python3-venv", "openmpi-bin", "openssh-server", "openssh-client", "ca-certificates",
-            "procps", "dataset-fashion-mnist")
+# iproute2: labs 7 and 8's virtual nodes, in a container run as root with the capabilities they need (docs/cloud.md)
+PACKAGES = ("python3", "python3-venv", "openmpi-bin", "openssh-server", "openssh-client", "iproute2",
+            "ca-certificates", "procps", "dataset-fashion-mnist")
 # tensorflow[and-cuda]: the CUDA libraries as wheels; the host needs only the NVIDIA driver.
 GPU_EXTRA = "and-cuda"
 # Horovod and what Horovod imports (setup.sh installs the same next to the wheel).
