@@ -32,15 +32,22 @@ class Store:
         self.env = {**os.environ, **build.podman_env(folder / "conf")}
 
     def run(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-        out = subprocess.run([*self.argv, *args], capture_output=True, text=True, timeout=timeout, env=self.env)
+        try:
+            out = subprocess.run([*self.argv, *args], capture_output=True, text=True, timeout=timeout, env=self.env)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"podman {' '.join(args[:3])} did not end in {timeout:.0f} s") from e
         if check and out.returncode != 0:
             raise AssertionError(f"podman {' '.join(args[:3])} exited {out.returncode}:\n{out.stdout[-3000:]}\n"
                                  f"{out.stderr[-3000:]}")
         return out
 
     def logs(self, name: str) -> str:
-        out = self.run("logs", name, check=False)
-        return out.stdout + out.stderr
+        """What the container printed; empty when there is no such container (or podman did not answer)."""
+        try:
+            out = self.run("logs", name, check=False, timeout=120)
+        except AssertionError:
+            return ""
+        return out.stdout + out.stderr if out.returncode == 0 else ""
 
     def wait_for(self, name: str, pattern: str, timeout: float) -> re.Match[str]:
         """The first match of ``pattern`` in the container's output; an error with the output's end if the
@@ -53,14 +60,22 @@ class Store:
                 return found
             running = self.run("inspect", "--format", "{{.State.Running}}", name, check=False).stdout.strip()
             if running != "true" or time.monotonic() > deadline:
+                logs = self.logs(name)  # read again: what it printed before it stopped
+                found = re.search(pattern, logs)
+                if found:
+                    return found
                 why = "stopped" if running != "true" else f"still running after {timeout:.0f} s"
                 raise AssertionError(f"{name} {why} before printing {pattern!r}:\n{logs[-5000:]}")
             time.sleep(2)
 
     def empty(self) -> None:
-        """Remove every container and image of the store, then the store itself."""
-        self.run("rm", "-a", "-f", "-t", "0", check=False, timeout=300)
-        self.run("rmi", "-a", "-f", check=False, timeout=600)
+        """Remove every container and image of the store, then the store itself (and whatever else the test put
+        in its folder), also when podman does not answer."""
+        try:
+            self.run("rm", "-a", "-f", "-t", "0", check=False, timeout=300)
+            self.run("rmi", "-a", "-f", check=False, timeout=600)
+        except AssertionError as e:
+            print(f"podman did not empty its store: {e}; removing the folder", flush=True)
         for line in reversed(Path("/proc/mounts").read_text().splitlines()):
             where = line.split()[1]
             if where.startswith(str(self.folder)):

@@ -70,15 +70,15 @@ def _serve(store: Store, image: str, name: str, work: Path, settings: list[str])
 
 # What labs 7 and 8's virtual nodes need in a container, tried in the built image (docs/cloud.md reports it): as
 # the image's user, as root, as root with the capabilities for namespaces, privileged. Each with what `labkit nodes
-# up` exited with when it was measured (None: not a start of the nodes).
+# up` exited with when it was measured (None: not a start of the nodes) and what the output says.
 NODES_UP = "labkit nodes up --count 2 --slots 1; echo \"up exited $?\"; labkit nodes status; labkit nodes down"
 NODES_TRIES = {
-    "doctor (image user)": ([], "labkit doctor", None),
-    "nodes up (image user)": ([], NODES_UP, 1),
-    "nodes up (root)": (["--user", "root"], NODES_UP, 1),
+    "doctor (image user)": ([], "labkit doctor", None, "need root"),
+    "nodes up (image user)": ([], NODES_UP, 1, "root"),
+    "nodes up (root)": (["--user", "root"], NODES_UP, 1, "Operation not permitted"),
     "nodes up (root, --cap-add NET_ADMIN,SYS_ADMIN)":
-        (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], NODES_UP, 0),
-    "nodes up (root, --privileged)": (["--user", "root", "--privileged"], NODES_UP, 0),
+        (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], NODES_UP, 0, "up in "),
+    "nodes up (root, --privileged)": (["--user", "root", "--privileged"], NODES_UP, 0, "up in "),
 }
 
 
@@ -86,14 +86,15 @@ def _try_nodes(store: Store, image: str, out: Path) -> list[str]:
     """Run each of :data:`NODES_TRIES` in a container of its own; print how each ended, keep the whole output in
     ``out``; what ended otherwise than when it was measured."""
     lines, changed = [], []
-    for what, (opts, command, expected) in NODES_TRIES.items():
+    for what, (opts, command, expected, says) in NODES_TRIES.items():
         run = store.run("run", "--rm", *opts, image, "sh", "-c", command, timeout=600, check=False)
         text = run.stdout + run.stderr
         lines.append(f"=== {what}: podman {' '.join(opts)} ... sh -c {command!r} (exit {run.returncode})\n{text}")
         said = re.search(r"up exited (\d+)", text)
         print(f"{what}: exit {run.returncode}" + (f", nodes up exited {said[1]}" if said else "")
               + "; " + " | ".join(x for x in text.strip().splitlines()[-3:]), flush=True)
-        if run.returncode != 0 or (expected is not None and (not said or int(said[1]) != expected)):
+        if run.returncode != 0 or (expected is not None and (not said or int(said[1]) != expected)) \
+                or says not in text:
             changed.append(f"{what}: exit {run.returncode}, {said[0] if said else 'nodes up did not run'}")
     out.write_text("\n".join(lines))
     return changed

@@ -5,11 +5,11 @@ The machine is a privileged container (namespaces, bridges and control groups of
 kernel) made from a minimal Debian with only ``python3``, ``python3-venv``, ``g++`` and ``make``: no OpenMPI, no
 iproute2, no ssh, no Slurm, no data set. The repository as ``git archive HEAD`` gives it is unpacked into a
 folder of the test's, mounted as root's course, with labs 2 and 4 finished (their final solutions over the
-starters, as a learner has them by lab 7). Root runs ``make setup`` (which installs from Debian what every lab
-uses), the check of lab 2 (lab 8 measures the learner's script only once it passed) and ``make lab``, JupyterLab
-listening on the container's side of a published loopback port. A browser opens the address JupyterLab printed
-and runs ``labs/07_scale_out.ipynb`` then ``labs/08_communication.ipynb`` top to bottom, in the browser tests'
-quick mode and settings.
+starters, as a learner has them by lab 7; lab 8's exercise not begun). Root runs ``make setup`` (which installs
+from Debian what every lab uses), the check of lab 2 (lab 8 measures the learner's script only once it passed)
+and ``make lab``, JupyterLab listening on the container's side of a published loopback port. A browser opens the
+address JupyterLab printed and runs ``labs/07_scale_out.ipynb`` then ``labs/08_communication.ipynb`` top to
+bottom, in the browser tests' quick mode and settings; neither may show an error, a traceback or stderr.
 
 pip in the container reaches the package index only with this machine's certificate bundle and pip settings
 lent to it, read-only; that stays here, in the test, never in the product. Everything lives in a podman store of
@@ -32,14 +32,16 @@ from helpers import paths
 from helpers.podman import HOST_CA, HOST_PIP, LENT_CA, Store, lab_settings, lent_pip
 
 from labkit.core import contract, tfconfig
+from labkit.course import labs
 from labkit.deploy.image import build, recipe
+from labkit.measure import reference
 
 ROOT = paths.ROOT
 PACKAGES = ("python3", "python3-venv", "g++", "make")
 COURSE = "/root/course"
 LABS = {"07_scale_out.ipynb": 1500.0, "08_communication.ipynb": 1500.0}  # each notebook's time limit (s)
 SETUP_TIMEOUT = 3600.0
-FINISHED = ("fashion_mnist.py", "fashion_mnist_multiworker.py")  # labs 2 (Horovod) and 4 (multi-worker)
+FINISHED = ("horovod", "multiworker")  # labs 2 and 4, whose scripts labs 7 and 8 launch
 # What root runs: `make setup`, the check of lab 2 a learner ran when they finished it (lab 8 measures the script
 # only once its steps passed), then `make lab`.
 SCRIPT = f"""set -eu
@@ -85,14 +87,16 @@ def _check_lab_7(text: str, course: Path) -> None:
 
 def _check_lab_8(text: str) -> None:
     assert "Not run" not in text and "Traceback" not in text and "reference results" not in text, text[-3000:]
-    assert "is still the starter" not in text and "fix step" not in text, text[-3000:]
-    assert "2 virtual nodes up" in text and "ratio" in text and "fusion off" in text
+    assert "is still the starter" not in text, text[-3000:]
+    assert "2 virtual nodes up" in text and "ratio" in text and "fusion off" in text, text[-3000:]
     assert "straggler: rank 1" in text and "epochs lost: none" in text, text[-3000:]
+    # Lab 8's own exercise not done yet: its check says what to add.
+    assert "add the --fp16-allreduce option" in text, text[-3000:]
 
 
 @pytest.mark.slow
 @pytest.mark.heavy  # a minimal Debian, make setup as root with Horovod's build, labs 7 and 8: make test-heavy
-def test_make_lab_on_a_fresh_root_machine_runs_labs_7_and_8_on_virtual_nodes(tmp_path: Path) -> None:
+def test_make_lab_on_a_fresh_root_machine_runs_labs_7_and_8_on_virtual_nodes() -> None:
     from helpers import browser
     from helpers.notebooks import outputs_text
 
@@ -105,28 +109,28 @@ def test_make_lab_on_a_fresh_root_machine_runs_labs_7_and_8_on_virtual_nodes(tmp
     if not HOST_PIP.exists() or not HOST_CA.exists():
         pytest.skip("the container reaches the package index only with this machine's pip settings")
     folder = Path(tempfile.mkdtemp(prefix="labkit-root-machine-"))
-    store = Store(folder)
+    store = Store(folder)  # its folder also holds the course (a .venv of some GB): emptied at the end
     name = f"labkit-test-root-{uuid.uuid4().hex[:8]}"
     image = f"localhost/labkit-root-machine-test:{uuid.uuid4().hex[:8]}"
     artifacts = ROOT / "test-artifacts" / "root-machine"
     artifacts.mkdir(parents=True, exist_ok=True)
-    course = tmp_path / "course"
-    course.mkdir()
-    inbox = tmp_path / "in"
-    inbox.mkdir()
-    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True,
-                             timeout=120).stdout
-    subprocess.run(["tar", "xf", "-", "-C", str(course)], input=archive, check=True, timeout=120)
-    for starter in FINISHED:  # the learner's own scripts by lab 7: labs 2 and 4 finished
-        solution = browser.final_solutions()[starter].relative_to(ROOT)
-        (course / "labs" / starter).write_bytes((course / solution).read_bytes())
-    (inbox / "run.sh").write_text(SCRIPT)
+    course, inbox = folder / "course", folder / "in"
 
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
+        course.mkdir()
+        inbox.mkdir()
+        archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True,
+                                 check=True, timeout=120).stdout
+        subprocess.run(["tar", "xf", "-", "-C", str(course)], input=archive, check=True, timeout=120)
+        for lab_name in FINISHED:  # the learner's own scripts by lab 7: labs 2 and 4 finished, lab 8 not begun
+            lab_def = labs.get(lab_name)
+            solution = reference.final_solution(lab_def, ROOT).relative_to(ROOT)
+            (course / "labs" / lab_def.starter).write_bytes((course / solution).read_bytes())
+        (inbox / "run.sh").write_text(SCRIPT)
         rootfs = folder / "rootfs.tar"
         subprocess.run(["mmdebstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), recipe.host_suite(),
                         str(rootfs), str(recipe.host_sources())], check=True, capture_output=True, timeout=900)
@@ -162,17 +166,21 @@ def test_make_lab_on_a_fresh_root_machine_runs_labs_7_and_8_on_virtual_nodes(tmp
                 finally:
                     log.write_text(store.logs(name))
                 print(f"{nb} as root in the browser (quick mode): {time.monotonic() - start:.0f} s", flush=True)
-                assert not state.get("timed_out"), f"{nb} still ran after {limit:.0f} s"
+                found = browser.problems(state)  # errors raised, stderr, TensorFlow's noise, cells not run
+                assert found == [], f"{nb}:\n" + "\n".join(found)
                 texts[nb] = outputs_text(browser.to_notebook(state, course / "labs" / nb))
                 (artifacts / nb.replace(".ipynb", ".txt")).write_text(texts[nb])
         _check_lab_7(texts["07_scale_out.ipynb"], course)
         _check_lab_8(texts["08_communication.ipynb"])
         left = store.run("exec", name, "sh", "-c", LEFT_RUNNING, check=False)
+        assert left.returncode == 0, f"the machine did not answer: {left.stdout}{left.stderr}"
         assert left.stdout.strip() == "", f"the labs left in the machine:\n{left.stdout}"
     finally:
         signal.signal(signal.SIGTERM, previous)
-        kept = store.logs(name)
-        if kept:
-            (artifacts / "container.log").write_text(kept)
-        store.empty()
+        try:
+            kept = store.logs(name)
+            if kept:
+                (artifacts / "container.log").write_text(kept)
+        finally:
+            store.empty()
         assert store.left() == [], f"the test left its store or its mounts: {store.left()}"
