@@ -12,6 +12,8 @@ from typing import Any
 from labkit.core import env
 from labkit.instrument import data
 from labkit.launching import launchers
+from labkit.nodes import net
+from labkit.nodes import virtual as nodes
 
 SETUP_HINT = "run `make setup` in the lab's folder"
 
@@ -98,7 +100,9 @@ def collect() -> dict[str, Any]:
     gloo_only = hvd is not None and hvd["gloo"] and not hvd["mpi"]
     if report["mpirun"] is None and not gloo_only:
         problems.append("mpirun not found: sudo apt-get install openmpi-bin libopenmpi-dev (or `make setup`)")
-    report["cannot_run"] = cannot_run(report, is_root=hasattr(os, "geteuid") and os.geteuid() == 0)
+    is_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    report["missing_capabilities"] = net.missing_capabilities() if is_root else []
+    report["cannot_run"] = cannot_run(report, is_root=is_root)
 
 
     try:
@@ -126,6 +130,9 @@ def cannot_run(report: dict[str, Any], is_root: bool) -> list[str]:
         out.append("virtual nodes, Slurm jobs and the multi-node cells of labs 7 and 8 (`labkit nodes`): need root")
         out.append("`labkit workshop` (JupyterHub for a class) and `labkit image build`: need root")
     else:
+        if report.get("missing_capabilities"):
+            out.append("virtual nodes, Slurm jobs and the multi-node cells of labs 7 and 8 (`labkit nodes`): "
+                       + nodes.needs_capabilities(report["missing_capabilities"]))
         for tool, what in (("sshd", "virtual nodes (labs 7 and 8)"), ("slurmctld", "Slurm jobs (lab 7)")):
             if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
                 out.append(f"{what}: {tool} not found ({SETUP_HINT} as root)")

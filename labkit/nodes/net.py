@@ -235,6 +235,26 @@ def _mounted(path: Path) -> bool:
     return any(line.split()[4] == str(path) for line in lines if len(line.split()) > 4)
 
 
+# What virtual nodes do as root: network devices and namespaces (CAP_NET_ADMIN), mounts (CAP_SYS_ADMIN); each
+# capability's bit in the effective set (linux/capability.h).
+CAPABILITIES = {"NET_ADMIN": 12, "SYS_ADMIN": 21}
+
+
+def missing_capabilities(status: str | None = None) -> list[str]:
+    """The capabilities of :data:`CAPABILITIES` this process lacks, read from ``CapEff`` in /proc/self/status (or
+    ``status``): a container's root usually lacks both. Empty where the set cannot be read."""
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return []
+    found = re.search(r"^CapEff:\s*([0-9a-fA-F]+)\s*$", status, re.M)
+    if found is None:
+        return []
+    effective = int(found[1], 16)
+    return [name for name, bit in CAPABILITIES.items() if not effective >> bit & 1]
+
+
 def missing_tools(rate: bool = False) -> list[str]:
     need = ["ip", "nsenter", "unshare", "mount", "sshd", "ssh", "ssh-keygen"] + (["tc"] if rate else [])
     path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])

@@ -41,6 +41,14 @@ NEEDS_ROOT = ("virtual nodes need root: labkit creates network namespaces, a bri
               "Run it as root, e.g. `sudo .venv/bin/labkit nodes up`.")
 
 
+def needs_capabilities(missing: list[str]) -> str:
+    """Why root cannot start virtual nodes here: it lacks ``missing`` (as a container's root does)."""
+    return (f"root here lacks {' and '.join('CAP_' + m for m in missing)}, as root in a container does by default: "
+            "virtual nodes create network namespaces, a bridge and veth links and mount a hosts file in each node. "
+            "Run the container with `--cap-add NET_ADMIN,SYS_ADMIN` (or `--privileged`), or use a Linux machine of "
+            "your own as root.")
+
+
 class NodesError(RuntimeError):
     """Virtual nodes cannot start (or are already up); the message says what to do."""
 
@@ -140,6 +148,9 @@ class VirtualNodes:
         """Start the nodes; on any failure everything made so far is removed again."""
         if os.geteuid() != 0:
             raise NodesError(NEEDS_ROOT)
+        lacking = net.missing_capabilities()
+        if lacking:
+            raise NodesError(needs_capabilities(lacking))
         absent = net.missing_tools(rate=self.rate is not None)
         if absent:
             raise NodesError(f"{', '.join(absent)} not found: install iproute2, util-linux and openssh "

@@ -36,6 +36,9 @@ def why_not() -> str | None:
         return (f"Virtual nodes need root (network namespaces, a bridge, an sshd per node) and this notebook runs as "
                 f"{getpass.getuser()!r}: on Binder or a shared JupyterHub there is no root. On a machine of your own: "
                 "`sudo .venv/bin/labkit nodes up --count 2 --slots 2`, then run this cell again.")
+    lacking = net.missing_capabilities()
+    if lacking:
+        return nodes.needs_capabilities(lacking)
     missing = net.missing_tools()
     if missing:
         return f"{', '.join(missing)} not found: `apt-get install iproute2 util-linux openssh-server openssh-client`"

@@ -75,7 +75,7 @@ NODES_UP = "labkit nodes up --count 2 --slots 1; echo \"up exited $?\"; labkit n
 NODES_TRIES = {
     "doctor (image user)": ([], "labkit doctor", None, "need root"),
     "nodes up (image user)": ([], NODES_UP, 1, "root"),
-    "nodes up (root)": (["--user", "root"], NODES_UP, 1, "Operation not permitted"),
+    "nodes up (root)": (["--user", "root"], NODES_UP, 1, "--cap-add NET_ADMIN,SYS_ADMIN"),
     "nodes up (root, --cap-add NET_ADMIN,SYS_ADMIN)":
         (["--user", "root", "--cap-add", "NET_ADMIN,SYS_ADMIN"], NODES_UP, 0, "up in "),
     "nodes up (root, --privileged)": (["--user", "root", "--privileged"], NODES_UP, 0, "up in "),

@@ -135,3 +135,9 @@ def test_doctor_says_what_needs_root_and_what_a_gloo_only_build_cannot_do():
     assert not any("mpirun" in c for c in doctor.cannot_run(fake_report(), is_root=False))
     text = doctor.format_report(fake_report(cannot_run=cannot, mpi="Open MPI 5.0.11"))
     assert "Not on this machine" in text and "except the above" in text
+
+
+def test_doctor_says_root_in_a_container_needs_the_capabilities():
+    lacking = doctor.cannot_run(fake_report(missing_capabilities=["NET_ADMIN", "SYS_ADMIN"]), is_root=True)
+    assert any("labs 7 and 8" in c and "--cap-add NET_ADMIN,SYS_ADMIN" in c for c in lacking), lacking
+    assert not any("--cap-add" in c for c in doctor.cannot_run(fake_report(missing_capabilities=[]), is_root=True))

@@ -97,3 +97,29 @@ def test_lab_7_cell_says_why_without_root(monkeypatch: pytest.MonkeyPatch, capsy
     assert nodes_lab.ranks_per_host(["python", "fashion_mnist.py"]) is None
     out = capsys.readouterr().out
     assert "need root" in out and "Binder" in out and "local rank" in out
+
+
+def test_the_capabilities_virtual_nodes_need_are_read_from_the_effective_set() -> None:
+    from labkit.nodes import net
+
+    assert net.missing_capabilities("Name:\tx\nCapEff:\t000001ffffffffff\n") == []  # root on its own machine
+    assert net.missing_capabilities("CapEff:\t00000000a80425fb\n") == ["NET_ADMIN", "SYS_ADMIN"]  # a container's root
+    assert net.missing_capabilities(f"CapEff:\t{1 << 12:016x}\n") == ["SYS_ADMIN"]
+    assert net.missing_capabilities("no such line\n") == []  # unreadable: up finds out by trying
+    assert isinstance(net.missing_capabilities(), list)
+
+
+def test_root_without_the_capabilities_is_told_how_to_run_the_container(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    from labkit.nodes import net
+    from labkit.nodes import virtual as nodes
+
+    monkeypatch.setenv("LABKIT_NODES_STATE", str(tmp_path / "state"))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(net, "missing_capabilities", lambda status=None: ["NET_ADMIN", "SYS_ADMIN"])
+    monkeypatch.setattr(net, "make_bridge", lambda: pytest.fail("nothing may be made"))
+    with pytest.raises(nodes.NodesError, match=r"--cap-add NET_ADMIN,SYS_ADMIN"):
+        nodes.VirtualNodes(count=2, slots=1).up()
+    assert not (tmp_path / "state").exists()
+    why = nodes_lab.why_not()
+    assert why is not None and "CAP_NET_ADMIN and CAP_SYS_ADMIN" in why and "--privileged" in why
