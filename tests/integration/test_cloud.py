@@ -292,6 +292,44 @@ def test_bootstrap_ends_a_ps_task_when_the_chief_has_gone():
     assert not leftover.strip(), f"the served task was left running: {leftover}"
 
 
+@pytest.mark.slow  # waits for a task to end
+def test_a_chief_seen_only_through_its_connection_still_ends_the_task():
+    """A chief whose whole run fell between two looks at its port: its connection to the task is what was seen."""
+    import socket
+    import time
+
+    closed = socket.socket()  # the chief's port, where nothing ever answers
+    closed.bind(("127.0.0.1", 0))
+    chief_port = closed.getsockname()[1]
+    closed.close()
+    task = socket.socket()
+    task.bind(("127.0.0.1", 0))
+    task_port = task.getsockname()[1]
+    task.close()
+    child = [sys.executable, "-c", f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {task_port})); "
+             "s.listen(); c, _ = s.accept(); time.sleep(121)"]
+    out = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from labkit.deploy.cloud import bootstrap as b;"
+        f"sys.exit(b.serve_until_chief_ends({child!r}, '127.0.0.1:{chief_port}', every=0.2))")])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                chief = socket.create_connection(("127.0.0.1", task_port), timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the task never listened"
+                time.sleep(0.2)
+        time.sleep(2)
+        assert out.poll() is None  # connected: the task keeps serving
+        chief.close()
+        assert out.wait(timeout=30) == 0
+    finally:
+        out.kill()
+    leftover = subprocess.run(["pgrep", "-f", "time.sleep\\(121\\)"], capture_output=True, text=True).stdout
+    assert not leftover.strip(), f"the served task was left running: {leftover}"
+
+
 def test_examples_in_the_repository_are_current(tmp_path):
     """cloud/ holds the nine files with the defaults, as `labkit cloud PROVIDER -o cloud` writes them."""
     for provider in PROVIDERS:

@@ -119,14 +119,35 @@ def serve_ssh(start_timeout: float = 1800.0) -> int:
         sshd.wait(10)
 
 
-def serve_until_chief_ends(command: Sequence[str], chief: str, misses: int = 3, every: float = 5.0) -> int:
-    """Run a ParameterServerStrategy worker or ps until the chief has stopped answering."""
+def chief_connected(pid: int, host: str) -> bool:
+    """Whether the chief (``host``) holds a TCP connection to process ``pid`` or one of its children: the
+    coordinator of ParameterServerStrategy keeps one to every worker and parameter server while it trains."""
+    try:
+        addresses = set(socket.gethostbyname_ex(host)[2])
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except (OSError, psutil.Error):
+        return False
+    for p in procs:
+        try:
+            connections = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections("tcp")
+        except psutil.Error:
+            continue
+        if any(c.raddr and c.raddr.ip in addresses and c.status == psutil.CONN_ESTABLISHED for c in connections):
+            return True
+    return False
+
+
+def serve_until_chief_ends(command: Sequence[str], chief: str, misses: int = 3, every: float = 2.0) -> int:
+    """Run a ParameterServerStrategy worker or ps until the chief, once seen (answering on its port, or connected
+    to this task), has stopped answering and holds no connection to it: a chief whose whole run fell between two
+    looks at its port is still seen through its connection."""
     child = subprocess.Popen(list(command))
     host, port = chief.rsplit(":", 1)
     seen, missed = False, 0
     try:
         while child.poll() is None:
-            up = reachable(host, int(port))
+            up = reachable(host, int(port)) or chief_connected(child.pid, host)
             seen, missed = seen or up, 0 if up else missed + 1
             if seen and missed >= misses:
                 return 0
