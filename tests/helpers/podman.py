@@ -88,6 +88,22 @@ class Store:
         return ([str(self.folder)] if self.folder.exists() else []) + mounts
 
 
+def skip_unless_served() -> None:
+    """Skip a test that serves JupyterLab from a container to a browser where this machine cannot: no root,
+    mmdebstrap, podman or runc, no chromium, or no pip settings to lend."""
+    import pytest
+
+    from helpers import browser
+
+    lacking = build.missing_tools()
+    if lacking:
+        pytest.skip("needs " + ", ".join(lacking))
+    if browser.missing():
+        pytest.skip(browser.missing())
+    if not HOST_PIP.exists() or not HOST_CA.exists():
+        pytest.skip("the container reaches the package index only with this machine's pip settings and certificates")
+
+
 def lent_pip(folder: Path, host_conf: str) -> list[str]:
     """A container's read-only mounts that let pip reach the index here: the certificate bundle at
     :data:`LENT_CA`, this machine's pip settings pointed at it, and the folders under /opt they name. The

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
-from helpers.podman import HOST_CA, HOST_PIP, LENT_CA, Store, lab_settings, lent_pip
+from helpers.podman import HOST_CA, HOST_PIP, LENT_CA, Store, lab_settings, lent_pip, skip_unless_served
 
 from labkit.core import contract, tfconfig
 from labkit.deploy.image import build, recipe
@@ -107,14 +107,7 @@ def test_the_containerfile_builds_and_serves_lab_2(tmp_path: Path) -> None:
     from helpers import browser
     from helpers.notebooks import outputs_text
 
-    lacking = build.missing_tools()
-    if lacking:
-        pytest.skip("needs " + ", ".join(lacking))
-    problem = browser.missing()
-    if problem:
-        pytest.skip(problem)
-    if not HOST_PIP.exists() or not HOST_CA.exists():
-        pytest.skip("the build reaches the package index only with this machine's pip settings and certificates")
+    skip_unless_served()
     suite = recipe.host_suite()
     folder = Path(tempfile.mkdtemp(prefix="labkit-containerfile-"))
     store = Store(folder)

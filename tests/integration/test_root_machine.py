@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 from helpers import paths
-from helpers.podman import HOST_CA, HOST_PIP, LENT_CA, Store, lab_settings, lent_pip
+from helpers.podman import HOST_PIP, LENT_CA, Store, lab_settings, lent_pip, skip_unless_served
 
 from labkit.core import contract, tfconfig
 from labkit.course import labs
-from labkit.deploy.image import build, recipe
+from labkit.deploy.image import recipe
 from labkit.measure import reference
 
 ROOT = paths.ROOT
@@ -100,14 +100,7 @@ def test_make_lab_on_a_fresh_root_machine_runs_labs_7_and_8_on_virtual_nodes() -
     from helpers import browser
     from helpers.notebooks import outputs_text
 
-    lacking = build.missing_tools()
-    if lacking:
-        pytest.skip("needs " + ", ".join(lacking))
-    problem = browser.missing()
-    if problem:
-        pytest.skip(problem)
-    if not HOST_PIP.exists() or not HOST_CA.exists():
-        pytest.skip("the container reaches the package index only with this machine's pip settings")
+    skip_unless_served()
     folder = Path(tempfile.mkdtemp(prefix="labkit-root-machine-"))
     store = Store(folder)  # its folder also holds the course (a .venv of some GB): emptied at the end
     name = f"labkit-test-root-{uuid.uuid4().hex[:8]}"
