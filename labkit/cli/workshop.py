@@ -330,11 +330,12 @@ def _class(a: argparse.Namespace) -> int:
             return 2
         reading = classlog.read(folder, learners=learners)  # each record is its file owner's, whatever it says
         rows, problems, revealed = reading.records, reading.problems, reading.reveals
-    for problem in problems:
-        print(f"labkit class: skipped {problem}", file=sys.stderr)
+    for problem in problems:  # learners' text (a line, a file's name): shown, never obeyed by the terminal
+        print(f"labkit class: skipped {classlog.for_terminal(problem)}", file=sys.stderr)
     view = classview.build(rows, learners, problems, revealed)
     if a.html:
-        Path(a.html).write_text(classpage.html_page(view))
+        Path(a.html).write_text(classpage.html_page(view), encoding="utf-8")
+    # text() shows learners' text through classlog.for_terminal; JSON escapes non-ASCII and controls (DEL is inert)
     print(json.dumps(view.to_dict(), indent=1) if a.json else view.text())
     return 0
 

@@ -14,8 +14,12 @@ record never fails a check: a problem is returned, not raised.
 Reading trusts nothing in a file (the class view runs as the instructor, the files are the learners'):
 each file is opened without following a symbolic link and read only when it is a regular file, at most
 :data:`MAX_BYTES` of it; a record's learner is the file's owner (or, for a copied folder, the file's
-name), never the record's own field; each line is checked (:meth:`Record.parse`) and a bad one is named
-in :attr:`Reading.problems` and skipped, so the view is built from what is left and never fails.
+name), never the record's own field. Each line is bounded before it is decoded (:func:`loads`: at most
+:data:`LINE_LIMIT` bytes of UTF-8, arrays and objects at most :data:`MAX_DEPTH` deep, no integer of more
+than :data:`NUMBER_DIGITS` digits, no NaN or Infinity), then checked (:meth:`Record.parse`: every field's
+type and range); whatever goes wrong with a line is named in :attr:`Reading.problems` (the first
+:data:`PROBLEMS_PER_FILE` of a file, then how many in all) and the line skipped, so the view is built from
+what is left and never fails. A learner's text is shown in a terminal only through :func:`for_terminal`.
 
 The instructor's reveals (``labkit workshop reveal LAB STEP``) are class records too: one line each in
 ``CLASS_DIR/reveals.log`` (:data:`REVEALS`; not ``*.jsonl``, so never taken for a learner's file), written by
@@ -36,6 +40,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,11 +50,107 @@ FIELDS = ("learner", "lab", "step", "passed", "message", "time")
 MESSAGE_LIMIT = 600  # characters of a check's message kept in a record
 T = TypeVar("T")
 MAX_BYTES = 2 * 2**20  # of each learner's file read by the class view (about 3000 records); the rest is named
+LINE_LIMIT = 8 * 1024  # bytes of one line read: twice the longest record labkit writes (600 escaped characters)
+MAX_DEPTH = 16  # arrays and objects inside one another in one line (a record is one flat object)
+MAX_CONTAINERS = 256  # arrays and objects in one line
+NUMBER_DIGITS = 20  # digits of an integer read; a longer one is no step or time, and is never converted
+PROBLEMS_PER_FILE = 20  # bad lines of one file named; the rest are counted
 MAX_STEP = 999
-LAB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_TIME = 4102444800.0  # 2100-01-01 UTC: a later time is no record's
+LAB_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # the whole name (fullmatch: no trailing newline)
+SURROGATE = re.compile("[\ud800-\udfff]")  # a lone half of a UTF-16 pair (JSON's "\\ud800"): no UTF-8 text
 ASSESSMENT = "assessment"  # the lab name of the final assessment's records (one step)
 SUFFIX = ".jsonl"
 REVEALS = "reveals.log"  # in the class folder: the steps the instructor revealed to the class
+
+
+class Refused:
+    """What a JSON number no record holds decodes to (NaN, Infinity, an integer of too many digits): never a
+    float or an int, so every field's check refuses it, and :meth:`Record.parse` names it in any other field."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return self.what
+
+
+def _int(text: str) -> int | Refused:
+    digits = len(text.lstrip("-"))
+    return int(text) if digits <= NUMBER_DIGITS else Refused(f"a number of {digits} digits")
+
+
+def _float(text: str) -> float | Refused:
+    value = float(text)
+    return value if math.isfinite(value) else Refused("a number beyond a float's range")
+
+
+DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=lambda _: Refused("NaN or Infinity"))
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*\\?(?:"|\Z)', re.DOTALL)  # a JSON string, or one left open
+_BRACKET = re.compile(r"[\[\]{}]")
+_OPENS = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def nesting(text: str) -> str | None:
+    """What makes the JSON ``text`` too deep to decode, found without decoding it (brackets inside strings do not
+    count): arrays and objects nested deeper than :data:`MAX_DEPTH`, or more than :data:`MAX_CONTAINERS` of them
+    (a record is one object); None when it is neither."""
+    bare = _STRING.sub("", text) if '"' in text else text
+    opened = bare.count("[") + bare.count("{")
+    if opened <= MAX_DEPTH:
+        return None  # nested no deeper than there are arrays and objects
+    if opened > MAX_CONTAINERS:
+        return f"{opened} arrays or objects (more than {MAX_CONTAINERS})"
+    if max(accumulate(map(_OPENS.__getitem__, _BRACKET.findall(bare)))) > MAX_DEPTH:  # the depth after each
+        return f"arrays or objects nested deeper than {MAX_DEPTH}"
+    return None
+
+
+def loads(text: str) -> Any:
+    """The JSON ``text``, bounded: ValueError when it is nested too deep (:func:`nesting`, checked before it is
+    decoded) or is no JSON; an integer longer than :data:`NUMBER_DIGITS` digits, NaN or Infinity decodes to a
+    :class:`Refused`, never a number."""
+    deep = nesting(text)
+    if deep is not None:
+        raise ValueError(f"{deep}: nested too deep, not decoded")
+    try:
+        return DECODER.decode(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e})") from None
+    except RecursionError:  # not reached past the check above; said, never raised
+        raise ValueError("nested too deep, not decoded") from None
+
+
+def decode_line(line: bytes) -> Any:
+    """One line of a class file, bounded (:data:`LINE_LIMIT` bytes, strict UTF-8, then :func:`loads`)."""
+    if len(line) > LINE_LIMIT:
+        raise ValueError(f"longer than {LINE_LIMIT} bytes ({len(line)}), not decoded")
+    try:
+        text = line.decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text (byte {e.start + 1})") from None
+    return loads(text)
+
+
+def for_terminal(text: str) -> str:
+    """``text`` as a terminal shows it and never obeys it: every character that is not printable (control
+    characters and escape sequences, bidi overrides and other format characters, line and paragraph separators,
+    lone surrogates) written as its Python escape, ``\\x1b``, ``\\u202e``. Printable text is returned as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _time(when: object) -> bool:
+    """Whether ``when`` is a time a record holds: seconds since the epoch, an int or float, up to :data:`MAX_TIME`."""
+    return isinstance(when, (int, float)) and not isinstance(when, bool) and 0 <= when <= MAX_TIME  # NaN: False
+
+
+def _unrefused(row: dict[str, Any]) -> None:
+    """ValueError naming a field (of those parse does not check) that holds a :class:`Refused` number."""
+    for key, value in row.items():
+        if isinstance(value, Refused):
+            raise ValueError(f"field {key[:40]!r} holds {value.what}, not a number")
 
 
 @dataclass(frozen=True)
@@ -77,7 +178,7 @@ class Record:
         if "learner" in row and row["learner"] != learner:
             raise ValueError(f"names another learner ({str(row['learner'])[:40]!r}) in {learner}'s file")
         lab, step, passed, message, when = (row[k] for k in FIELDS[1:])
-        if not isinstance(lab, str) or not LAB_NAME.match(lab):
+        if not isinstance(lab, str) or not LAB_NAME.fullmatch(lab):
             raise ValueError("lab is not a lab's name")
         if type(step) is not int or not 1 <= step <= MAX_STEP:
             raise ValueError(f"step is not a whole number from 1 to {MAX_STEP}")
@@ -85,8 +186,11 @@ class Record:
             raise ValueError("passed is not true or false")
         if not isinstance(message, str):
             raise ValueError("message is not text")
-        if when is not None and (type(when) not in (int, float) or not math.isfinite(when) or when < 0):
-            raise ValueError("time is not a time")
+        if SURROGATE.search(message):
+            raise ValueError("message is not UTF-8 text (a lone surrogate)")
+        if when is not None and not _time(when):
+            raise ValueError("time is not a time (seconds since 1970, before 2100)")
+        _unrefused(row)
         return cls(learner, lab, step, passed, _short(message), None if when is None else float(when))
 
 
@@ -108,14 +212,15 @@ class Reveal:
         if not isinstance(row, dict):
             raise ValueError("not a JSON object")
         lab, step, by, when = (row.get(k) for k in ("lab", "step", "by", "time"))
-        if not isinstance(lab, str) or not LAB_NAME.match(lab):
+        if not isinstance(lab, str) or not LAB_NAME.fullmatch(lab):
             raise ValueError("lab is not a lab's name")
         if type(step) is not int or not 1 <= step <= MAX_STEP:
             raise ValueError(f"step is not a whole number from 1 to {MAX_STEP}")
-        if not isinstance(by, str) or not by or len(by) > 64:
+        if not isinstance(by, str) or not by or len(by) > 64 or SURROGATE.search(by):
             raise ValueError("by is not a name")
-        if type(when) not in (int, float) or not math.isfinite(when) or when < 0:
-            raise ValueError("time is not a time")
+        if not _time(when):
+            raise ValueError("time is not a time (seconds since 1970, before 2100)")
+        _unrefused(row)
         return cls(lab, step, by, float(when))
 
 
@@ -259,14 +364,23 @@ def read_file(path: Path, learner: str | None = None, limit: int = MAX_BYTES) ->
 
 
 def _parsed(data: bytes, path: Path, parse: Callable[[Any], T], problems: list[str]) -> list[T]:
-    """What ``parse`` makes of each JSON line of ``data``; a line it refuses is named in ``problems``."""
+    """What ``parse`` makes of each JSON line of ``data`` (lines end at ``\\n`` only); a line that cannot be read
+    or that ``parse`` refuses is skipped and named in ``problems`` (the first :data:`PROBLEMS_PER_FILE`, then how
+    many in all): whatever is in a line, nothing is raised."""
     out = []
-    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(parse(json.loads(line)))
-            except ValueError as e:
-                problems.append(f"{path} line {number}: {e}; skipped")
+    bad = 0
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse(decode_line(line)))
+        except Exception as e:  # noqa: BLE001  # a learner's line never ends the view: said, not raised
+            bad += 1
+            if bad <= PROBLEMS_PER_FILE:
+                why = str(e) if isinstance(e, ValueError) else f"cannot be read ({type(e).__name__})"
+                problems.append(f"{path} line {number}: {why}; skipped")
+    if bad > PROBLEMS_PER_FILE:
+        problems.append(f"{path}: {bad} lines skipped in all (the first {PROBLEMS_PER_FILE} named)")
     return out
 
 

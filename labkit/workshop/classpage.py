@@ -1,12 +1,13 @@
 """The class view as one self-contained HTML page (no scripts or files from elsewhere).
 
 ``refresh`` seconds adds a meta refresh, so the page served by the hub follows the class while it works.
+Every learner's text in it is HTML-escaped (``html.escape``, quotes too: it also goes in attributes), and the
+page is always UTF-8 text: a lone surrogate (a file name that is no UTF-8) is replaced, never an encoding error.
 """
 
 from __future__ import annotations
 
 import html
-import time
 
 from labkit.workshop.classview import View, first_line, when
 
@@ -28,7 +29,7 @@ def _cell(view: View, who: str, col) -> str:
 def html_page(view: View, title: str = "Class view", refresh: int | None = None) -> str:
     """The grid (learners x steps), each step's pass rate, commonest failures and median minutes to pass."""
     meta = f"<meta http-equiv='refresh' content='{int(refresh)}'>" if refresh else ""
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view.updated)) if view.updated else "no record yet"
+    stamp = when(view.updated, "%Y-%m-%d %H:%M:%S") if view.updated else "no record yet"
     head = "".join(f"<th title='{html.escape(c.title, quote=True)}'>{html.escape(c.key)}</th>" for c in view.columns)
     rows = []
     for who in view.learners:
@@ -47,11 +48,12 @@ def html_page(view: View, title: str = "Class view", refresh: int | None = None)
             items = "".join(f"<li>{n} learner{'s' if n > 1 else ''}: <code>{html.escape(m)}</code></li>"
                             for m, n in c.failures)
             fails.append(f"<h3>{html.escape(c.key)}: {html.escape(c.title)}</h3><ul class='fails'>{items}</ul>")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>" + meta + f"<title>{html.escape(title)}</title>"
+    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'>" + meta + f"<title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p><small>{len(view.learners)} learners; newest record {stamp}</small></p>{grid}"
             "<h2>Commonest failures</h2>" + ("".join(fails) or "<p>None.</p>") + _revealed(view) + _skipped(view)
             + "</body></html>\n")
+    return page if page.isascii() else page.encode("utf-8", "replace").decode("utf-8")
 
 
 def _revealed(view: View) -> str:

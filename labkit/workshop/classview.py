@@ -12,22 +12,29 @@ a step's pass rate is the share of the class whose latest result passes; its com
 learner once per message (first line); its time is the median, over the learners who passed it, of the
 minutes from passing the step before (or from their first check of the lab) to first passing it.
 The lines skipped while reading the records are kept in :attr:`View.problems` and shown with the view.
+
+Building the view takes time linear in the number of records (they are grouped by step and by learner once).
+Its columns are the course's steps judged so far and, up to :data:`MAX_COLUMNS` in all, any other step a
+record names (a learner writes their own record file): the records of further steps are counted in
+:attr:`View.problems`, not shown. :meth:`View.text` is for a terminal: every learner's text in it (names,
+messages, steps of grade results, skipped lines) goes through :func:`~labkit.records.classlog.for_terminal`.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.course import labs
-from labkit.records.classlog import Record, Reveal
+from labkit.records.classlog import ASSESSMENT, Record, Reveal, for_terminal
 
 TOP_FAILURES = 3
 PROBLEMS_SHOWN = 20  # skipped lines listed with the view; the rest are counted
+MAX_COLUMNS = 100  # the course's steps always; other steps named by records up to this many columns in all
 
 
 @dataclass
@@ -82,8 +89,9 @@ class View:
                 "skipped": self.problems, "revealed": [r.to_dict() for r in self.reveals]}
 
     def revealed_lines(self) -> list[str]:
-        """One line per reveal: which step, by whom, when."""
-        return [f"{r.lab}/{r.step} {_title(r.lab, r.step)}: revealed by {r.by} at {when(r.time)}" for r in self.reveals]
+        """One line per reveal: which step, by whom, when (for a terminal: see :meth:`text`)."""
+        return [for_terminal(f"{r.lab}/{r.step} {_title(r.lab, r.step)}: revealed by {r.by} at {when(r.time)}")
+                for r in self.reveals]
 
     def shown_problems(self) -> list[str]:
         """The skipped records to show: the first :data:`PROBLEMS_SHOWN`, then how many more."""
@@ -91,32 +99,40 @@ class View:
         return self.problems[:PROBLEMS_SHOWN] + ([f"... and {extra} more"] if extra > 0 else [])
 
     def text(self) -> str:
-        skipped = [f"skipped: {p}" for p in self.shown_problems()]
+        """The view for a terminal: learners' text in it is shown, never obeyed (no escape sequence, control or
+        bidi character of theirs reaches the terminal: :func:`~labkit.records.classlog.for_terminal`)."""
+        skipped = [for_terminal(f"skipped: {p}") for p in self.shown_problems()]
         revealed = ["", "solutions revealed to the class:", *(f"    {x}" for x in self.revealed_lines())] \
             if self.reveals else []
         if not self.columns:
             return "\n".join(["class view: no check has been recorded yet", *revealed, *skipped])
-        keys = [c.key for c in self.columns]
-        width = max(8, *(len(w) for w in self.learners)) if self.learners else 8
+        names = {who: for_terminal(who) for who in self.learners}
+        keys = [for_terminal(c.key) for c in self.columns]
+        width = max(8, *(len(w) for w in names.values())) if names else 8
         head = " " * width + "  " + " ".join(f"{k:>13}" for k in keys)
         lines = [head]
         for who in self.learners:
             marks = []
+            row = self.cells.get(who, {})
             for c in self.columns:
-                x = self.cell(who, c)
+                x = row.get(c.key)
                 marks.append(f"{'.' if x is None else ('pass' if x.passed else 'FAIL') + f' x{x.attempts}':>13}")
-            lines.append(f"{who:<{width}}  " + " ".join(marks))
+            lines.append(f"{names[who]:<{width}}  " + " ".join(marks))
         rates = " ".join(f"{c.pass_rate:>12.0%} " for c in self.columns)
         lines += [f"{'passed':<{width}}  {rates}", ""]
-        for c in self.columns:
+        for c, key in zip(self.columns, keys, strict=True):
             took = "" if c.minutes is None else f", median {c.minutes:.1f} min to pass"
-            lines.append(f"{c.key} {c.title}: {c.passed}/{len(self.learners)} pass, {c.tried} tried{took}")
-            lines += [f"    {n} x {m}" for m, n in c.failures]
+            lines.append(f"{key} {for_terminal(c.title)}: {c.passed}/{len(self.learners)} pass, {c.tried} tried{took}")
+            lines += [f"    {n} x {for_terminal(m)}" for m, n in c.failures]
         return "\n".join(lines + revealed + skipped)
 
 
-def when(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+def when(seconds: float, form: str = "%Y-%m-%d %H:%M") -> str:
+    """``seconds`` since the epoch as local time; a time the platform cannot show is said, never raised."""
+    try:
+        return time.strftime(form, time.localtime(seconds))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return "an unknown time"
 
 
 def first_line(message: str, limit: int = 160) -> str:
@@ -124,54 +140,92 @@ def first_line(message: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _order(lab: str, step: int) -> tuple[int, str, int]:
-    names = list(labs.LABS)
-    return (names.index(lab) if lab in names else len(names), lab, step)
-
-
 def _title(lab: str, step: int) -> str:
     spec = labs.LABS.get(lab)
     if spec is not None and 1 <= step <= spec.n_steps:
         return spec.step_title(step)
-    return "the final assessment" if lab == "assessment" else ""
+    return "the final assessment" if lab == ASSESSMENT else ""
 
 
-def _minutes(rows: list[Record], lab: str, step: int) -> float | None:
-    """Median minutes, over learners, from the start of ``step`` (previous step passed, or first check) to passing."""
-    spans = []
-    for who in {r.learner for r in rows}:
-        mine = [(r, r.time) for r in rows if r.learner == who and r.lab == lab and r.time is not None]
-        passed = [t for r, t in mine if r.step == step and r.passed]
-        if not passed:
+def _in_course(lab: str, step: int) -> bool:
+    spec = labs.LABS.get(lab)
+    return (spec is not None and 1 <= step <= spec.n_steps) or (lab == ASSESSMENT and step == 1)
+
+
+def _columns(keys: Iterable[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """The steps shown, in the course's order (all the course's steps, then others up to :data:`MAX_COLUMNS`
+    columns in all), and the steps not shown."""
+    index = {name: k for k, name in enumerate(labs.LABS)}
+    ordered = sorted(keys, key=lambda k: (index.get(k[0], len(index)), k[0], k[1]))
+    course = [k for k in ordered if _in_course(*k)]
+    others = [k for k in ordered if not _in_course(*k)]
+    room = max(0, MAX_COLUMNS - len(course))
+    shown = set(course + others[:room])
+    return [k for k in ordered if k in shown], others[room:]
+
+
+def _minutes(rows: Iterable[Record]) -> dict[tuple[str, int], float]:
+    """Per step, the median minutes, over learners, from its start (previous step passed, or their first check of
+    the lab) to first passing it; one pass over the records."""
+    first_seen: dict[tuple[str, str], float] = {}  # (learner, lab) -> time of their first record of it
+    first_pass: dict[tuple[str, str, int], float] = {}  # (learner, lab, step) -> time they first passed it
+    for r in rows:
+        if r.time is None:
             continue
-        before = ([t for r, t in mine if r.step == step - 1 and r.passed] if step > 1 else [t for _, t in mine])
-        if before:
-            spans.append(max(0.0, min(passed) - min(before)) / 60)
-    return statistics.median(spans) if spans else None
+        seen = (r.learner, r.lab)
+        if r.time < first_seen.get(seen, float("inf")):
+            first_seen[seen] = r.time
+        if r.passed:
+            key = (r.learner, r.lab, r.step)
+            if r.time < first_pass.get(key, float("inf")):
+                first_pass[key] = r.time
+    spans: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for (who, lab, step), passed in first_pass.items():
+        before = first_pass.get((who, lab, step - 1)) if step > 1 else first_seen.get((who, lab))
+        if before is not None:
+            spans[(lab, step)].append(max(0.0, passed - before) / 60)
+    return {key: statistics.median(mins) for key, mins in spans.items()}
 
 
 def build(records: Iterable[Record], learners: Iterable[str] = (), problems: Iterable[str] = (),
           reveals: Iterable[Reveal] = ()) -> View:
     """The view of ``records`` (oldest first); ``learners`` adds rows for learners with no record yet;
-    ``problems`` are the records skipped while reading, shown with the view; ``reveals`` the steps revealed."""
+    ``problems`` are the records skipped while reading, shown with the view; ``reveals`` the steps revealed.
+
+    Linear in the number of records: they are grouped by step once, and each step's figures come from its group."""
     rows = list(records)
     who = sorted({*learners, *(r.learner for r in rows)})
-    keys = sorted({(r.lab, r.step) for r in rows}, key=lambda k: _order(*k))
+    by_step: dict[tuple[str, int], list[Record]] = defaultdict(list)
+    for r in rows:
+        by_step[(r.lab, r.step)].append(r)
+    keys, hidden = _columns(by_step)
+    skipped = list(problems)
+    if hidden:
+        count = sum(len(by_step[k]) for k in hidden)
+        skipped.append(f"{count} records of {len(hidden)} steps not in the course not shown (at most {MAX_COLUMNS} "
+                       f"columns; the first: {hidden[0][0]}/{hidden[0][1]})")
+        shown = set(keys)
+        rows = [r for r in rows if (r.lab, r.step) in shown]
     cells: dict[str, dict[str, Cell]] = {w: {} for w in who}
     for r in rows:
         key = f"{r.lab}/{r.step}"
         old = cells[r.learner].get(key)
         cells[r.learner][key] = Cell(r.passed, (old.attempts if old else 0) + 1, r.message, r.time)
+    latest: dict[str, list[Cell]] = defaultdict(list)
+    for row in cells.values():
+        for key, cell in row.items():
+            latest[key].append(cell)
+    minutes = _minutes(rows)
     columns = []
     for lab, step in keys:
         col = Column(lab, step, _title(lab, step))
-        latest = [row[col.key] for row in cells.values() if col.key in row]
-        col.tried, col.passed = len(latest), sum(x.passed for x in latest)
+        mine = latest[col.key]
+        col.tried, col.passed = len(mine), sum(x.passed for x in mine)
         col.pass_rate = col.passed / len(who) if who else 0.0
-        seen = {(r.learner, first_line(r.message)) for r in rows if r.lab == lab and r.step == step and not r.passed}
+        seen = {(r.learner, first_line(r.message)) for r in by_step[(lab, step)] if not r.passed}
         col.failures = sorted(Counter(m for _, m in seen).items(), key=lambda mn: (-mn[1], mn[0]))[:TOP_FAILURES]
-        col.minutes = _minutes(rows, lab, step)
+        col.minutes = minutes.get((lab, step))
         columns.append(col)
     times = [r.time for r in rows if r.time is not None]
-    return View(who, columns, cells, max(times) if times else None, list(problems),
+    return View(who, columns, cells, max(times) if times else None, skipped,
                 sorted(reveals, key=lambda r: r.time))

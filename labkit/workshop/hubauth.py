@@ -1,25 +1,99 @@
-"""The hub's own login for a workshop: per-learner passwords checked against scrypt hashes.
+"""The hub's own login for a workshop: per-learner passwords checked against scrypt hashes, and a throttle.
 
 Loaded by JupyterHub (``c.JupyterHub.authenticator_class``), never at labkit's import. Learners' Unix
 accounts have no usable password, so this is the only way in: ``ssh`` and ``su`` with the printed password
 fail. Which names may log in is the hub's ``allowed_users`` (the learners) and ``admin_users`` (the
 instructor); the hashes are in :attr:`WorkshopAuthenticator.password_file` (:mod:`labkit.workshop.passwords`).
+
+Both of the workshop's logins (its own, and the shared password's) go through :class:`Throttle`: after
+:data:`FAILURES` failed attempts for one name, or from one address, within :data:`WINDOW` seconds, further
+attempts for that name or from that address are refused without checking the password until the window has
+passed. A guesser gets a handful of tries per window, and the hub's cores are not spent hashing their guesses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from jupyterhub.auth import Authenticator
+from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from traitlets import Unicode
 
 from labkit.workshop import passwords
 
 MAX_PASSWORD = 256  # characters: longer input is refused before it is hashed
+FAILURES = 5  # failed logins per name, and per address, within WINDOW
+WINDOW = 300.0  # seconds
+KEYS = 10_000  # names and addresses remembered at most (the oldest forgotten first)
 
 
-class WorkshopAuthenticator(Authenticator):
+class Throttle:
+    """Failed attempts per key (a name, an address) within a sliding window; bounded in memory."""
+
+    def __init__(self, failures: int = FAILURES, window: float = WINDOW,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.failures, self.window, self.clock = failures, window, clock
+        self._seen: dict[str, deque[float]] = {}
+
+    def _recent(self, key: str) -> deque[float]:
+        now = self.clock()
+        times = self._seen.get(key)
+        if times is None:
+            return deque()
+        while times and now - times[0] >= self.window:
+            times.popleft()
+        if not times:
+            del self._seen[key]
+        return times
+
+    def blocked(self, *keys: str) -> float:
+        """Seconds until any of ``keys`` may try again (0: it may now)."""
+        waits = [self.window - (self.clock() - t[0]) for t in map(self._recent, keys) if len(t) >= self.failures]
+        return max(waits, default=0.0)
+
+    def failed(self, *keys: str) -> None:
+        for key in keys:
+            times = self._recent(key)
+            if key not in self._seen:
+                if len(self._seen) >= KEYS:
+                    del self._seen[next(iter(self._seen))]
+                self._seen[key] = times
+            times.append(self.clock())
+            while len(times) > self.failures:
+                times.popleft()
+
+
+def _keys(handler, data) -> tuple[str, str]:  # noqa: ANN001 (JupyterHub's objects)
+    name = str((data or {}).get("username", ""))[:64]
+    address = getattr(getattr(handler, "request", None), "remote_ip", None) or "unknown"
+    return f"name:{name}", f"address:{address}"
+
+
+class Throttled:
+    """A mix-in before a JupyterHub authenticator: attempts over the throttle are refused unchecked."""
+
+    _throttle: Throttle | None = None
+
+    async def authenticate(self, handler, data):  # JupyterHub's signature
+        if self._throttle is None:
+            self._throttle = Throttle()
+        keys = _keys(handler, data)
+        wait = self._throttle.blocked(*keys)
+        if wait:
+            self.log.warning("login refused for %r: %d failed attempts within %d s (again in %.0f s)",
+                             keys[0][5:], FAILURES, WINDOW, wait)
+            return None
+        user = await super().authenticate(handler, data)
+        if user is None:
+            self._throttle.failed(*keys)
+        return user
+
+
+class PasswordFile(Authenticator):
     """Username and password from the hub's form, checked against ``password_file``."""
 
     password_file = Unicode("", help="lines `name scrypt$...` written by labkit workshop up").tag(config=True)
@@ -34,3 +108,11 @@ class WorkshopAuthenticator(Authenticator):
             self.log.warning("failed login for %r", name[:40])
             return None
         return name
+
+
+class WorkshopAuthenticator(Throttled, PasswordFile):
+    """The workshop's own login (``--auth hub``, the default), throttled."""
+
+
+class SharedAuthenticator(Throttled, SharedPasswordAuthenticator):
+    """JupyterHub's shared password (``--shared-password``), throttled."""

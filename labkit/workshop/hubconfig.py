@@ -6,7 +6,7 @@ Authentication, one of two (the Unix accounts themselves have a locked password 
 * ``hub`` (default): each learner and the instructor log in with their own password, made by
   ``workshop up`` and printed once, checked by the hub against scrypt hashes in a file only root reads
   (:class:`labkit.workshop.hubauth.WorkshopAuthenticator`). Nobody can log in as another learner.
-* ``shared``: JupyterHub's ``SharedPasswordAuthenticator`` (5.3+): one workshop password for every
+* ``shared``: JupyterHub's ``SharedPasswordAuthenticator`` (5.3+, throttled too): one workshop password for every
   learner, a separate one (32+ characters) for the instructor. JupyterHub warns that anyone holding the
   shared password can log in as any learner: for short events where that is acceptable.
 
@@ -29,6 +29,8 @@ from pathlib import Path
 from labkit.core import contract
 
 SERVICE = "class"  # the class view's service name: /services/class/
+QUEUE_SERVICE = "check-queue"  # the class's check queue (labkit.workshop.checkqueue): a socket, no web page
+NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 DEFAULT_URL = "/lab/tree/labs/00_start_here.ipynb"
 TERMINAL = ["/usr/bin/env", "SHELL=/bin/bash", "/bin/bash", "-l"]  # the account's shell is nologin
 AUTHS = ("hub", "shared")
@@ -70,6 +72,7 @@ class HubSettings:
     spawner: str = "local"  # or "slurm" (SPAWNERS)
     hub_ip: str = "127.0.0.1"  # where servers reach the hub: the nodes' bridge for Slurm jobs
     node_addresses: dict[str, str] = field(default_factory=dict)  # slurm: each node's name and address
+    addresses: dict[str, str] = field(default_factory=dict)  # local: each account's own network (worlds.plan)
 
     def check(self) -> None:
         if self.subdomain_host:
@@ -78,8 +81,10 @@ class HubSettings:
             raise ValueError(f"spawner is one of {', '.join(SPAWNERS)}, got {self.spawner!r}")
         if self.spawner == "slurm" and not (self.node_addresses and self.extra_env.get("SLURM_CONF")):
             raise ValueError("the Slurm spawner needs the nodes' addresses and their SLURM_CONF")
-        for address in (self.hub_ip, *self.node_addresses.values()):
+        for address in (self.hub_ip, *self.node_addresses.values(), *self.addresses.values()):
             check_ip(address)
+        if any(not NAME.fullmatch(n) for n in self.addresses):
+            raise ValueError("an account's name is not a Unix user name")
         if self.auth not in AUTHS:
             raise ValueError(f"auth is hub or shared, got {self.auth!r}")
         if self.auth == "hub" and self.logins is None:
@@ -114,7 +119,7 @@ def check_ip(ip: str) -> str:
 
 def _auth_lines(s: HubSettings) -> list[str]:
     if s.auth == "shared":
-        return ['c.JupyterHub.authenticator_class = "shared-password"',
+        return ['c.JupyterHub.authenticator_class = "labkit.workshop.hubauth.SharedAuthenticator"',
                 f"c.SharedPasswordAuthenticator.user_password = {s.user_password!r}",
                 f"c.SharedPasswordAuthenticator.admin_password = {s.admin_password!r}"]
     return ['c.JupyterHub.authenticator_class = "labkit.workshop.hubauth.WorkshopAuthenticator"',
@@ -143,6 +148,13 @@ def _slurm_lines(s: HubSettings, spawner: str) -> list[str]:
             f"{spawner}.slurm_conf = {s.extra_env.get('SLURM_CONF', '')!r}"]
 
 
+def _local_lines(s: HubSettings, spawner: str) -> list[str]:
+    """Servers on this machine: each in a network of its own (when made), its output in a file of its own."""
+    if s.spawner != "local":
+        return []
+    return [f"{spawner}.addresses = {dict(s.addresses)!r}", f"{spawner}.log_dir = {str(s.state / 'servers')!r}"]
+
+
 def risks(s: HubSettings) -> list[str]:
     """What this configuration leaves open, said plainly in ``workshop up``'s output."""
     return [] if s.subdomain_host else [SHARED_ORIGIN]
@@ -164,6 +176,13 @@ def config_text(s: HubSettings) -> str:
                "oauth_no_confirm": True, "environment": {contract.CLASS_DIR: str(s.class_dir),
                                                          contract.WORKSHOP_LEARNERS: ",".join(s.learners),
                                                          "PYTHONPATH": str(s.release)}}
+    services = [service]
+    queue = s.extra_env.get(contract.CHECK_QUEUE, "")
+    if queue.endswith(".sock"):  # the queue server, as the instructor, at the socket every learner's checks use
+        services.append({"name": QUEUE_SERVICE, "user": s.instructor, "cwd": str(Path(queue).parent),
+                         "command": [s.python, "-m", "labkit.workshop.checkqueue", "--socket", queue,
+                                     "--slots", str(int(s.extra_env.get(contract.CHECK_SLOTS) or 1))],
+                         "environment": {"PYTHONPATH": str(s.release)}})
     lines = [
         "# Written by `labkit workshop up`; removed by `labkit workshop down`.",
         "c = get_config()  # noqa: F821",
@@ -181,6 +200,7 @@ def config_text(s: HubSettings) -> str:
         f"c.Authenticator.admin_users = {{{s.instructor!r}}}",
         f"c.JupyterHub.spawner_class = {SPAWNERS[s.spawner]!r}",
         *_slurm_lines(s, spawner),
+        *_local_lines(s, spawner),
         f"{spawner}.release_dir = {str(s.release)!r}",
         f"{spawner}.class_dir = {str(s.class_dir)!r}",
         f"{spawner}.data_dir = {str(s.data_dir) if s.data_dir else ''!r}",
@@ -191,7 +211,7 @@ def config_text(s: HubSettings) -> str:
         *_isolation_lines(s),
         f"c.Spawner.args.append({'--ServerApp.terminado_settings=' + json.dumps({'shell_command': TERMINAL})!r})",
         *limits,
-        f"c.JupyterHub.services = [{service!r}]",
+        f"c.JupyterHub.services = {services!r}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -19,6 +19,14 @@ runs (``exec_prefix``, ``batch_cancel_cmd``, ...) included: any learner holding 
 commands as root. :func:`install` replaces it, from the hub's configuration, by :class:`ServerPortHandler`,
 which takes the port and nothing else, once per start; the hub refuses to start when batchspawner's handler is
 not where :func:`install` looks for it.
+
+batchspawner also copies the learner's own ``user_options`` (the body of ``POST /hub/api/users/NAME/server``, or
+the query of a ``/hub/spawn?...`` link) over the job script's variables, and the script runs as root until it
+becomes the learner. This spawner takes no options at all (:class:`~labkit.workshop.spawner.CourseSpawner`
+turns any form or query into none, and drops any stored or posted ones at start), and :meth:`_get_batch_script`
+renders the script from the hub's own values only, whatever it is handed: each value is checked
+(:func:`script_values`) and the server's command is quoted for the shell. The job starts the server in a world of
+its own (:mod:`labkit.workshop.worlds`: a private ``/tmp``, ``/var/tmp``, ``/dev/shm`` and IPC namespace).
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ import json
 import math
 import os
 import pwd
+import re
 import shlex
+from dataclasses import dataclass
 
 from batchspawner import SlurmSpawner
 from batchspawner import api as batch_api
@@ -36,21 +46,23 @@ from jupyterhub.apihandlers import APIHandler
 from tornado import web
 from traitlets import Dict, Unicode, default
 
+from labkit.workshop import worlds
 from labkit.workshop.slurmservers import NAME, PARTITION
 from labkit.workshop.spawner import CourseSpawner
 
 SCRIPT = """#!/bin/bash
-#SBATCH --job-name=jupyterlab-{{username}}
-#SBATCH --output={{log_dir}}/{{username}}-%j.log
+#SBATCH --job-name=jupyterlab-{username}
+#SBATCH --output={log_dir}/{username}-%j.log
 #SBATCH --chdir=/
-#SBATCH --export={{keepvars}}
-#SBATCH --partition={{partition}}
+#SBATCH --export={keepvars}
+#SBATCH --partition={partition}
 #SBATCH --nodes=1
-#SBATCH --cpus-per-task={{nprocs}}
-{% if memory %}#SBATCH --mem={{memory}}
-{% endif %}
-exec setpriv --reuid={{uid}} --regid={{gid}} --init-groups --no-new-privs -- env --chdir={{homedir}} {{cmd}}
+#SBATCH --cpus-per-task={nprocs}
+{memory_line}exec {command}
 """
+SAFE_PATH = re.compile(r"/[A-Za-z0-9_./+-]{0,1023}")  # an absolute path without spaces, quotes or newlines
+VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MEMORY = re.compile(r"[1-9][0-9]{0,8}M")
 LOWEST_PORT = 1024
 
 
@@ -95,6 +107,11 @@ class WorkshopSlurmSpawner(CourseSpawner, SlurmSpawner):
     def _batch_script_default(self) -> str:
         return SCRIPT
 
+    async def _get_batch_script(self, **subvars) -> str:  # batchspawner's hook; ``subvars`` hold user_options
+        """The job script from the hub's own values only: ``subvars`` (which batchspawner updates with the
+        learner's ``user_options``) are not read."""
+        return script(script_values(self))
+
     @default("req_partition")
     def _req_partition_default(self) -> str:
         return PARTITION
@@ -123,8 +140,55 @@ class WorkshopSlurmSpawner(CourseSpawner, SlurmSpawner):
     async def start(self):
         if not NAME.fullmatch(self.user.name) or not self.req_log_dir:
             raise RuntimeError(f"{self.user.name!r} is not a user name the workshop made, or no folder for the log")
+        self.drop_user_options()
+        script_values(self)  # refuses before the course is given when a value is not one the hub makes
         await self.give_course()
         return await super().start()
+
+
+@dataclass(frozen=True)
+class ScriptValues:
+    """What the job script is made of, each checked (:func:`script_values`)."""
+
+    username: str
+    log_dir: str
+    keepvars: str
+    partition: str
+    nprocs: int
+    memory: str  # "" or e.g. "3072M"
+    uid: int
+    gid: int
+    home: str
+    command: list[str]  # the server's command line
+
+
+def _checked(value: str, pattern: re.Pattern[str], what: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(f"the server's job script was not written: {what} {str(value)[:60]!r} is not one the "
+                         "hub makes")
+    return value
+
+
+def script_values(s: WorkshopSlurmSpawner) -> ScriptValues:
+    """The job's values from the spawner's own traits (never ``user_options``), each checked; ValueError otherwise."""
+    uid, gid = int(_checked(str(s.req_uid), re.compile(r"[1-9][0-9]{0,9}"), "uid")), int(
+        _checked(str(s.req_gid), re.compile(r"[1-9][0-9]{0,9}"), "gid"))
+    keepvars = [_checked(v, VARIABLE, "variable") for v in str(s.req_keepvars).split(",") if v]
+    return ScriptValues(
+        username=_checked(s.user.name, NAME, "user name"), log_dir=_checked(s.req_log_dir, SAFE_PATH, "log folder"),
+        keepvars=",".join(keepvars) or "NONE", partition=_checked(s.req_partition, NAME, "partition"),
+        nprocs=int(_checked(str(s.req_nprocs), re.compile(r"[1-9][0-9]{0,3}"), "CPUs")),
+        memory=_checked(s.req_memory, MEMORY, "memory") if s.req_memory else "", uid=uid, gid=gid,
+        home=_checked(s.req_homedir, SAFE_PATH, "home"),
+        command=[s.batchspawner_singleuser_cmd, *s.cmd, *s.get_args()])
+
+
+def script(v: ScriptValues) -> str:
+    """The job script: root's on the node until the learner's world (:func:`labkit.workshop.worlds.argv`) drops it."""
+    world = worlds.World(uid=v.uid, gid=v.gid, home=v.home)
+    return SCRIPT.format(username=v.username, log_dir=v.log_dir, keepvars=v.keepvars, partition=v.partition,
+                         nprocs=v.nprocs, memory_line=f"#SBATCH --mem={v.memory}\n" if v.memory else "",
+                         command=shlex.join([*worlds.argv(world), *v.command]))
 
 
 class ServerPortHandler(APIHandler):

@@ -19,13 +19,14 @@ becomes the learner).
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
-from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
-from traitlets import Float, HasTraits, Integer, Unicode
+from jupyterhub.spawner import LocalProcessSpawner
+from traitlets import Dict, Float, HasTraits, Integer, Unicode
 
 from labkit.core import contract
-from labkit.workshop import asuser, homes, limits, readonly, scopes
+from labkit.workshop import asuser, homes, limits, readonly, scopes, serverlog, worlds
 
 
 class CourseSpawner(HasTraits):
@@ -36,6 +37,24 @@ class CourseSpawner(HasTraits):
     data_dir = Unicode("", help="the read-only Fashion-MNIST copy linked into each home").tag(config=True)
     class_dir = Unicode("", help="the class folder checks write their records to").tag(config=True)
     home_timeout = Float(60.0, help="seconds the learner's home preparation may take").tag(config=True)
+
+    def options_from_form(self, form_data, spawner=None) -> dict:  # JupyterHub's signature
+        """No server options: a form or a ``/hub/spawn?...`` link's query sets nothing (a crafted link is inert)."""
+        return {}
+
+    def options_from_query(self, query_data) -> dict:  # JupyterHub's signature
+        return {}
+
+    def drop_user_options(self) -> None:
+        """Forget options posted to the REST API (``POST /hub/api/users/NAME/server``) or stored by an earlier
+        start: the workshop's servers take none, so nothing a learner sends reaches how root starts them."""
+        if self.user_options:
+            self.log.warning("%s: server options ignored (a workshop's servers take none): %s", self.user.name,
+                             ", ".join(sorted(str(k)[:40] for k in self.user_options)[:10]))
+        self.user_options = {}
+        orm = getattr(self, "orm_spawner", None)
+        if orm is not None and getattr(orm, "user_options", None):
+            orm.user_options = {}
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
@@ -60,9 +79,13 @@ class CourseSpawner(HasTraits):
 
 
 class WorkshopSpawner(CourseSpawner, LocalProcessSpawner):
-    """``LocalProcessSpawner`` + the course at first start, ``cpu_limit``/``mem_limit`` enforced, the class folder."""
+    """``LocalProcessSpawner`` + the course at first start, ``cpu_limit``/``mem_limit`` enforced, the class folder,
+    and each server in a world of its own (:mod:`labkit.workshop.worlds`) with its output in a file of its own."""
 
     pids_limit = Integer(0, help="tasks (processes and threads) per learner, pids.max; 0: none").tag(config=True)
+    addresses = Dict(Unicode(), help="each account's address in its own network namespace "
+                                     "(labkit.workshop.worlds); empty: servers share the machine's").tag(config=True)
+    log_dir = Unicode("", help="root's folder for each server's output (bounded; not the hub's log)").tag(config=True)
 
     def _limits(self) -> limits.Limits:
         return limits.Limits(self.cpu_limit or None, int(self.mem_limit) if self.mem_limit else None,
@@ -71,29 +94,49 @@ class WorkshopSpawner(CourseSpawner, LocalProcessSpawner):
     def _in_scope(self) -> bool:  # a systemd host: the learner's scope holds the limits (labkit.workshop.scopes)
         return scopes.available() and bool(self._limits().asked())
 
+    def world(self, learner: asuser.Learner) -> worlds.World:
+        """Where the learner's server runs: their own temporary folders and IPC, and their network when the
+        workshop made one for them."""
+        netns = None
+        if self.addresses:
+            if learner.name not in self.addresses:
+                raise RuntimeError(f"{learner.name} has no network of their own in this workshop")
+            netns = worlds.Network(learner.name, 0, self.addresses[learner.name]).path
+        return worlds.World(learner.uid, learner.gid, str(learner.home), netns)
+
     def make_preexec_fn(self, name: str):  # JupyterHub's signature
         asked = self._limits()
-        if self._in_scope():  # systemd-run (in start's command) becomes the learner; the groups are set here
+        if self._in_scope():  # systemd-run (in start's command) holds the limits
             return scopes.preexec(name, asked)
         procs, problem = limits.make(name, asked)
         if problem:  # `up` probed these limits: a server that would run without them does not start
             self.log.error("%s: %s", name, problem)
             raise RuntimeError(f"{name}'s server was not started: {problem}")
-        drop = set_user_setuid(name)
 
-        def preexec() -> None:
+        def preexec() -> None:  # still root: the world's setpriv (in start's command) becomes the learner
             limits.enter(procs, asked)
-            drop()
+            os.chdir("/")
 
         return preexec
 
     async def start(self):
         learner = await self.give_course()
-        if not self._in_scope():
-            return await super().start()
-        await asyncio.to_thread(scopes.end, learner.name)  # what is left of the learner's previous server
-        command, self.cmd = self.cmd, [*scopes.argv(learner.name, self._limits()), *self.cmd]
+        self.drop_user_options()
+        world = self.world(learner)
+        if self.addresses:
+            self.ip = self.addresses[learner.name]
+        prefix = worlds.argv(world)
+        if self._in_scope():
+            await asyncio.to_thread(scopes.end, learner.name)  # what is left of the learner's previous server
+            prefix = [*scopes.argv(learner.name, self._limits(), as_learner=False), *prefix]
+        out = serverlog.open_log(Path(self.log_dir), learner.name) if self.log_dir else None
+        command, kwargs = self.cmd, self.popen_kwargs
+        self.cmd = [*prefix, *self.cmd]
+        if out is not None:
+            self.popen_kwargs = {**kwargs, "stdout": out, "stderr": out}
         try:  # LocalProcessSpawner.start reads self.cmd before its first await
             return await super().start()
         finally:
-            self.cmd = command
+            self.cmd, self.popen_kwargs = command, kwargs
+            if out is not None:
+                os.close(out)

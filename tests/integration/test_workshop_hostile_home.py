@@ -33,7 +33,7 @@ from helpers.hubconf import hub_missing
 from tornado import httpclient, websocket
 
 from labkit.core import proc, tfconfig
-from labkit.workshop import accounts, asuser, homes, hub, hubconfig, lifecycle
+from labkit.workshop import accounts, asuser, homes, hub, hubconfig, lifecycle, serverlog, worlds
 
 SOURCE = paths.ROOT
 ANSWERS = [SOURCE / "solutions" / "fashion_mnist_solution.py", SOURCE / "course" / "INSTRUCTOR.md",
@@ -376,8 +376,14 @@ def test_a_child_past_its_timeout_is_killed_with_what_it_started(workshop: Works
     code = "import subprocess, time; subprocess.Popen(['sleep', '300']); print('started', flush=True); time.sleep(300)"
     done = as_learner("learner03", code, timeout=1.0)
     assert done.timed_out and done.seconds < 5 and done.out.startswith("started")
-    left = [p for p in accounts.processes_of(accounts.uids_of(["learner03"])) if "sleep" in " ".join(p.cmdline())]
-    assert left == []
+
+    def sleeping(p: psutil.Process) -> bool:
+        try:
+            return "sleep" in " ".join(p.cmdline())
+        except psutil.Error:  # ended (a zombie) since it was listed
+            return False
+
+    assert [p for p in accounts.processes_of(accounts.uids_of(["learner03"])) if sleeping(p)] == []
 
 
 RACE = """
@@ -463,3 +469,140 @@ def test_each_learner_is_served_from_an_origin_of_their_own(workshop: Workshop) 
         code, body = _get(f"{origin}/user/learner01/api/status", w.tokens["learner01"])
         assert not (code == 200 and "started" in body), (origin, code, body)  # never learner01's server there
         print(f"\n{origin}/user/learner01/api/status: {code} {body[:120]!r}")
+
+
+# Each learner's server in a world of its own (labkit.workshop.worlds): their ports, /tmp and output their own.
+
+LISTEN = """
+import socket, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", {port}))
+s.listen()
+def serve():
+    while True:
+        c, _ = s.accept()
+        c.sendall(b"learner02's secret")
+        c.close()
+threading.Thread(target=serve, daemon=True).start()
+print("listening")
+"""
+REACH = """
+import socket
+for host in {hosts!r}:
+    try:
+        with socket.create_connection((host, {port}), timeout=3) as c:
+            print(host, "REACHED", c.recv(64).decode())
+    except OSError as e:
+        print(host, "refused", type(e).__name__)
+"""
+
+
+class Kernels:
+    """Kernels of learners' servers, run as JupyterLab runs them (the server's API and websocket)."""
+
+    def __init__(self, w: Workshop) -> None:
+        self.w = w
+        self.started: list[tuple[str, str]] = []
+
+    def start(self, who: str) -> str:
+        kernel = _api(f"{self.w.server(who)}api/kernels", self.w.tokens[who], "POST")["id"]
+        self.started.append((who, kernel))
+        return kernel
+
+    def run(self, who: str, kernel: str, code: str) -> str:
+        url = f"{self.w.server(who)}api/kernels/{kernel}/channels".replace("http", "ws", 1)
+        return aio.run(_execute(url, self.w.tokens[who], code, timeout=120))
+
+    def close(self) -> None:
+        for who, kernel in self.started:
+            urllib.request.urlopen(urllib.request.Request(
+                f"{self.w.server(who)}api/kernels/{kernel}", method="DELETE",
+                headers={"Authorization": f"token {self.w.tokens[who]}"}), timeout=30).close()
+
+
+@pytest.fixture
+def kernels(workshop: Workshop) -> Iterator[Kernels]:
+    k = Kernels(workshop)
+    try:
+        yield k
+    finally:
+        k.close()
+
+
+def test_a_learner_does_not_reach_another_learner_s_ports(workshop: Workshop, kernels: Kernels) -> None:
+    addresses = hubconfig_addresses(workshop)
+    port = tfconfig.free_ports(1)[0]
+    theirs = kernels.start("learner02")
+    assert kernels.run("learner02", theirs, LISTEN.format(port=port)).strip() == "listening"
+    own = kernels.run("learner02", theirs, REACH.format(hosts=["127.0.0.1"], port=port))
+    assert "127.0.0.1 REACHED learner02's secret" in own  # their own loopback is theirs
+    mine = kernels.start("learner01")
+    tried = kernels.run("learner01", mine, REACH.format(
+        hosts=["127.0.0.1", addresses["learner02"], worlds.HUB, socket.gethostname()], port=port))
+    assert "REACHED" not in tried and tried.count("refused") == 4, tried
+    with socket.create_connection((addresses["learner02"], port), timeout=5) as c:  # the hub's side reaches it
+        assert c.recv(64) == b"learner02's secret"
+
+
+def hubconfig_addresses(w: Workshop) -> dict[str, str]:
+    return {n.name: n.address for n in worlds.plan(w.st.made["worlds"])}
+
+
+MPI = """
+import os, socket, subprocess
+print("planted" if os.path.isdir({folder!r}) else "absent")
+done = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "hostname"],
+                      capture_output=True, text=True, timeout=90)
+print("mpirun", done.returncode, len(done.stdout.split()), done.stderr[-300:].replace(chr(10), " "))
+"""
+
+
+def test_another_learner_s_mpi_session_folder_cannot_be_taken(workshop: Workshop, kernels: Kernels) -> None:
+    victim = pwd.getpwnam("learner02").pw_uid
+    folder = f"/tmp/ompi.{socket.gethostname()}.{victim}"
+    attacker = kernels.start("learner01")
+    made = kernels.run("learner01", attacker, f"import os; os.makedirs({folder!r}, mode=0o700); print('made')")
+    assert made.strip() == "made" and not os.path.exists(folder)  # in learner01's own /tmp only
+    said = kernels.run("learner02", kernels.start("learner02"), MPI.format(folder=folder)).split()
+    assert said[:4] == ["absent", "mpirun", "0", "2"], said
+
+
+# The kernel's own copy of the output its server gave it (ipykernel keeps one): the same pipe as the server's.
+FLOOD = """
+import os
+pipe = os.readlink(f"/proc/{{os.getppid()}}/fd/1")
+out = next(fd for fd in range(3, 256) if os.path.exists(f"/proc/self/fd/{{fd}}")
+           and os.readlink(f"/proc/self/fd/{{fd}}") == pipe)
+for _ in range({times}):
+    os.write(out, {line!r})
+print("ok")
+"""
+
+
+def test_a_server_s_output_goes_to_a_bounded_file_of_its_own(workshop: Workshop, kernels: Kernels) -> None:
+    st = workshop.st
+    line = b"[I 2026-11-27 10:00:00.000 JupyterHub app:1] PLANTED by learner01\n"
+    code = FLOOD.format(times=serverlog.LIMIT // len(line) + 20000, line=line)
+    assert kernels.run("learner01", kernels.start("learner01"), code).strip() == "ok"
+    log = st.private / "servers" / "learner01.log"
+    assert proc.wait_until(lambda: log.exists() and log.stat().st_size >= serverlog.LIMIT, 30)
+    info = log.stat()
+    assert info.st_uid == 0 and stat.S_IMODE(info.st_mode) == 0o600 and info.st_size <= serverlog.LIMIT + 200
+    assert b"PLANTED" not in Path(st.log).read_bytes()
+
+
+def test_server_options_a_learner_posts_are_dropped(workshop: Workshop) -> None:
+    w = workshop
+    token = w.tokens["learner03"] if "learner03" in w.tokens else _token(w.st, "learner03")
+    body = json.dumps({"user_options": {"uid": "0", "gid": "0", "cmd": "id > /tmp/canary",
+                                        "memory": "1G\nid > /tmp/canary"}}).encode()
+    request = urllib.request.Request(f"{w.st.url}hub/api/users/learner03/server", method="POST", data=body,
+                                     headers={"Authorization": f"token {token}"})
+    urllib.request.urlopen(request, timeout=60).close()
+    assert proc.wait_until(lambda: _ready(w.st, w.admin, "learner03"), 120), hub.tail(w.st.log, 3000)
+    model = _api(f"{w.st.url}hub/api/users/learner03", w.admin)["servers"][""]
+    assert model.get("user_options") in ({}, None), model
+    server = _server("learner03")
+    assert server.uids().real == pwd.getpwnam("learner03").pw_uid and "options ignored" in hub.tail(w.st.log, 100_000)
+    _api(f"{w.st.url}hub/api/users/learner03/server", w.admin, "DELETE")

@@ -9,12 +9,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import hubconf
+from helpers import aio, hubconf
 
 pytest.importorskip("batchspawner")
 
 from batchspawner import api as batch_api  # noqa: E402
-from batchspawner.batchspawner import format_template  # noqa: E402
 from jupyterhub import apihandlers  # noqa: E402
 from tornado import web  # noqa: E402
 
@@ -69,24 +68,73 @@ def test_a_good_port_is_taken() -> None:
     assert slurmspawner.check_port({"port": 40000}) == 40000
 
 
-def test_root_s_job_becomes_the_learner_and_runs_the_server_s_quoted_command() -> None:
-    s = _spawner(cpu_limit=1.5, mem_limit=3 * 2**30, cmd=["jupyterhub-singleuser"], req_keepvars="PATH,HOME",
-                 args=['--ServerApp.terminado_settings={"shell_command": ["/bin/bash", "-l"]}'])
-    subvars = s.get_req_subvars()
-    assert s.exec_prefix == "" and (subvars["nprocs"], subvars["memory"]) == ("2", "3072M")
-    assert subvars["partition"] == slurmservers.PARTITION and subvars["gid"] == "0"
-    assert s.batch_submit_cmd == "sbatch --parsable" and (subvars["uid"], subvars["gid"]) == ("0", "0")
-    line = s.cmd_formatted_for_batch()
-    argv = shlex.split(line)
-    assert argv[:2] == ["batchspawner-singleuser", "jupyterhub-singleuser"]
-    settings = [a for a in argv if a.startswith("--ServerApp.terminado_settings=")]
-    assert json.loads(settings[0].split("=", 1)[1]) == {"shell_command": ["/bin/bash", "-l"]}
-    script = format_template(s.batch_script, **{**subvars, "cmd": line})
+def _learner_spawner(**kw: object) -> slurmspawner.WorkshopSlurmSpawner:
+    """A spawner for ``nobody`` (a user every Debian has, not root), as for a learner."""
+    user = SimpleNamespace(name="nobody", url="/user/nobody/")
+    return slurmspawner.WorkshopSlurmSpawner(user=user, release_dir="/rel", node_addresses=NODES,
+                                             **{"req_keepvars": "PATH", "req_log_dir": "/state/hub/servers", **kw})
+
+
+def _submitted(s: slurmspawner.WorkshopSlurmSpawner, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """The command root runs and the script it hands sbatch, as batchspawner submits them."""
+    seen: dict[str, str] = {}
+
+    async def run_command(cmd: str, input: str | None = None, env: object = None) -> str:  # noqa: A002
+        seen.update(cmd=cmd, script=input or "")
+        return "4242"
+
+    monkeypatch.setattr(s, "run_command", run_command)
+    monkeypatch.setattr(s, "get_env", lambda: {"PATH": "/usr/bin"})  # the hub's environment (no hub here)
+    assert aio.run(s.submit_batch_script()) == "4242"
+    return seen["cmd"], seen["script"]
+
+
+def test_root_s_job_becomes_the_learner_in_a_world_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _learner_spawner(cpu_limit=1.5, mem_limit=3 * 2**30, cmd=["jupyterhub-singleuser"], req_keepvars="PATH,HOME",
+                         args=['--ServerApp.terminado_settings={"shell_command": ["/bin/bash", "-l"]}'])
+    cmd, script = _submitted(s, monkeypatch)
+    assert s.exec_prefix == "" and cmd.strip() == "sbatch --parsable"
     assert "#SBATCH --partition=labkit-servers" in script and "#SBATCH --mem=3072M" in script
     assert "#SBATCH --cpus-per-task=2" in script and "#SBATCH --export=PATH,HOME" in script
-    assert "#SBATCH --chdir=/\n" in script and "#SBATCH --output=/state/hub/servers/root-%j.log" in script
-    become = "exec setpriv --reuid=0 --regid=0 --init-groups --no-new-privs -- env --chdir=/root "
-    assert script.rstrip().endswith(become + line)
+    assert "#SBATCH --chdir=/\n" in script and "#SBATCH --output=/state/hub/servers/nobody-%j.log" in script
+    argv = shlex.split(script.rstrip().splitlines()[-1])
+    assert argv[0] == "exec" and argv[1:3] == ["unshare", "--mount"]  # the world first, as root, then the learner
+    drop = argv.index("setpriv")
+    assert argv[drop:drop + 5] == ["setpriv", "--reuid=65534", "--regid=65534", "--init-groups", "--no-new-privs"]
+    server = argv[argv.index("--chdir=/nonexistent") + 1:]
+    assert server[:2] == ["batchspawner-singleuser", "jupyterhub-singleuser"]
+    settings = [a for a in server if a.startswith("--ServerApp.terminado_settings=")]
+    assert json.loads(settings[0].split("=", 1)[1]) == {"shell_command": ["/bin/bash", "-l"]}
+
+
+HOSTILE_OPTIONS = [
+    {"memory": "1G\nid > /tmp/canary"}, {"uid": "0", "gid": "0"}, {"cmd": "sh -c 'id > /tmp/canary'"},
+    {"partition": "debug\n#SBATCH --uid=0"}, {"homedir": "/root"}, {"keepvars": "ALL"}, {"nprocs": "1$(id)"},
+    {"log_dir": "/etc"}, {"username": "root"},
+]
+
+
+@pytest.mark.parametrize("options", HOSTILE_OPTIONS)
+def test_a_learner_s_server_options_never_reach_root_s_job(options: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = _submitted(_learner_spawner(cmd=["jupyterhub-singleuser"]), monkeypatch)
+    s = _learner_spawner(cmd=["jupyterhub-singleuser"])
+    s.user_options = dict(options)  # as JupyterHub sets them from the REST API's body or the spawn page's query
+    assert _submitted(s, monkeypatch) == plain
+    s.drop_user_options()
+    assert s.user_options == {}
+
+
+def test_no_form_or_query_makes_server_options() -> None:
+    s = _learner_spawner()
+    assert s.options_from_query({"memory": ["1G\nid"], "uid": ["0"]}) == {}
+    assert s.options_from_form({"memory": ["1G"]}) == {}
+
+
+@pytest.mark.parametrize("trait", [dict(req_memory="1G; id"), dict(req_log_dir="/x y"), dict(req_uid="0"),
+                                   dict(req_keepvars="PATH,A B"), dict(req_homedir="/h\nid")])
+def test_a_value_the_hub_does_not_make_stops_the_script(trait: dict) -> None:
+    with pytest.raises(ValueError, match="not one the hub makes"):
+        slurmspawner.script_values(_learner_spawner(cmd=["jupyterhub-singleuser"], **trait))
 
 
 def test_the_proxy_reaches_the_server_at_its_node_s_address() -> None:

@@ -196,7 +196,7 @@ def test_hub_config_own_login_mode(tmp_path: Path) -> None:
 def test_hub_config_shared_password_mode(tmp_path: Path) -> None:
     text = hubconfig.config_text(_settings(tmp_path, auth="shared", user_password="abcdefgh", admin_password="a" * 32))
     c = _load(text)
-    assert c.JupyterHub.authenticator_class == "shared-password"
+    assert c.JupyterHub.authenticator_class == "labkit.workshop.hubauth.SharedAuthenticator"
     assert c.SharedPasswordAuthenticator.user_password == "abcdefgh"
     with pytest.raises(ValueError, match="8\\+ characters"):
         hubconfig.config_text(_settings(tmp_path, auth="shared", user_password="short", admin_password="a" * 32))

@@ -1,0 +1,43 @@
+"""Each learner's server writes its output (and its kernels') to a file of its own, bounded, never to the hub's log.
+
+JupyterHub's ``LocalProcessSpawner`` lets a server inherit the hub's output: a learner's kernel could grow the
+hub's log without bound and plant lines in it that look like the hub's. Here the server writes into a pipe; a
+thread of the hub copies at most ``limit`` bytes of it into ``FOLDER/NAME.log`` (root's, ``rw-------``), then
+one line saying how much more was dropped, and keeps reading (so the server never blocks) until the pipe closes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+LIMIT = 8 * 2**20  # bytes of one server's output kept per start
+CHUNK = 65536
+
+
+def _copy(read_fd: int, path: Path, limit: int) -> None:
+    kept = dropped = 0
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        while chunk := os.read(read_fd, CHUNK):
+            room = max(0, limit - kept)
+            if room:
+                os.write(out, chunk[:room])
+                kept += min(room, len(chunk))
+            dropped += max(0, len(chunk) - room)
+        if dropped:
+            os.write(out, f"\n[labkit workshop: {dropped} more bytes of output dropped after {limit}]\n".encode())
+    finally:
+        os.close(out)
+        os.close(read_fd)
+
+
+def open_log(folder: Path, name: str, limit: int = LIMIT) -> int:
+    """A pipe whose write end (returned: give it to the server as stdout and stderr, then close it) ends in
+    ``folder/name.log``, at most ``limit`` bytes of it."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    read_fd, write_fd = os.pipe()
+    threading.Thread(target=_copy, args=(read_fd, folder / f"{name}.log", limit), daemon=True,
+                     name=f"log of {name}'s server").start()
+    return write_fd
