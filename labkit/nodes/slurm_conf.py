@@ -23,8 +23,13 @@ SETTINGS = (
 
 # Unconfined: CPUs are the only consumable. Confined: memory too, so that each job is given (and held to) its
 # share: the default share is set per CPU where the nodes are described (DefMemPerCPU).
+# A confined cluster (a workshop's, with strangers as users) also takes at most JOBS_PER_USER_PER_HOUR jobs of each
+# user an hour (job_submit/throttle: Slurm's per-user limits on jobs and nodes need accounting, slurmdbd, which
+# labkit's clusters do not run), so that one learner cannot fill the queue for the others.
+JOBS_PER_USER_PER_HOUR = 60
 UNCONFINED = ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectTypeParameters=CR_CPU")
-CONFINED = ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup", "SelectTypeParameters=CR_CPU_Memory")
+CONFINED = ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup", "SelectTypeParameters=CR_CPU_Memory",
+            "JobSubmitPlugins=throttle", f"SchedulerParameters=jobs_per_user_per_hour={JOBS_PER_USER_PER_HOUR}")
 
 # cgroup.conf of a confined cluster: a step may use only the CPUs and the memory (no swap) Slurm gave its job.
 CGROUP_CONF = """# Written by labkit: each job step held to the CPUs and memory of its job

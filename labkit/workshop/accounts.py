@@ -8,16 +8,24 @@ in, and JupyterLab's terminals run ``bash`` (set in the hub's configuration, not
 :func:`plan_up` and :func:`plan_down` build the commands (``groupadd``, ``useradd``, ``userdel``,
 ``groupdel``) without running them; :func:`create` runs them, writing each name into ``made`` *before*
 making it, so :func:`remove` deletes exactly what was made, also after a failed start, and does
-nothing the second time. Names that exist already are refused, never taken over. Removing a user also
-removes their crontab and ``at`` jobs (files they own in the spool folders) after their processes end.
+nothing the second time. Names that exist already are refused, never taken over.
+
+Each account gets a user id no workshop handed out before (:func:`fresh_uids`, above the highest one recorded
+beside the state folder, :func:`labkit.workshop.state.uid_record`), and none that is in use. Removing an account
+first ends every process of its uid (:func:`labkit.core.ending.end_uid`: SIGKILL sent as the uid, repeated until
+none is left), then removes their crontab and ``at`` jobs (files they own in the spool folders), their entries in
+the temporary and lock folders (:func:`labkit.core.files.remove_tree`), their SysV IPC objects and POSIX message
+queues, their home, and then the account. An account of which anything could not be removed is kept (its uid is
+not freed for another) and said; a second ``down`` tries again.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import grp
 import os
 import pwd
-import shutil
 import signal
 import stat
 from collections.abc import Callable, Iterable
@@ -26,13 +34,21 @@ from pathlib import Path
 
 import psutil
 
-from labkit.core import proc
+from labkit.core import ending, files, proc
+from labkit.workshop import state
 
 LEARNER_GROUP = "labkit-learners"
 INSTRUCTOR_GROUP = "labkit-instructors"
 INSTRUCTOR = "instructor"
 TEMP_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))  # where learners' processes leave files
+LOCK_DIRS = (Path("/run/lock"), Path("/var/lock"))  # the second is often a link to the first
+MQUEUE = Path("/dev/mqueue")  # POSIX message queues, where that file system is mounted
+SYSVIPC = Path("/proc/sysvipc")
+IPC_RMID = 0
+LOGIN_DEFS = Path("/etc/login.defs")
+UIDS = (1000, 60000)  # UID_MIN and UID_MAX where login.defs does not say
 # where cron and at keep users' jobs (Debian: crontabs/, atjobs/; Red Hat: /var/spool/cron itself, /var/spool/at)
+KINDS = {"shm": "shared memory segment", "sem": "semaphore set", "msg": "message queue"}
 JOB_SPOOLS = (Path("/var/spool/cron/crontabs"), Path("/var/spool/cron/atjobs"), Path("/var/spool/cron"),
               Path("/var/spool/at"))
 NOLOGIN = ("/usr/sbin/nologin", "/sbin/nologin")
@@ -93,13 +109,72 @@ def nologin() -> str:
     return next((s for s in NOLOGIN if os.path.exists(s)), NOLOGIN[0])
 
 
-def plan_up(acc: Accounts) -> list[tuple[str, str, list[str]]]:
-    """``(kind, name, argv)`` for every group and user to make, in order: no password, no login shell."""
+def uid_range(defs: Path = LOGIN_DEFS) -> tuple[int, int]:
+    """``UID_MIN`` and ``UID_MAX`` of the system (``/etc/login.defs``), the range ``useradd`` hands out."""
+    low, high = UIDS
+    try:
+        lines = defs.read_text(errors="replace").splitlines()
+    except OSError:
+        return low, high
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[1].isdigit():
+            if words[0] == "UID_MIN":
+                low = int(words[1])
+            elif words[0] == "UID_MAX":
+                high = int(words[1])
+    return low, high
+
+
+def uids_in_use() -> set[int]:
+    """User ids of an account, of a group (``useradd --user-group`` gives the new group the same number) or of a
+    process (real, effective or saved; also one not yet reaped)."""
+    return {p.pw_uid for p in pwd.getpwall()} | {g.gr_gid for g in grp.getgrall()} | _process_uids()
+
+
+def _process_uids() -> set[int]:
+    uids = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        uids.update(int(v) for v in line.split()[1:5])
+                        break
+        except (OSError, ValueError):
+            continue
+    return uids
+
+
+def fresh_uids(names: list[str], after: int, in_use: set[int], low: int, high: int) -> dict[str, int]:
+    """A user id for each of ``names``: above ``after`` (the highest any workshop handed out) and ``low``, none of
+    ``in_use``, at most ``high``; :class:`AccountsError` when they do not fit."""
+    uids: dict[str, int] = {}
+    uid = max(after + 1, low)
+    for name in names:
+        while uid in in_use:
+            uid += 1
+        if uid > high:
+            raise AccountsError(f"no user id is left for {name}: workshops handed out ids up to {after}, and the "
+                                f"system's range ends at UID_MAX {high} ({LOGIN_DEFS}). Ids are never handed out "
+                                "twice; raise UID_MAX, or remove the record of the ids (beside the state folder) "
+                                "once no file or process of the old ids is left")
+        uids[name] = uid
+        uid += 1
+    return uids
+
+
+def plan_up(acc: Accounts, uids: dict[str, int] | None = None) -> list[tuple[str, str, list[str]]]:
+    """``(kind, name, argv)`` for every group and user to make, in order: no password, no login shell; each user
+    with its id from ``uids`` (``--uid``) when given."""
     steps = [("group", g, ["groupadd", g]) for g in (LEARNER_GROUP, INSTRUCTOR_GROUP)]
     for u in acc.users:
         group = INSTRUCTOR_GROUP if u == acc.instructor else LEARNER_GROUP
-        steps.append(("user", u, ["useradd", "--create-home", "--home-dir", str(acc.home(u)), "--shell", nologin(),
-                                  "--password", LOCKED, "--user-group", "--groups", group,
+        uid = ["--uid", str(uids[u])] if uids and u in uids else []
+        steps.append(("user", u, ["useradd", "--create-home", "--home-dir", str(acc.home(u)), *uid, "--shell",
+                                  nologin(), "--password", LOCKED, "--user-group", "--groups", group,
                                   "--comment", "labkit workshop", u]))
     return steps
 
@@ -122,13 +197,23 @@ def run(argv: list[str], timeout: float = 60) -> str:
     return text
 
 
-def create(acc: Accounts, made: dict[str, list[str]], save: Callable[[], None], runner=run) -> None:
-    """Make the groups and users of ``acc``; each name goes into ``made`` (and ``save()``) before it is made."""
+def create(acc: Accounts, made: dict[str, list[str]], save: Callable[[], None], runner=run,
+           record: Path | None = None) -> None:
+    """Make the groups and users of ``acc``; each name goes into ``made`` (and ``save()``) before it is made. With
+    ``record`` (:func:`labkit.workshop.state.uid_record`), each user gets a uid no workshop handed out before,
+    recorded there before any account is made."""
     clash = taken(acc)
     if clash:
         raise AccountsError("already on this machine: " + ", ".join(clash) +
                             " (a workshop that is still up? `labkit workshop down`; else choose other names)")
-    for kind, name, argv in plan_up(acc):
+    uids = None
+    if record is not None:
+        try:
+            uids = fresh_uids(acc.users, state.last_uid(record), uids_in_use(), *uid_range())
+            state.note_uid(record, max(uids.values()))
+        except OSError as e:
+            raise AccountsError(f"the record of the user ids workshops handed out, {record}: {e.strerror}") from e
+    for kind, name, argv in plan_up(acc, uids):
         made.setdefault(f"{kind}s", []).append(name)
         save()
         runner(argv)
@@ -174,21 +259,86 @@ def stop_processes(uids: set[int], grace: float = 3.0) -> None:
         raise AccountsError("still running after SIGKILL: " + ", ".join(str(p.pid) for p in left))
 
 
-def temp_files(uids: set[int], places: Iterable[Path] = TEMP_DIRS) -> list[Path]:
-    """Entries directly in the temporary folders owned by ``uids``."""
-    found = []
-    for place in places:
+def places() -> list[Path]:
+    """The temporary and lock folders and the POSIX message queues' (each once: ``/var/lock`` is often a link)."""
+    seen, found = set(), []
+    for place in (*TEMP_DIRS, *LOCK_DIRS, MQUEUE):
         try:
-            entries = list(place.iterdir())
+            info = place.stat()
         except OSError:
             continue
-        for entry in entries:
-            try:
-                if entry.lstat().st_uid in uids:
-                    found.append(entry)
-            except OSError:
-                continue
+        if stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            found.append(place)
     return found
+
+
+def _entries(folder: Path) -> list[tuple[Path, os.stat_result]]:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            found.append((folder / name, os.lstat(folder / name)))
+        except OSError:
+            continue
+    return found
+
+
+def temp_files(uids: set[int], places_: Iterable[Path] | None = None) -> list[Path]:
+    """Entries owned by ``uids`` directly in the temporary, lock and message queue folders (:func:`places`), or
+    in a sticky folder of root's that everyone writes directly in one of them (``/tmp/.X11-unix``)."""
+    found = []
+    for place in places() if places_ is None else places_:
+        for entry, info in _entries(place):
+            if info.st_uid in uids:
+                found.append(entry)
+            elif (info.st_uid == 0 and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+                  and info.st_mode & 0o002):
+                found += [inner for inner, got in _entries(entry) if got.st_uid in uids]
+    return found
+
+
+def ipc_objects(uids: set[int], folder: Path = SYSVIPC) -> list[tuple[str, int, int]]:
+    """SysV shared memory segments, semaphore sets and message queues (``shm``, ``sem``, ``msg``) that one of
+    ``uids`` owns or made: ``(kind, id, uid)``, read from ``/proc/sysvipc`` by its header line."""
+    found = []
+    for kind in ("shm", "sem", "msg"):
+        try:
+            lines = (folder / kind).read_text().splitlines()
+        except OSError:
+            continue
+        head = lines[0].split() if lines else []
+        if len(head) < 2 or "uid" not in head:
+            continue
+        for line in lines[1:]:
+            row = dict(zip(head, line.split(), strict=False))
+            try:
+                owners = {int(row["uid"]), int(row.get("cuid", row["uid"]))} & uids
+                ident = int(row[head[1]])
+            except (KeyError, ValueError):
+                continue
+            if owners:
+                found.append((kind, ident, min(owners)))
+    return found
+
+
+def remove_ipc(kind: str, ident: int) -> None:
+    """Remove a SysV IPC object (``IPC_RMID``); one already gone is nothing to do."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if kind == "shm":
+        done = libc.shmctl(ctypes.c_int(ident), ctypes.c_int(IPC_RMID), None)
+    elif kind == "sem":
+        done = libc.semctl(ctypes.c_int(ident), ctypes.c_int(0), ctypes.c_int(IPC_RMID))
+    elif kind == "msg":
+        done = libc.msgctl(ctypes.c_int(ident), ctypes.c_int(IPC_RMID), None)
+    else:
+        raise ValueError(f"no SysV IPC kind {kind!r}")
+    err = ctypes.get_errno()
+    if done != 0 and err not in (errno.EINVAL, errno.EIDRM):
+        raise OSError(err, os.strerror(err), f"{kind} {ident}")
 
 
 def scheduled_jobs(uids: set[int], spools: Iterable[Path] = JOB_SPOOLS) -> list[Path]:
@@ -209,24 +359,79 @@ def scheduled_jobs(uids: set[int], spools: Iterable[Path] = JOB_SPOOLS) -> list[
     return found
 
 
+def _empty_home(home: str) -> None:
+    """Remove everything in a user's home, not the folder (``userdel --remove`` takes it, and the mail spool)."""
+    try:
+        info = os.lstat(home)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        for name in os.listdir(home):
+            files.remove_tree(os.path.join(home, name))
+
+
 def remove(made: dict[str, list[str]], save: Callable[[], None], runner=run,
            spools: Iterable[Path] | None = None) -> list[str]:
-    """Stop the users' processes, delete their cron and at jobs, temporary files, users, homes and groups;
-    what was removed."""
-    uids = uids_of(made.get("users", []))
-    stop_processes(uids)
-    removed = []
+    """End every process of the users (SIGKILL as their uid until none is left), delete their cron and at jobs,
+    their entries in the temporary and lock folders, their SysV IPC objects and message queues, homes, then the
+    users and the groups; what was removed. A user of whom something is left (a process above all) is kept and
+    said, with the groups: their uid is not freed, and a second call finishes."""
+    said: list[str] = []
+    users: dict[str, pwd.struct_passwd] = {}
+    for name in made.get("users", []):
+        try:
+            users[name] = pwd.getpwnam(name)
+        except KeyError:
+            continue
+    names = {u.pw_uid: n for n, u in users.items()}
+    kept: dict[str, str] = {}  # user: why
+
+    def attempt(owner: int, what: str, action: Callable[[], object]) -> None:
+        try:
+            action()
+            said.append(what)
+        except OSError as e:
+            said.append(f"{what} not removed: {e.strerror or e}")
+            kept.setdefault(names.get(owner, ""), f"{what} is left")
+
+    try:
+        for uid, left in ending.end_uids({u.pw_uid: u.pw_gid for u in users.values()}).items():
+            kept[names[uid]] = left
+    except (OSError, ValueError) as e:
+        kept.update({name: f"its processes could not be ended ({e})" for name in users})
+    uids = set(names)
     for job in scheduled_jobs(uids, JOB_SPOOLS if spools is None else spools):
-        job.unlink(missing_ok=True)
-        removed.append(str(job))
+        attempt(_owner(job), str(job), lambda job=job: job.unlink(missing_ok=True))
     for entry in temp_files(uids):
-        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink(
-            missing_ok=True)
-        removed.append(str(entry))
+        attempt(_owner(entry), str(entry), lambda entry=entry: files.remove_tree(entry))
+    for kind, ident, owner in ipc_objects(uids):
+        attempt(owner, f"the SysV IPC {KINDS[kind]} {ident} of uid {owner}", lambda k=kind, i=ident: remove_ipc(k, i))
+    for name, user in users.items():
+        if name not in kept:
+            attempt(user.pw_uid, f"the files in {user.pw_dir}", lambda home=user.pw_dir: _empty_home(home))
+    kept.pop("", None)
     for kind, name, argv in plan_down(made):
+        if kind == "user" and name in kept:
+            said.append(f"user {name} kept, so that its uid {users[name].pw_uid} goes to no one else: {kept[name]}; "
+                        "run `labkit workshop down` again")
+            continue
+        if kind == "group" and kept:
+            continue  # with the users kept, for the next `down`
         if (user_exists if kind == "user" else group_exists)(name):
-            runner(argv)
-            removed.append(f"{kind} {name}")
+            try:
+                runner(argv)
+            except AccountsError as e:
+                said.append(f"{kind} {name} kept: {e}")
+                kept.setdefault(name, str(e))
+                continue
+            said.append(f"{kind} {name}")
         made[f"{kind}s"].remove(name)
         save()
-    return removed
+    return said
+
+
+def _owner(path: Path) -> int:
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return -1

@@ -158,17 +158,19 @@ def main(args: list[str]) -> int:
 
 def child_args(plan: Plan) -> list[str]:
     """``python -I`` arguments running :func:`main` from the release's labkit (root's), not the learner's."""
-    boot = (f"import sys; sys.path.insert(0, {plan.release!r}); from labkit.workshop import homes; "
-            "sys.exit(homes.main(sys.argv[1:]))")
+    boot = (f"{asuser.NOT_DUMPABLE}; import sys; sys.path.insert(0, {plan.release!r}); "
+            "from labkit.workshop import homes; sys.exit(homes.main(sys.argv[1:]))")
     return ["-c", boot, json.dumps(asdict(plan))]
 
 
-def give(learner: asuser.Learner, release: Path, data: Path | None, timeout: float) -> Report:
-    """Run :func:`prepare` as ``learner`` in a child, killed after ``timeout`` s; its report."""
+def give(learner: asuser.Learner, release: Path, data: Path | None, timeout: float,
+         groups_files: tuple[str, ...] = ()) -> Report:
+    """Run :func:`prepare` as ``learner`` in a child (in the learner's control groups when ``groups_files`` name
+    them; not traceable: it makes itself non-dumpable first), killed after ``timeout`` s; its report."""
     plan = Plan(str(release), str(Path(sys.prefix)), str(data) if data else None, learner.uid, learner.gid,
                 learner.groups, str(learner.home))
     try:
-        done = asuser.run(learner, child_args(plan), timeout)
+        done = asuser.run(learner, child_args(plan), timeout, groups_files)
     except OSError as e:
         return Report(notes=[f"preparing {learner.home} as {learner.name} could not start: {e}"])
     if done.timed_out:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from labkit.workshop import (
     scopes,
     slurmlimits,
     slurmservers,
+    worlds,
 )
 from labkit.workshop.state import State, state_folder
 
@@ -203,20 +203,19 @@ def _open_exactly(st: State, changes: list[readonly.ModeChange]) -> None:
                            f"{len(changes) - len(opened)} other entries closed to them; `down` restores every mode")
 
 
-def check_queue(folder: Path, cores: int | None = None) -> dict[str, str]:
-    """The class's check queue: a sticky folder every learner writes tickets in (one place each), and the
-    variables that make every learner's checks and assessments take a slot. One slot per two cores: a check's
-    2 ranks of 1 thread then have their cores to themselves. The queue is cooperative (a learner who unsets the
-    variables runs at once); what a learner's processes may use is bounded by their limits, not by the queue."""
-    folder.mkdir(mode=0o1777)
-    os.chown(folder, 0, 0)
-    folder.chmod(0o1777)  # like /tmp: everyone writes, each removes only their own tickets
-    durations = folder / slots.DURATIONS
-    fd = os.open(durations, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    os.close(fd)
-    durations.chmod(0o666)  # every learner's check appends its duration; root owns it, so none can remove it
+def check_queue(folder: Path, owner: str, cores: int | None = None) -> dict[str, str]:
+    """The class's check queue: the folder of its server's socket, made ``owner``'s (the instructor's, who runs
+    the server as a hub service: :mod:`labkit.workshop.checkqueue`), and the variables that make every
+    learner's checks and assessments ask that server for a slot. Nothing in the folder is writable by a learner.
+    One slot per two cores: a check's 2 ranks of 1 thread then have their cores to themselves. The queue is
+    cooperative (a learner who unsets the variables runs at once); what a learner's processes may use is bounded
+    by their limits, not by the queue."""
+    info = pwd.getpwnam(owner)
+    folder.mkdir(mode=0o755)
+    os.chown(folder, info.pw_uid, info.pw_gid)
+    folder.chmod(0o755)  # the server's alone to write; every learner passes through to the socket (mode 0666)
     n = max(1, (cores or os.cpu_count() or 2) // 2)
-    return {slots.SLOTS_VAR: str(n), slots.QUEUE_VAR: str(folder)}
+    return {slots.SLOTS_VAR: str(n), slots.QUEUE_VAR: str(folder / "checks.sock")}
 
 
 def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minutes: int,
@@ -226,7 +225,7 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
     if st.spawner == "slurm":
         (st.private / "servers").mkdir(mode=0o700)  # the servers' job output, written by root's jobs
     acc = accounts.Accounts(st.learners, st.instructor)
-    accounts.create(acc, st.made, st.save)
+    accounts.create(acc, st.made, st.save, record=st.uid_file)  # uids no workshop handed out before
     st.made["cgroups"] = list(acc.users)  # the instructor gets a server (and groups) too at login
     instructors = grp.getgrnam(accounts.INSTRUCTOR_GROUP).gr_gid
     st.class_dir.mkdir(mode=0o751)
@@ -248,10 +247,12 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
     else:
         passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
     extra_env = {contract.SOLUTIONS_DIR: str(reveal.prepare(st.revealed_dir))}  # `labkit solution`: revealed steps
-    extra_env.update(check_queue(st.folder / "queue"))
+    extra_env.update(check_queue(st.folder / "queue", st.instructor))
     nodes = _slurm(st, extra_env, job_minutes, asked) if st.slurm else None
     on_nodes = {} if st.spawner != "slurm" or nodes is None else {
         "spawner": "slurm", "hub_ip": net.gateway(), "node_addresses": {n.name: n.address for n in nodes.nodes}}
+    if st.spawner == "local":
+        on_nodes = _own_networks(st, acc.users, also_reach=(net.gateway(),) if nodes is not None else ())
     hub_port, api_port, service_port = tfconfig.free_ports(3)
     hub_settings = hubconfig.HubSettings(
         state=st.private, port=st.port, hub_port=hub_port, proxy_api_port=api_port, service_port=service_port,
@@ -267,41 +268,105 @@ def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minute
     return pw
 
 
+def _own_networks(st: State, names: list[str], also_reach: tuple[str, ...]) -> dict[str, object]:
+    """A network namespace per account (:mod:`labkit.workshop.worlds`), recorded before it is made; the hub's
+    settings that put each server in its own."""
+    problem = worlds.taken()
+    if problem:
+        raise WorkshopError(f"the learners' own networks cannot be made: {problem}")
+    st.made["worlds"] = list(names)
+    st.save()
+    networks = worlds.plan(names)
+    try:
+        worlds.make(networks, also_reach)
+    except OSError as e:
+        raise WorkshopError(f"the learners' own networks cannot be made here ({e}). A workshop needs root with "
+                            "CAP_NET_ADMIN and iproute2 (`ip`): in a container, run it with "
+                            "--cap-add NET_ADMIN,SYS_ADMIN or --privileged") from e
+    return {"hub_ip": worlds.HUB, "addresses": {n.name: n.address for n in networks}}
+
+
 def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
-    """Stop and remove everything the workshop in ``folder`` made; what was removed (empty: nothing was up)."""
+    """Stop and remove everything the workshop in ``folder`` made; what was removed (empty: nothing was up).
+
+    Each step runs even when one before it failed (the failure is said in the list). Processes end before their
+    accounts go: those in the learners' control groups (or systemd scopes) through the groups, then every other
+    process of each user id, killed as that uid (:func:`labkit.workshop.accounts.remove`). A user of whom
+    anything is left is kept, so that its uid goes to no one else, and so is the state: a second ``down``
+    finishes the job."""
     where = state_folder(folder)
     if os.geteuid() != 0 and (where / "state.json").exists():
         raise WorkshopError("labkit workshop down needs root, like labkit workshop up")
     st = State.load(where)
     if st is None:
         return []
-    removed = []
+    removed: list[str] = []
+
+    def step(what: str, action: Callable[[], list[str] | None]) -> None:
+        try:
+            removed.extend(action() or [])
+        except Exception as e:  # noqa: BLE001 - said in the list; the next steps still run, a second down retries
+            removed.append(f"{what} failed ({type(e).__name__}: {e}); run `labkit workshop down` again")
+
+    def scope_ends() -> None:
+        for name in groups:
+            scopes.kill(name)
+
+    def control_groups() -> list[str]:
+        said = limits.remove(groups)
+        st.made["cgroups"] = limits.left(groups)
+        st.save()
+        return said
+
+    def networks() -> list[str]:  # after the processes: a namespace no process holds goes with its link
+        said = worlds.remove(worlds.plan(st.made["worlds"]))
+        st.made["worlds"] = []
+        st.save()
+        return said
+
+    def nodes() -> list[str]:
+        if st.made.get("nodes"):
+            said = virtual.down()
+            st.made["nodes"] = False
+            st.save()
+            return said
+        if "nodes_mode" in st.made and (cluster := virtual.VirtualNodes.load()) is not None:
+            cluster.folder.chmod(st.made["nodes_mode"])
+            if st.made.get("slurm_partition"):
+                slurmlimits.apply(cluster.slurm_conf, st.made["slurm_partition"])
+        return []
+
     if hub.alive(st.hub):
         removed.append(f"JupyterHub (pid {st.hub.pid}) and its proxy")
-    hub.stop(st.hub, st.job_id)
-    removed += _end_jobs(st)
-    removed += accounts.remove(st.made, st.save)
-    removed += limits.remove(st.made.get("cgroups", []))
-    st.made["cgroups"] = []
-    if st.made.get("nodes"):
-        removed += virtual.down()
-        st.made["nodes"] = False
-    elif "nodes_mode" in st.made and (cluster := virtual.VirtualNodes.load()) is not None:
-        cluster.folder.chmod(st.made["nodes_mode"])
-        if st.made.get("slurm_partition"):
-            slurmlimits.apply(cluster.slurm_conf, st.made["slurm_partition"])
+    step("stopping JupyterHub", lambda: hub.stop(st.hub, st.job_id))
+    step("ending the Slurm jobs", lambda: _end_jobs(st))
+    groups = list(st.made.get("cgroups", []))
+    if groups and scopes.available():
+        step("ending the learners' systemd scopes", scope_ends)
+    step("ending the processes in the learners' control groups", lambda: limits.end(groups))
+    step("removing the accounts", lambda: accounts.remove(st.made, st.save))
+    step("removing the control groups", control_groups)
+    if st.made.get("worlds"):
+        step("removing the learners' networks", networks)
+    step("the virtual nodes", nodes)
     for folder, mode in st.made.get("modes", {}).items():
         try:
             readonly.set_mode(Path(folder), mode)  # the path itself, never a link's target
             removed.append(f"the mode of {folder} restored")
         except OSError as e:
             removed.append(f"the mode of {folder} not restored ({e.strerror}): it is gone or no longer what up changed")
-    if st.made.get("folder", True):
-        shutil.rmtree(where, ignore_errors=True)
-    else:
-        for child in where.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    return removed + [str(where)]
+    left = [kind for kind in ("users", "groups", "cgroups", "worlds") if st.made.get(kind)]
+    if left:
+        step("saving the state", st.save)
+        removed.append(f"the state in {where} is kept for the next `labkit workshop down`, which removes what is "
+                       f"left of the workshop's {', '.join(left)}")
+        return removed
+    try:
+        st.remove_folder(whole=st.made.get("folder", True))
+        removed.append(str(where))
+    except OSError as e:
+        removed.append(f"{where} not all removed ({e.strerror}: {e.filename}); run `labkit workshop down` again")
+    return removed
 
 
 def _end_jobs(st: State) -> list[str]:

@@ -12,17 +12,25 @@ reads it back and moves a short child process into the group. ``workshop up`` re
 (e.g. ``EBUSY`` on a systemd host, whose cgroup v2 tree belongs to systemd) unless it is told
 ``--no-limits``. Sizes and counts given on the command line are checked here too (:func:`parse_memory`,
 :func:`check_cores`, :func:`check_pids`).
+
+:func:`end` ends every process in a learner's groups before ``down`` removes them: cgroup v2's ``cgroup.kill``,
+else the group frozen (``cgroup.freeze``, or v1's freezer, where each learner gets a group too) while each of its
+processes is killed, so that none forks in between; without a freezer, kills in rounds until the group is empty.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
 import resource
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from labkit.core import ending
 
 CGROUP = Path("/sys/fs/cgroup")
 FOLDER = "labkit-workshop"
@@ -32,6 +40,9 @@ MIN_MEMORY = 64 * 2**20  # less does not start a JupyterLab
 MAX_CORES = 4096
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B?\s*$", re.IGNORECASE)
 V1 = ("cpu", "memory", "pids")
+FREEZER = "freezer"  # v1: a learner's processes are frozen in it before they are killed (no fork in between)
+KILL = "cgroup.kill"  # cgroup v2, Linux 5.14 on
+ROUNDS = 50  # of freezing and killing (or killing alone) before a group that stays populated is given up
 
 
 class LimitError(ValueError):
@@ -90,11 +101,12 @@ def _own(controller: str | None) -> str:
 
 
 def bases() -> dict[str, Path]:
-    """Where the learners' groups go: ``{"v2": path}`` or ``{"cpu": .., "memory": .., "pids": ..}`` (v1), or {}."""
+    """Where the learners' groups go: ``{"v2": path}`` or ``{"cpu": .., "memory": .., "pids": .., "freezer": ..}``
+    (v1; the freezer where it is mounted), or {}."""
     if (CGROUP / "cgroup.controllers").is_file():
         return {"v2": CGROUP / _own(None) / FOLDER}
     found = {}
-    for c in V1:
+    for c in (*V1, FREEZER):
         if (CGROUP / c / "cgroup.procs").is_file():
             found[c] = CGROUP / c / _own(c) / FOLDER
     return found
@@ -117,14 +129,21 @@ def _settings(kind: str, limits: Limits) -> list[tuple[str, str]]:
 
 
 def _make(name: str, limits: Limits) -> list[Path]:
-    """Make the groups ``name`` with ``limits`` (OSError as it comes); their folders."""
+    """Make the groups ``name`` with ``limits`` (OSError as it comes); their folders. On v1, a group in the freezer
+    hierarchy too where one can be made (no limit: ``down`` freezes the learner's processes there before it
+    kills them)."""
     where = bases()
     folders = []
     for kind, base in where.items():
-        if kind != "v2" and kind not in limits.asked():
+        if kind not in ("v2", FREEZER) and kind not in limits.asked():
             continue
         folder = base / name
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            if kind == FREEZER:
+                continue  # down kills in rounds instead
+            raise
         folders.append(folder)
         if kind == "v2":
             enable = " ".join(f"+{c}" for c in limits.asked())
@@ -218,17 +237,129 @@ def enter(procs_files: list[str], limits: Limits) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.pids, limits.pids))
 
 
+def _pids(folder: Path) -> set[int]:
+    """The processes in the group ``folder`` and in any group below it."""
+    pids = set()
+    for procs in (folder / "cgroup.procs", *folder.glob("**/cgroup.procs")):
+        try:
+            pids.update(int(p) for p in procs.read_text().split())
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _populated(folders: dict[str, Path]) -> bool:
+    """Does any of a learner's groups hold a process? (v2: ``cgroup.events``, which counts the groups below)"""
+    for kind, folder in folders.items():
+        if kind == "v2" and (folder / "cgroup.events").is_file():
+            if "populated 1" in (folder / "cgroup.events").read_text():
+                return True
+        elif _pids(folder):
+            return True
+    return False
+
+
+def _wait(done, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _kill_in(folders: dict[str, Path]) -> None:
+    """SIGKILL every process listed in the groups, each only while it is still in one of them."""
+    marks = {f"/{FOLDER}/{folder.name}" for folder in folders.values()}
+
+    def inside(pid: int) -> bool:
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            return False
+        return any(line.rstrip("/").endswith(mark) or f"{mark}/" in line for line in lines for mark in marks)
+
+    for pid in set().union(*(_pids(f) for f in folders.values())):
+        ending.signal_pid(pid, inside)
+
+
+def _frozen(kind: str, folder: Path, freeze: bool) -> bool:
+    """Freeze (or thaw) the group; True once the kernel says it is frozen (thawed at once)."""
+    if kind == "v2":
+        _write(folder / "cgroup.freeze", "1" if freeze else "0")
+        return not freeze or _wait(lambda: "frozen 1" in (folder / "cgroup.events").read_text(), 1.0)
+    _write(folder / "freezer.state", "FROZEN" if freeze else "THAWED")
+    return not freeze or _wait(lambda: (folder / "freezer.state").read_text().strip() == "FROZEN", 1.0)
+
+
+def _end_group(folders: dict[str, Path]) -> int:
+    """End every process in one learner's groups; rounds it took (0: there was none). OSError when the groups
+    still hold processes after :data:`ROUNDS` rounds."""
+    for rounds in range(ROUNDS):
+        if not _populated(folders):
+            return rounds
+        v2 = folders.get("v2")
+        if v2 is not None and (v2 / KILL).is_file():  # the kernel kills the whole group, forks and all
+            _write(v2 / KILL, "1")
+        else:
+            kind, cold = ("v2", v2) if v2 is not None else (FREEZER, folders.get(FREEZER))
+            if cold is not None and (cold / ("cgroup.freeze" if kind == "v2" else "freezer.state")).is_file():
+                try:  # frozen, nothing in it forks or exits: every pid listed is killed
+                    _frozen(kind, cold, True)
+                    _kill_in(folders)
+                finally:
+                    _frozen(kind, cold, False)
+            else:  # no freezer: kill what is listed, again and again
+                _kill_in(folders)
+        _wait(lambda: not _populated(folders), 0.5)
+    if _populated(folders):
+        pids = sorted(set().union(*(_pids(f) for f in folders.values())))
+        raise OSError(errno.EBUSY, f"still holds processes after {ROUNDS} rounds of SIGKILL: {pids[:10]}")
+    return ROUNDS
+
+
+def end(learners: list[str]) -> list[str]:
+    """End every process in the learners' groups: cgroup v2's ``cgroup.kill`` where the kernel has it, else the
+    group frozen (v2's ``cgroup.freeze``, v1's freezer), each of its processes killed, and the group thawed;
+    without a freezer, its processes killed in rounds until none is left. What was ended, and what was not."""
+    said = []
+    where = bases()
+    for learner in learners:
+        folders = {kind: base / learner for kind, base in where.items() if (base / learner).is_dir()}
+        if not folders:
+            continue
+        try:
+            if _end_group(folders):
+                said.append(f"the processes in {learner}'s control group ended")
+        except OSError as e:
+            said.append(f"{learner}'s control group {next(iter(folders.values()))}: {e.strerror or e}; "
+                        "it is kept (run `labkit workshop down` again)")
+    return said
+
+
+def left(learners: list[str]) -> list[str]:
+    """The learners whose groups are still there."""
+    where = bases()
+    return [n for n in learners if any((base / n).is_dir() for base in where.values())]
+
+
 def remove(learners: list[str]) -> list[str]:
-    """Remove the learners' groups (their processes must have ended) and the ``labkit-workshop`` folders."""
+    """Remove the learners' groups once no process is in them (a group that still holds one is kept and said),
+    then the ``labkit-workshop`` folders when they are empty."""
     removed = []
-    for base in bases().values():
+    for kind, base in bases().items():
         for learner in learners:
-            if (base / learner).is_dir():
-                try:
-                    (base / learner).rmdir()
-                    removed.append(str(base / learner))
-                except OSError:
-                    continue
+            folder = base / learner
+            if not folder.is_dir():
+                continue
+            if _populated({kind: folder}):
+                removed.append(f"{folder} kept: processes are still in it")
+                continue
+            try:
+                folder.rmdir()
+                removed.append(str(folder))
+            except OSError as e:
+                removed.append(f"{folder} not removed ({e.strerror})")
         try:
             base.rmdir()
             removed.append(str(base))

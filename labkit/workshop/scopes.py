@@ -95,6 +95,14 @@ def end(learner: str) -> None:
     subprocess.run(["systemctl", "stop", unit(learner)], capture_output=True, timeout=60, check=False)
 
 
+def kill(learner: str) -> None:
+    """End everything in ``learner``'s scope at once (SIGKILL to every process systemd finds in its group, not the
+    SIGTERM of a stop and its timeout), then stop the scope. Nothing to do when there is no scope."""
+    subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit(learner)], capture_output=True, timeout=60,
+                   check=False)
+    end(learner)
+
+
 def show(name: str) -> dict[str, str]:
     """``systemctl show``'s :data:`SHOWN` properties of the unit ``name``."""
     out = subprocess.run(["systemctl", "show", *(f"--property={p}" for p in SHOWN), name],

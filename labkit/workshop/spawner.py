@@ -56,6 +56,10 @@ class CourseSpawner(HasTraits):
         if orm is not None and getattr(orm, "user_options", None):
             orm.user_options = {}
 
+    def home_groups(self, name: str) -> tuple[str, ...]:
+        """The control groups the home's preparation starts in (none here: a spawner with limits names them)."""
+        return ()
+
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         env["PATH"] = f"{readonly.venv() / 'bin'}:/usr/local/bin:/usr/bin:/bin"
@@ -69,7 +73,8 @@ class CourseSpawner(HasTraits):
         """The course into the learner's home (by a child that is the learner), said in the hub's log."""
         learner = asuser.Learner.of(self.user.name)
         data = Path(self.data_dir) if self.data_dir else None
-        report = await asyncio.to_thread(homes.give, learner, Path(self.release_dir), data, self.home_timeout)
+        report = await asyncio.to_thread(homes.give, learner, Path(self.release_dir), data, self.home_timeout,
+                                         self.home_groups(learner.name))
         if report.course_written:
             self.log.info("%s: the course is in %s (copied by %s in %.1f s)", learner.name,
                           learner.home / homes.COURSE, learner.name, report.seconds)
@@ -103,6 +108,15 @@ class WorkshopSpawner(CourseSpawner, LocalProcessSpawner):
                 raise RuntimeError(f"{learner.name} has no network of their own in this workshop")
             netns = worlds.Network(learner.name, 0, self.addresses[learner.name]).path
         return worlds.World(learner.uid, learner.gid, str(learner.home), netns)
+
+    def home_groups(self, name: str) -> tuple[str, ...]:
+        """The learner's own control groups: the home's preparation runs in the learner's limits, not the hub's."""
+        if self._in_scope():
+            return ()
+        procs, problem = limits.make(name, self._limits())
+        if problem:
+            raise RuntimeError(f"{name}'s server was not started: {problem}")
+        return tuple(procs)
 
     def make_preexec_fn(self, name: str):  # JupyterHub's signature
         asked = self._limits()

@@ -14,7 +14,7 @@ server starts (kernels, terminals, ``mpirun`` and its ranks) inherits the world;
 to choose (the values are the hub's, checked by :class:`World`), and the namespaces end with the last process.
 
 The network (:class:`Network`, made by ``workshop up`` and removed by ``down``): one namespace per account,
-``labkit-NAME``, joined to the machine by a veth pair. The machine's end has no address; the hub listens on
+``lkw-NAME``, joined to the machine by a veth pair. The machine's end has no address; the hub listens on
 :data:`HUB` (an interface of its own), the learner's end has the account's own address from :data:`NETWORK`, and its
 only routes lead to the hub (and, with ``--slurm``, to the Slurm controller on the machine). Inside, loopback is
 the learner's alone: their checks' ranks, Gloo, MPI and tf.distribute clusters talk there as on any machine. The
@@ -34,9 +34,9 @@ TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 TMP_SIZE = "2g"  # per folder; tmpfs pages are charged to the learner's memory limit as well
 NETWORK = ipaddress.ip_network("198.19.0.0/16")  # a benchmarking range (RFC 2544) beside the virtual nodes' 198.18
 HUB = "198.19.0.1"  # the hub's address for the learners' servers, on HUB_LINK (a bridge without ports)
-HUB_LINK = "labkit-hub"
+HUB_LINK = "lkw-hub"
 NETNS_DIR = Path("/run/netns")
-PREFIX = "labkit-"  # of each learner's namespace
+PREFIX = "lkw-"  # of each learner's namespace (the virtual nodes' are labkit-*)
 SIZE = re.compile(r"[1-9][0-9]{0,5}[kmg]")
 # Run by root in the new mount namespace: $1 the size, then the command. Nothing here comes from a learner.
 MOUNT = ('size="$1"; shift; for d in ' + " ".join(TMP_DIRS) + '; do [ -d "$d" ] || continue; '
@@ -52,7 +52,7 @@ class World:
     uid: int
     gid: int
     home: str
-    netns: str | None = None  # /run/netns/labkit-NAME
+    netns: str | None = None  # /run/netns/lkw-NAME
     tmp_size: str = TMP_SIZE
 
     def __post_init__(self) -> None:

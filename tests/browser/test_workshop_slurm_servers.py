@@ -14,6 +14,7 @@ import pwd
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import psutil
 import pytest
@@ -24,7 +25,7 @@ from labkit.core import proc, tfconfig
 from labkit.nodes import net, virtual
 from labkit.nodes import slurm as nodes_slurm
 from labkit.records import classlog
-from labkit.workshop import accounts, lifecycle, slurmservers
+from labkit.workshop import accounts, hub, lifecycle, slurmservers
 
 ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_after_step_01.py"
@@ -161,6 +162,26 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
         one.click("#stop")
         proc.wait_until(lambda: "jupyterlab-learner01" not in {r[2] for r in _squeue(conf)}, 60, every=1)
         assert [r[2] for r in _squeue(conf)] == ["jupyterlab-learner02"]
+        # hostile server options, as the learner's browser sends them: a crafted spawn link, then the REST API
+        # (cookie and XSRF header) with options that would write the canary as root or ask for a root server
+        options = {"memory": f"1G\nid > {canary}", "uid": "0", "gid": "0", "cmd": f"id > {canary}"}
+        for start in ("link", "api"):
+            one.goto(st.url + "hub/home", timeout=60_000)
+            assert proc.wait_until(lambda: one.evaluate(SERVERS, st.url + "hub/api/user") == 0, 60, every=1)
+            if start == "link":
+                one.goto(st.url + "hub/spawn?" + urlencode(options), timeout=120_000)
+            else:
+                assert one.evaluate(POST_SERVER, [st.url + "hub/api/users/learner01/server",
+                                                  {"user_options": options}]) in (201, 202)
+            assert proc.wait_until(lambda: _running(conf, "jupyterlab-learner01"), 120, every=1), (
+                _squeue(conf), hub.tail(st.log, 6000))
+            server = [p for p in psutil.process_iter(["username", "cmdline"])
+                      if "jupyterhub-singleuser" in " ".join(p.info["cmdline"] or []) and p.info["username"] != "root"]
+            assert {p.info["username"] for p in server} == {"learner01", "learner02"}, start
+            assert not canary.exists(), start
+            one.goto(st.url + "hub/home", timeout=60_000)
+            one.click("#stop")
+            proc.wait_until(lambda: not _running(conf, "jupyterlab-learner01"), 60, every=1)
     with browser.browser() as teacher:
         hubpage.login(teacher, st.url, "instructor", pw["instructor"])
         teacher.goto(st.url + "services/class/", timeout=60_000)
@@ -170,6 +191,24 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
     assert not canary.exists()  # the hub never ran the hostile learner's command
     status = lifecycle.status(st.folder)
     assert status["state"] == "up" and status["spawner"] == "slurm"
+
+
+SERVERS = """async (url) => {
+  const xsrf = (document.cookie.split("; ").find(c => c.startsWith("_xsrf=")) || "=").split("=")[1];
+  const r = await fetch(url, {credentials: "same-origin", headers: {"X-XSRFToken": decodeURIComponent(xsrf)}});
+  const user = await r.json();
+  return Object.keys(user.servers || {}).length + (user.pending ? 1 : 0);
+}"""
+POST_SERVER = """async ([url, body]) => {
+  const xsrf = (document.cookie.split("; ").find(c => c.startsWith("_xsrf=")) || "=").split("=")[1];
+  const r = await fetch(url, {method: "POST", credentials: "same-origin", body: JSON.stringify(body),
+                              headers: {"X-XSRFToken": decodeURIComponent(xsrf), "Content-Type": "application/json"}});
+  return r.status;
+}"""
+
+
+def _running(conf: Path, name: str) -> bool:
+    return any(row[2] == name and row[3] == "RUNNING" for row in _squeue(conf))
 
 
 def accounts_ids(who: str) -> tuple[int, int]:

@@ -28,7 +28,7 @@ import pytest
 from helpers.learner import BOMB, HOG, PYTHON, becomes, run_as, without_hub
 
 from labkit.records import classlog
-from labkit.workshop import accounts, hub, lifecycle, limits, passwords, started
+from labkit.workshop import accounts, asuser, hub, lifecycle, limits, passwords, started
 from labkit.workshop.started import Started
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -284,6 +284,25 @@ def _group_files(name: str) -> tuple[list[str], Path]:
     assert problem is None and procs
     folder = Path(next(p for p in procs if "/pids/" in p or "/memory/" not in p)).parent
     return procs, folder
+
+
+PREPARED = f"""{asuser.NOT_DUMPABLE}
+import ctypes, json, os
+print(json.dumps({{"cgroup": open("/proc/self/cgroup").read(), "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0),
+                  "ids": [os.getuid(), os.geteuid(), os.getgid()], "nnp": open("/proc/self/status").read()}}))
+"""
+
+
+def test_the_home_s_preparation_runs_in_the_learner_s_limits_and_cannot_be_traced(workshop: Workshop) -> None:
+    procs, folder = _group_files("learner01")
+    learner = asuser.Learner.of("learner01")
+    done = asuser.run(learner, ["-c", PREPARED], timeout=30, groups_files=tuple(procs))
+    assert done.code == 0, done.err
+    seen = json.loads(done.out)
+    assert f"/{limits.FOLDER}/learner01" in seen["cgroup"] and seen["dumpable"] == 0  # in the learner's groups
+    assert seen["ids"] == [learner.uid, learner.uid, learner.gid] and "NoNewPrivs:\t1" in seen["nnp"]
+    with pytest.raises(ValueError):
+        asuser.run(asuser.Learner("root", 0, 0, (0,), Path("/root")), ["-c", "pass"], 5, tuple(procs))
 
 
 def test_a_fork_bomb_stops_at_pids_max(workshop: Workshop) -> None:

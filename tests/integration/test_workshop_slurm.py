@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from helpers.learner import BOMB, HOG, PYTHON, run_as, without_hub
 
-from labkit.nodes import net, virtual
+from labkit.nodes import net, slurm_conf, virtual
 from labkit.nodes import slurm as nodes_slurm
 from labkit.workshop import accounts, lifecycle, limits
 
@@ -171,3 +171,19 @@ def test_a_fork_bomb_in_a_job_stops_at_the_learners_task_cap(workshop: Workshop)
     finally:
         subprocess.run(["scancel", job], env={**os.environ, "SLURM_CONF": str(workshop.conf)}, check=False)
     print(f"\nfork bomb in a job under the task cap {PIDS}: {born} children, then fork failed")
+
+
+def test_a_learner_cannot_fill_the_queue(workshop: Workshop) -> None:
+    """Held jobs up to the per-user hourly cap are taken; the next is refused (job_submit/throttle)."""
+    taken, refused = [], None
+    try:
+        for _ in range(slurm_conf.JOBS_PER_USER_PER_HOUR + 1):
+            out = workshop.submit("--hold", "-o", "/dev/null", "--wrap", "true")
+            if out.returncode != 0:
+                refused = out.stderr
+                break
+            taken.append(out.stdout.strip())
+    finally:
+        if taken:
+            run_as(LEARNER, ["scancel", *taken], env={"SLURM_CONF": str(workshop.conf)})
+    assert len(taken) <= slurm_conf.JOBS_PER_USER_PER_HOUR and refused is not None, (len(taken), refused)

@@ -1,4 +1,5 @@
-"""labkit.core.slots: checks take a slot, in order; dead, forged and linked tickets do not count."""
+"""labkit.core.slots: checks take a slot, in order; dead, forged, malformed, linked and other users' tickets do not
+count; the queue server's client and protocol lines."""
 
 from __future__ import annotations
 
@@ -71,21 +72,12 @@ def test_dead_forged_and_linked_tickets_do_not_count(tmp_path: Path) -> None:
     assert not (folder / "0-dead.ticket").exists() and not (folder / "2-junk.ticket").exists()
 
 
-def test_in_a_shared_sticky_folder_a_user_holds_one_place(tmp_path: Path) -> None:
-    folder = tmp_path / "q"
-    folder.mkdir()
-    folder.chmod(0o1777)
-    queue = slots.SlotQueue(folder, 2, every=0.05)
-    assert queue.shared()
-    log: list = []
-    first = threading.Thread(target=hold, args=(queue, 0.5, log, "first"))
-    first.start()
-    time.sleep(0.1)
-    hold(queue, 0.0, log, "second")  # two slots, but the same user: after the first
-    first.join(5)
-    starts = {n: t for n, ev, t, _, _ in log if ev == "start"}
-    ends = {n: t for n, ev, t, _, _ in log if ev == "end"}
-    assert starts["second"] >= ends["first"] - 0.01
+def test_the_folder_and_its_durations_are_the_users_alone(tmp_path: Path) -> None:
+    queue = slots.SlotQueue(tmp_path / "q", 1, every=0.05)
+    with queue.slot("mine"):
+        pass
+    assert (tmp_path / "q").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "q" / slots.DURATIONS).stat().st_mode & 0o777 == 0o600
 
 
 def test_the_setting_is_read_and_checked() -> None:
@@ -98,38 +90,97 @@ def test_the_setting_is_read_and_checked() -> None:
         slots.SlotQueue("/x", 0)
 
 
+def test_a_socket_names_the_queue_server(tmp_path: Path) -> None:
+    import socket
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "queue"))
+    try:
+        q = slots.from_env(environ={slots.QUEUE_VAR: str(tmp_path / "queue")})  # the server has its own slots
+        assert isinstance(q, slots.ServerQueue) and q.path == tmp_path / "queue"
+    finally:
+        server.close()
+    q = slots.from_env(environ={slots.SLOTS_VAR: "2", slots.QUEUE_VAR: str(tmp_path / "gone.sock")})
+    assert isinstance(q, slots.ServerQueue)  # named so: a server's, even while it is not there
+    assert isinstance(slots.from_env(environ={slots.SLOTS_VAR: "2", slots.QUEUE_VAR: str(tmp_path)}), slots.SlotQueue)
+
+
+def test_an_unreachable_server_runs_the_check_at_once_and_says_so(tmp_path: Path) -> None:
+    said: list[str] = []
+    started = time.monotonic()
+    with slots.ServerQueue(tmp_path / "gone.sock").slot("horovod check", None, said.append) as waited:
+        assert waited < 1 and time.monotonic() - started < 1
+    assert len(said) == 1 and "cannot be reached" in said[0] and "runs now, without a slot" in said[0]
+    assert not (tmp_path / "gone.sock").exists()
+
+
+@pytest.mark.parametrize("line", [b"[" * 5000 + b"\n", b'{"a": 1e400}\n', b'{"a": NaN}\n',
+                                  b'{"a": 1' + b"0" * 40 + b"}\n", b"\xff\xfe\n",
+                                  b"[1]\n", b'{"a": "' + b"x" * 5000 + b'"}\n', b'{"a": [[[1]]]}\n'])
+def test_a_protocol_line_is_decoded_bounded(line: bytes) -> None:
+    with pytest.raises(slots.ProtocolError):
+        slots.decode(line)
+    assert slots.decode(b'{"op": "take", "label": "a [b] {c}", "n": [1]}\n')["label"] == "a [b] {c}"
+
+
+@pytest.mark.parametrize("content", [
+    "[" * 4096,  # deeper than the JSON parser's recursion limit
+    '{"pid": 1e400, "started": "1"}',  # int(inf)
+    '{"pid": -1, "started": "1"}',
+    '{"pid": true, "started": null}',
+    '{"pid": "1' + "0" * 5000 + '", "started": "1"}',  # cut at 4 KB
+    "\xff\xfe not text",
+    '[1, 2]',
+])
+def test_a_malformed_ticket_is_ignored_and_never_raises(tmp_path: Path, content: str) -> None:
+    folder = tmp_path / "q"
+    folder.mkdir()
+    (folder / "0-bad.ticket").write_text(content, errors="surrogateescape")
+    queue = slots.SlotQueue(folder, 1, every=0.05)
+    assert queue.live() == []
+    with queue.slot("mine") as waited:
+        assert waited < 0.5
+
+
+def test_a_malformed_duration_is_ignored(tmp_path: Path) -> None:
+    folder = tmp_path / "q"
+    folder.mkdir()
+    lines = ["[" * 4096, '{"seconds": 1e400}', '{"seconds": -3}', '{"seconds": NaN}', '{"seconds": "x"}', "junk"]
+    (folder / slots.DURATIONS).write_text("\n".join(lines) + "\n")
+    queue = slots.SlotQueue(folder, 1, every=0.05)
+    assert queue.expected(1) is None
+    with queue.slot("mine"):
+        time.sleep(0.2)
+    assert queue.expected(1) == pytest.approx(0.2, abs=0.15)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
-def test_in_a_class_queue_tickets_count_only_as_their_owners_and_none_removes_anothers(tmp_path: Path) -> None:
+def test_another_users_ticket_that_sorts_first_does_not_hold_the_slot() -> None:
     import pwd
 
-    from labkit.workshop import lifecycle
-
-    base = Path(tempfile.mkdtemp(prefix="labkit-slots-", dir="/tmp"))  # a folder another user can reach
+    nobody = pwd.getpwnam("nobody")
+    base = Path(tempfile.mkdtemp(prefix="labkit-slots-", dir="/tmp"))
     base.chmod(0o755)
-    env = lifecycle.check_queue(base / "queue", cores=4)
-    folder = Path(env[slots.QUEUE_VAR])
-    assert env[slots.SLOTS_VAR] == "2" and folder.stat().st_mode & 0o7777 == 0o1777 and folder.stat().st_uid == 0
-    nobody = pwd.getpwnam("nobody").pw_uid
-    python = "/usr/bin/python3"  # the system's: another user cannot run this checkout's environment
-    other = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: os.setuid(nobody))
+    folder = base / "queue"
+    folder.mkdir()
+    folder.chmod(0o1777)  # as a class's shared folder was
+    idle = subprocess.Popen(["sleep", "60"], user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[])
     try:
-        # root's file naming another user's process (a forged place) does not count
-        forged = {"pid": other.pid, "started": slots.process_start(other.pid)}
-        (folder / "0-forged.ticket").write_text(json.dumps(forged))
-        assert slots.SlotQueue(folder, 1).live() == []
-        mine = folder / "1-root.ticket"
-        mine.write_text(json.dumps({"pid": os.getpid(), "started": slots.process_start(os.getpid())}))
-        code = ("import sys; from pathlib import Path\ntry:\n    Path(sys.argv[1]).unlink()\n"
-                "except PermissionError:\n    print('refused')\n")
-        out = subprocess.run([python, "-c", code, str(mine)], capture_output=True, text=True,
-                             preexec_fn=lambda: os.setuid(nobody), timeout=30)
-        assert out.stdout.strip() == "refused" and mine.exists()  # sticky: a learner cannot take another's place
-        appended = subprocess.run([python, "-c", "import sys\nfrom labkit.core import slots\n"
-                                   "slots._append(slots.Path(sys.argv[1]), '{\"seconds\": 5}')\n",
-                                   str(folder / slots.DURATIONS)], preexec_fn=lambda: os.setuid(nobody), timeout=30,
-                                  env={"PYTHONPATH": str(Path(slots.__file__).parents[2])}, capture_output=True)
-        assert appended.returncode == 0 and slots.SlotQueue(folder, 1).expected(1) == 5.0
+        first = folder / "0000-first.ticket"  # sorts before any ticket named by the time
+        first.write_text(json.dumps({"pid": idle.pid, "started": slots.process_start(idle.pid)}))
+        os.chown(first, nobody.pw_uid, nobody.pw_gid)
+        queue = slots.SlotQueue(folder, 1, every=0.05)
+        got: list[float] = []
+
+        def take() -> None:
+            with queue.slot("mine") as waited:
+                got.append(waited)
+
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        taker.join(3)
+        assert got and got[0] < 1, "another user's idle process held the only slot"
     finally:
-        other.kill()
-        other.wait()
+        idle.kill()
+        idle.wait()
         shutil.rmtree(base)

@@ -77,7 +77,7 @@ ended: list[str] = []  # the learners whose scope the spawner stopped
 
 
 def _spawner(monkeypatch: pytest.MonkeyPatch, systemd: bool, **limits: object):
-    """A workshop spawner for root (a user that exists everywhere) whose start runs nothing: the home is not
+    """A workshop spawner for nobody (a user that exists everywhere) whose start runs nothing: the home is not
     prepared, no control group is made, and LocalProcessSpawner.start only records the command and the
     preexec_fn it would use."""
     from jupyterhub.spawner import LocalProcessSpawner
@@ -96,8 +96,14 @@ def _spawner(monkeypatch: pytest.MonkeyPatch, systemd: bool, **limits: object):
         return ("127.0.0.1", 1)
 
     monkeypatch.setattr(LocalProcessSpawner, "start", start)
-    user = SimpleNamespace(name="root", url="/user/root/")
+    user = SimpleNamespace(name="nobody", url="/user/nobody/")
     return spawner.WorkshopSpawner(user=user, release_dir="/nonexistent", **limits), seen
+
+
+def _world() -> list[str]:
+    from labkit.workshop import worlds
+
+    return worlds.argv(worlds.World(65534, 65534, "/nonexistent"))
 
 
 def test_on_a_systemd_host_the_server_starts_through_systemd_run_in_the_learner_s_scope(
@@ -105,10 +111,12 @@ def test_on_a_systemd_host_the_server_starts_through_systemd_run_in_the_learner_
     ended.clear()
     hub_spawner, seen = _spawner(monkeypatch, True, cpu_limit=1.5, mem_limit=2**30, pids_limit=64)
     aio.run(hub_spawner.start())
-    assert seen["cmd"] == [*scopes.argv("root", Limits(1.5, 2**30, 64)), "jupyterhub-singleuser"]
+    # systemd's scope (as root), then the learner's world, which becomes the learner
+    assert seen["cmd"] == [*scopes.argv("nobody", Limits(1.5, 2**30, 64), as_learner=False), *_world(),
+                           "jupyterhub-singleuser"]
     assert hub_spawner.cmd == ["jupyterhub-singleuser"]  # the prefix is not added twice on the next start
-    assert ended == ["root"]  # the previous scope, if any, stopped first
-    assert seen["preexec"] == ("scope", "root", Limits(1.5, 2**30, 64))  # groups, task cap, home; no setuid
+    assert ended == ["nobody"]  # the previous scope, if any, stopped first
+    assert seen["preexec"] == ("scope", "nobody", Limits(1.5, 2**30, 64))  # groups, task cap, home; no setuid
 
 
 def test_elsewhere_or_without_limits_the_server_starts_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,8 +124,8 @@ def test_elsewhere_or_without_limits_the_server_starts_as_before(monkeypatch: py
     for systemd, limits in ((False, {"pids_limit": 64}), (True, {})):
         hub_spawner, seen = _spawner(monkeypatch, systemd, **limits)
         aio.run(hub_spawner.start())
-        assert seen["cmd"] == ["jupyterhub-singleuser"] and ended == []
-        assert callable(seen["preexec"])  # control groups joined, then set_user_setuid
+        assert seen["cmd"] == [*_world(), "jupyterhub-singleuser"] and ended == []
+        assert callable(seen["preexec"])  # control groups joined as root; the world's setpriv becomes the learner
 
 
 def test_up_probes_systemd_s_scope_on_a_systemd_host_and_the_control_groups_elsewhere(
