@@ -27,6 +27,7 @@ from labkit.nodes import slurm as nodes_slurm
 from labkit.records import classlog
 from labkit.workshop import (
     accounts,
+    disks,
     homes,
     hub,
     hubconfig,
@@ -144,6 +145,7 @@ class Plan:
     job_minutes: int = slurmlimits.DEFAULT_MINUTES
     subdomain_host: str = ""
     folder: str | None = None  # the state folder ($LABKIT_WORKSHOP_STATE)
+    disk: str | None = disks.DEFAULT  # each home's size (a file system of its own); None: homes share the disk
 
 
 def up(plan: Plan, say: Callable[[str], None] = print) -> tuple[State, dict[str, str]]:
@@ -165,10 +167,23 @@ def up(plan: Plan, say: Callable[[str], None] = print) -> tuple[State, dict[str,
     if spawner == "slurm":
         fits_on_nodes(asked, node_count(len(names), spawner))
     note = enforceable(asked, plan.no_limits)
+    if plan.disk:
+        try:
+            disks.check_size(plan.disk)
+        except disks.DiskError as e:
+            raise WorkshopError(str(e)) from e
+        if disks.missing():
+            raise WorkshopError(f"each learner's home cannot get a disk of its own here: {disks.missing()}. Run with "
+                                "--no-disk-limit to hold the workshop with homes on the machine's disk (a learner "
+                                "can then fill it for everyone)")
     source = sources.course_source()
     proxy = hub.find_proxy() or hub.install_proxy(say)
     hub.jupyterhub()
     where = state_folder(folder)
+    if any(where == Path(tmp) or Path(tmp) in where.parents for tmp in worlds.TMP_DIRS):
+        raise WorkshopError(f"the state folder {where} is in a temporary folder, which each learner's server sees as "
+                            "a private one of its own (the check queue would be out of their reach): choose "
+                            "another ($LABKIT_WORKSHOP_STATE), e.g. /var/lib/labkit-workshop")
     if State.load(where) is not None:
         raise WorkshopError(f"a workshop is already up (state in {where}): `labkit workshop down` first")
     if where.exists() and any(where.iterdir()):
@@ -180,9 +195,11 @@ def up(plan: Plan, say: Callable[[str], None] = print) -> tuple[State, dict[str,
     where.chmod(0o711)
     if note:
         st.problems.append(note)
+    if not plan.disk:
+        st.problems.append("homes share the machine's disk (--no-disk-limit): a learner can fill it for everyone")
     st.save()
     try:
-        pw = _start(st, source, proxy, asked, plan.job_minutes, say, plan.subdomain_host)
+        pw = _start(st, plan, source, proxy, asked, say)
     except BaseException:
         down(where)
         raise
@@ -218,14 +235,20 @@ def check_queue(folder: Path, owner: str, cores: int | None = None) -> dict[str,
     return {slots.SLOTS_VAR: str(n), slots.QUEUE_VAR: str(folder / "checks.sock")}
 
 
-def _start(st: State, source: Path, proxy: str, asked: limits.Limits, job_minutes: int,
-           say: Callable[[str], None], subdomain_host: str = "") -> dict[str, str]:
+def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits,
+           say: Callable[[str], None]) -> dict[str, str]:
+    job_minutes, subdomain_host = plan.job_minutes, plan.subdomain_host
     _open_exactly(st, readonly.plan_access(source, [*readonly.env_paths(), st.folder]))
     st.private.mkdir(mode=0o700)
     if st.spawner == "slurm":
         (st.private / "servers").mkdir(mode=0o700)  # the servers' job output, written by root's jobs
     acc = accounts.Accounts(st.learners, st.instructor)
     accounts.create(acc, st.made, st.save, record=st.uid_file)  # uids no workshop handed out before
+    if plan.disk:
+        for name in acc.users:  # each home a file system of its own, before the learner has touched it
+            st.made.setdefault("disks", []).append(name)
+            st.save()
+            disks.make(st.folder / "disks", name, acc.home(name), plan.disk)
     st.made["cgroups"] = list(acc.users)  # the instructor gets a server (and groups) too at login
     instructors = grp.getgrnam(accounts.INSTRUCTOR_GROUP).gr_gid
     st.class_dir.mkdir(mode=0o751)
@@ -318,6 +341,14 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         st.save()
         return said
 
+    def home_disks() -> list[str]:  # lazily: what still holds a disk lets go as the accounts' processes end
+        said = []
+        for name in list(st.made["disks"]):
+            said += disks.remove(st.folder / "disks", name, accounts.Accounts(st.learners, st.instructor).home(name))
+            st.made["disks"].remove(name)
+            st.save()
+        return said
+
     def networks() -> list[str]:  # after the processes: a namespace no process holds goes with its link
         said = worlds.remove(worlds.plan(st.made["worlds"]))
         st.made["worlds"] = []
@@ -344,6 +375,8 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     if groups and scopes.available():
         step("ending the learners' systemd scopes", scope_ends)
     step("ending the processes in the learners' control groups", lambda: limits.end(groups))
+    if st.made.get("disks"):
+        step("detaching the homes' disks", home_disks)
     step("removing the accounts", lambda: accounts.remove(st.made, st.save))
     step("removing the control groups", control_groups)
     if st.made.get("worlds"):
@@ -355,7 +388,7 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
             removed.append(f"the mode of {folder} restored")
         except OSError as e:
             removed.append(f"the mode of {folder} not restored ({e.strerror}): it is gone or no longer what up changed")
-    left = [kind for kind in ("users", "groups", "cgroups", "worlds") if st.made.get(kind)]
+    left = [kind for kind in ("users", "groups", "cgroups", "worlds", "disks") if st.made.get(kind)]
     if left:
         step("saving the state", st.save)
         removed.append(f"the state in {where} is kept for the next `labkit workshop down`, which removes what is "

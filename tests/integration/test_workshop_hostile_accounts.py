@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is
               pytest.mark.slow]  # accounts made and removed, logins through PAM and sshd
 
 PIDS = 64  # tasks per learner in this module's workshop
+DISK = "300M"  # each home's disk
 MEMORY = "128M"
 
 
@@ -71,7 +72,8 @@ def workshop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workshop]:
         without_hub(mp, fake_hub.pid)
         mp.setattr(accounts, "JOB_SPOOLS", tuple(spools))
         try:
-            st, pw = lifecycle.up(lifecycle.Plan(2, port=1, folder=str(state), memory=MEMORY, pids=PIDS), say=print)
+            st, pw = lifecycle.up(lifecycle.Plan(2, port=1, folder=str(state), memory=MEMORY, pids=PIDS, disk=DISK),
+                                  say=print)
             uids = accounts.uids_of(st.made["users"])
             yield Workshop(st, pw, fake_hub, spools)
         finally:
@@ -303,6 +305,35 @@ def test_the_home_s_preparation_runs_in_the_learner_s_limits_and_cannot_be_trace
     assert seen["ids"] == [learner.uid, learner.uid, learner.gid] and "NoNewPrivs:\t1" in seen["nnp"]
     with pytest.raises(ValueError):
         asuser.run(asuser.Learner("root", 0, 0, (0,), Path("/root")), ["-c", "pass"], 5, tuple(procs))
+
+
+FILL = """
+import errno, os, sys
+written = 0
+with open(os.path.expanduser("~/fill"), "wb") as f:
+    try:
+        while written < 2 * 2**30:
+            f.write(b"x" * 2**20)
+            f.flush()
+            written += 2**20
+    except OSError as e:
+        print("stopped", errno.errorcode[e.errno], written // 2**20)
+"""
+
+
+def test_a_learner_fills_only_their_own_disk(workshop: Workshop) -> None:
+    home = Path(pwd.getpwnam("learner01").pw_dir)
+    free = shutil.disk_usage("/").free
+    out = run_as("learner01", [PYTHON, "-c", FILL], timeout=120)
+    try:
+        said = out.stdout.split()
+        assert said[:2] == ["stopped", "ENOSPC"] and int(said[2]) < 300, (out.stdout, out.stderr)
+        assert shutil.disk_usage(home).total < 400 * 2**20  # the home is a file system of its own
+        assert free - shutil.disk_usage("/").free < 350 * 2**20  # the machine's disk lost no more than the home's
+        other = run_as("learner02", [PYTHON, "-c", "import os; open(os.path.expanduser('~/ok'), 'w').write('x')"])
+        assert other.returncode == 0, other.stderr  # the other learner writes as before
+    finally:
+        run_as("learner01", ["rm", "-f", str(home / "fill")])
 
 
 def test_a_fork_bomb_stops_at_pids_max(workshop: Workshop) -> None:

@@ -606,3 +606,34 @@ def test_server_options_a_learner_posts_are_dropped(workshop: Workshop) -> None:
     server = _server("learner03")
     assert server.uids().real == pwd.getpwnam("learner03").pw_uid and "options ignored" in hub.tail(w.st.log, 100_000)
     _api(f"{w.st.url}hub/api/users/learner03/server", w.admin, "DELETE")
+
+
+QUEUE_GARBAGE = """
+import os, socket
+path = os.environ["LABKIT_CHECK_QUEUE"]
+for junk in (b"[" * 5000 + b"\\n", b"x" * 100_000, b'{"op": "take", "label": 1e400}\\n', b"\\xff\\xfe\\n"):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    try:
+        s.sendall(junk)
+        s.recv(4096)
+    except OSError:
+        pass
+    s.close()
+print("sent", oct(os.stat(os.path.dirname(path)).st_mode & 0o777), os.access(os.path.dirname(path), os.W_OK))
+"""
+QUEUE_TAKE = """
+import time
+from labkit.core import slots
+start = time.monotonic()
+with slots.queued("a step check") as waited:
+    print("slot", round(time.monotonic() - start, 1))
+"""
+
+
+def test_the_check_queue_is_the_hub_s_and_no_learner_s_garbage_stops_another_s_check(
+        workshop: Workshop, kernels: Kernels) -> None:
+    said = kernels.run("learner01", kernels.start("learner01"), QUEUE_GARBAGE).split()
+    assert said == ["sent", "0o755", "False"], said  # the queue's folder is the instructor's; learners only connect
+    took = kernels.run("learner02", kernels.start("learner02"), QUEUE_TAKE).split()
+    assert took[0] == "slot" and float(took[1]) < 10, took
