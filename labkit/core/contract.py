@@ -45,7 +45,7 @@ CLASS_DIR = "LABKIT_CLASS_DIR"  # a workshop's class folder: checks and assessme
 WORKSHOP_LEARNERS = "LABKIT_WORKSHOP_LEARNERS"  # the class view service's learners, comma-separated
 SOLUTIONS_DIR = "LABKIT_SOLUTIONS_DIR"  # a workshop's revealed step solutions (labkit workshop reveal), root's
 CHECK_SLOTS = "LABKIT_CHECK_SLOTS"  # checks and assessments take one of this many slots first (labkit.core.slots)
-CHECK_QUEUE = "LABKIT_CHECK_QUEUE"  # the slots' folder (default: LABKIT_CACHE/check-queue; a workshop's is shared)
+CHECK_QUEUE = "LABKIT_CHECK_QUEUE"  # the slots: a folder (default: LABKIT_CACHE/check-queue), or a queue socket
 
 # -- setup settings (read by scripts/setup.sh and make; listed here so that every name is in one place) ----
 SETUP_NAMES = {
