@@ -157,7 +157,7 @@ fi
 EXTRA=""
 [ "$GPU_WANTED" = "1" ] && EXTRA="tensorflow[and-cuda]==2.21.*"
 EXTRAS="test"
-[ "${LABKIT_TEST_TOOLS:-0}" = "1" ] && EXTRAS="test,workshop,cloud"  # the tests bring up a JupyterHub, use the clouds' SDKs
+[ "${LABKIT_TEST_TOOLS:-0}" = "1" ] && EXTRAS="test,workshop,cloud,audit"  # a JupyterHub, the clouds' SDKs, CI linters
 DEPS_STAMP="$VENV/.labkit-deps-$(hash_of pyproject.toml)-gpu$GPU_WANTED-$EXTRAS"
 # Fast path: package metadata only (importing TensorFlow takes seconds); `labkit doctor` at the end imports for real.
 if [ -f "$DEPS_STAMP" ] && "$PY" -c 'import importlib.metadata as m; [m.version(p) for p in ("labkit", "tensorflow", "tf-keras", "mpi4py", "ipyparallel", "jupyterlab")]' 2>/dev/null; then

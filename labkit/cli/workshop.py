@@ -15,7 +15,19 @@ from labkit.core.cliargs import positive_int
 from labkit.course import labs
 from labkit.deploy import z2jh, z2jh_files
 from labkit.records import classlog
-from labkit.workshop import accounts, classpage, classview, hub, hubconfig, lifecycle, limits, passwords, results
+from labkit.workshop import (
+    accounts,
+    classpage,
+    classview,
+    disks,
+    hub,
+    hubconfig,
+    lifecycle,
+    limits,
+    passwords,
+    results,
+)
+from labkit.workshop import gradebook as gradebooks
 from labkit.workshop import reveal as reveals
 from labkit.workshop.state import State, state_folder
 
@@ -34,6 +46,14 @@ The class view: a grid of learners x steps from the records every check and asse
 each step's pass rate, commonest failure messages and median minutes to pass, and the steps whose solutions were
 revealed to the class (by whom, when). --from DIR reads `labkit grade` results instead (JSON, GitHub Classroom
 JSON or JUnit XML; the learner is the first folder below DIR or the file's name)."""
+GRADEBOOK_HELP = """\
+Writes the class's points as a CSV that Canvas's or Moodle's gradebook import reads: one row per learner, a column
+per lab the course grades (its [tool.labkit.grading]: the labs and each step's points, as `labkit grade` counts
+them), a lab's cell the points of the steps whose latest result passes. From the workshop's class records, or
+--from DIR (`labkit grade` results: JSON, JUnit XML, old GitHub Classroom JSON; the learner is the first folder
+below DIR or the file's name). --roster CSV maps each learner (a `learner` column) to the LMS's own columns:
+Canvas's Student, ID, SIS User ID, SIS Login ID, Section; Moodle's username, email, idnumber. Without it the
+learner's name is Canvas's Student and SIS Login ID, and Moodle's username. docs/grading.md has the import steps."""
 REVEAL_HELP = """\
 Gives every learner of the workshop the solution after STEP of LAB: it is written, root's and read-only, into
 the workshop's revealed/ folder, which each learner's `labkit solution LAB STEP` (and the notebook helper) reads;
@@ -174,6 +194,11 @@ def add_parser(sub) -> None:
     u.add_argument("--no-limits", action="store_true",
                    help="hold the workshop without per-learner limits (where they cannot be enforced, e.g. a "
                    "systemd host); without it `up` refuses when a limit cannot be enforced")
+    u.add_argument("--disk", default=disks.DEFAULT, metavar="SIZE",
+                   help="each home's disk, a file system of its own (default: %(default)s; sparse: it takes on the "
+                   "machine's disk only what is written)")
+    u.add_argument("--no-disk-limit", action="store_true",
+                   help="homes on the machine's disk, unlimited (where loop devices cannot be used)")
     u.add_argument("--job-minutes", type=positive_int, default=None, metavar="MIN",
                    help="with --slurm: the longest a learner's Slurm job may run (the partition's MaxTime; "
                    "default: 30)")
@@ -195,6 +220,17 @@ def add_parser(sub) -> None:
     cs.add_argument("--html", metavar="OUT", default=None, help="also write the view as one HTML page")
     cs.add_argument("--from", dest="from_dir", metavar="DIR", default=None,
                     help="read `labkit grade` results (JSON/JUnit) below DIR instead of the workshop's records")
+    gb = cacts.add_parser("gradebook", help="write the class's points per lab as a CSV for Canvas or Moodle",
+                          description=GRADEBOOK_HELP)
+    gb.add_argument("--format", choices=gradebooks.FORMATS, required=True, help="the LMS whose import reads it")
+    gb.add_argument("--from", dest="from_dir", metavar="DIR", default=None,
+                    help="read `labkit grade` results (JSON/JUnit) below DIR instead of the workshop's records")
+    gb.add_argument("--roster", metavar="CSV", default=None,
+                    help="who each learner is in the LMS: a `learner` column and the LMS's identity columns")
+    gb.add_argument("--course", metavar="DIR", default=".",
+                    help="the course whose [tool.labkit.grading] gives the labs and points (default: this folder)")
+    gb.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    gb.set_defaults(func=_gradebook)
     for parser in (p, c):
         parser.set_defaults(func=run)
 
@@ -206,7 +242,7 @@ def run(a: argparse.Namespace) -> int:
             return _class(a)
         return {"up": _up, "status": _status, "down": _down, "password": _password, "reveal": _reveal,
                 "k8s": _k8s}[a.action](a)
-    except (lifecycle.WorkshopError, accounts.AccountsError, hub.HubError, reveals.RevealError) as e:
+    except (lifecycle.WorkshopError, accounts.AccountsError, disks.DiskError, hub.HubError, reveals.RevealError) as e:
         print(f"labkit {name}: {e}", file=sys.stderr)
         return 1
 
@@ -222,6 +258,7 @@ def _up(a: argparse.Namespace) -> int:
     plan = lifecycle.Plan(a.learners, port=a.port, ip=a.ip, slurm=a.slurm, spawner=a.spawner,
                           auth="shared" if a.shared_password else "hub", cores=a.cores, memory=a.memory, pids=pids,
                           no_limits=a.no_limits, subdomain_host=a.subdomain_host or "",
+                          disk=None if a.no_disk_limit else a.disk,
                           **({"job_minutes": a.job_minutes} if a.job_minutes else {}))
     st, pw = lifecycle.up(plan, say=lambda text: print(text, file=sys.stderr))
     status = lifecycle.status()
@@ -337,6 +374,27 @@ def _class(a: argparse.Namespace) -> int:
         Path(a.html).write_text(classpage.html_page(view), encoding="utf-8")
     # text() shows learners' text through classlog.for_terminal; JSON escapes non-ASCII and controls (DEL is inert)
     print(json.dumps(view.to_dict(), indent=1) if a.json else view.text())
+    return 0
+
+
+def _gradebook(a: argparse.Namespace) -> int:
+    """``labkit class gradebook``: the CSV of :mod:`labkit.workshop.gradebook`; notes on stderr."""
+    try:
+        cols = gradebooks.columns(gradebooks.course_config(Path(a.course)))
+        rows, learners, problems = gradebooks.read_records(Path(a.from_dir) if a.from_dir else None)
+        roster = gradebooks.read_roster(Path(a.roster), a.format) if a.roster else None
+        book = gradebooks.build(rows, cols, learners)
+        text = gradebooks.to_csv(gradebooks.rows(book, a.format, roster))
+    except (gradebooks.GradebookError, ValueError) as e:
+        print(f"labkit class gradebook: {e}", file=sys.stderr)
+        return 2
+    for note in [*(f"skipped {p}" for p in problems), *book.notes]:  # learners' text: shown, never obeyed
+        print(f"labkit class gradebook: {classlog.for_terminal(note)}", file=sys.stderr)
+    if a.output:
+        Path(a.output).write_text(text, encoding="utf-8", newline="")
+        print(f"wrote {a.output}: {len(book.learners)} learners x {len(cols)} labs ({a.format})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 ``labkit release OUT`` writes the course a learner gets, from the single source:
 the package, the starters, the notebooks with outputs cleared, the setup, the
-grading configuration and workflow, and pristine copies of the starters (for
+grading configuration, its CI files (``.github/workflows/grade.yml``, ``.gitlab-ci.yml``),
+and pristine copies of the starters (for
 ``labkit reset`` and for telling a lab that was never started), but no tests and
 no ``solutions/``. The step solutions go in as the course chooses
 (:mod:`labkit.course.solutions`): self-paced (the default) writes them into the
@@ -24,6 +25,9 @@ from labkit.course import labs, solutions, sources
 
 STARTERS = Path(".labkit") / "starters"  # pristine starters inside a released course
 WORKFLOW = Path("course") / "workflows" / "grade.yml"  # the template course repositories use
+# The CI files a released course holds, from their templates: source in the course -> path in the release.
+CI_FILES = {WORKFLOW: ".github/workflows/grade.yml",
+            Path("course") / "workflows" / "gitlab-ci.yml": ".gitlab-ci.yml"}
 # What a learner's course holds, besides labs/ (rendered below) and the starters' copies.
 COPIED = ("labkit", ".importlinter", "scripts", "patches", "binder", "k8s", "Makefile", "README.md", ".gitignore",
           "course", "docs",
@@ -125,9 +129,9 @@ def release_files(root: Path = labs.ROOT, mode: str | None = None) -> dict[str, 
             if text is None:
                 raise FileNotFoundError(f"no starter {name} for the {lab.name} lab")
             files[f"labs/{name}"] = files[str(STARTERS / name)] = text.encode()
-    workflow = root / WORKFLOW
-    if workflow.is_file():
-        files[".github/workflows/grade.yml"] = workflow.read_bytes()
+    for template, target in CI_FILES.items():
+        if (root / template).is_file():
+            files[target] = (root / template).read_bytes()
     if mode == solutions.SELF_PACED:
         files.update(solutions.release_files(root))
     return files

@@ -1,6 +1,6 @@
 """``labkit grade``: check every lab of a learner's checkout, one test case per step, with points.
 
-    labkit grade labs/ --junit grade.xml --classroom classroom.json --summary "$GITHUB_STEP_SUMMARY"
+    labkit grade labs/ --junit grade.xml --summary "$GITHUB_STEP_SUMMARY"
 
 Each lab is checked in a process of its own (``labkit check LAB SCRIPT --json``), on a
 copy of the learner's scripts in a scratch folder: grading never writes to the
@@ -8,13 +8,15 @@ checkout, and a script that crashes, loops, floods its output, kills its parent 
 leaves children behind fails its step within the lab's timeout with nothing left
 running. A lab whose script is still the starter as handed out scores 0 ("not
 started") without a run. Points come from ``[tool.labkit.grading]`` in the course's
-``pyproject.toml`` (default: one point per step). Outputs: JUnit XML
-(:mod:`labkit.grading.reports`), the GitHub Classroom reporter's result object, a Markdown summary.
+``pyproject.toml`` (default: one point per step). A failing case names the file it is about and, when the
+check's message shows it (a traceback into the learner's script, a syntax error), the line. Outputs
+(:mod:`labkit.grading.reports`): JUnit XML, a Markdown summary, GitHub annotations, the whole result as JSON.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -41,10 +43,28 @@ class Case:
     points: float
     max_points: float
     seconds: float = 0.0
+    file: str = ""  # the learner's file the case is about (for annotations), "" when none
+    line: int | None = None  # the line in ``file`` where it failed, when the check's message shows it
 
     @property
     def name(self) -> str:
         return f"{self.lab} step {self.step}: {self.title}"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Case:
+        """A case as :meth:`Result.to_dict` wrote it; ValueError when a field is missing or of the wrong type."""
+        kinds = {"lab": str, "step": int, "title": str, "passed": bool, "message": str, "points": (int, float),
+                 "max_points": (int, float), "seconds": (int, float), "file": str, "line": (int, type(None))}
+        optional = {"seconds", "file", "line"}
+        fields = {}
+        for key, kind in kinds.items():
+            if key not in data and key in optional:
+                continue
+            value = data.get(key)
+            if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+                raise ValueError(f"a case's {key!r} is {value!r}")
+            fields[key] = value
+        return cls(**fields)
 
 
 @dataclass
@@ -73,6 +93,15 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "score": self.score, "max_score": self.max_score, "passed": self.passed,
                 "seconds": round(self.seconds, 1), "cases": [asdict(c) for c in self.cases]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Result:
+        """The result :meth:`to_dict` (``labkit grade --json`` or ``--save``) wrote; ValueError when it is not one."""
+        if not (isinstance(data, dict) and isinstance(data.get("path"), str) and isinstance(data.get("cases"), list)):
+            raise ValueError("not a labkit grade result (a JSON object with path and cases)")
+        seconds = data.get("seconds", 0.0)
+        return cls(data["path"], [Case.from_dict(c if isinstance(c, dict) else {}) for c in data["cases"]],
+                   float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else 0.0)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -107,6 +136,34 @@ def step_points(lab: labs.Lab, config: dict[str, Any]) -> list[float]:
 
 
 # ----------------------------------------------------------------------------- grading
+
+
+# Where a check's message shows a line of the learner's file: labkit's own "(at NAME:LINE)", a syntax error, or a
+# Python traceback's frames (the last one in the learner's files counts).
+_AT = re.compile(r"\(at ([^\s():]+):(\d+)\)")
+_SYNTAX = re.compile(r"(\S+) does not parse \(SyntaxError at line (\d+)")
+_FRAME = re.compile(r'File "([^"\n]+)", line (\d+)')
+
+
+def locate(message: str, names: tuple[str, ...]) -> tuple[str, int | None]:
+    """The file of ``names`` (a lab's files) that ``message`` points into, and the line, as far as it shows them:
+    ``("", None)`` when it names none of them."""
+    for pattern in (_AT, _SYNTAX):
+        for m in pattern.finditer(message):
+            if Path(m.group(1)).name in names:
+                return Path(m.group(1)).name, int(m.group(2))
+    frames = [(Path(m.group(1)).name, int(m.group(2))) for m in _FRAME.finditer(message)
+              if Path(m.group(1)).name in names]
+    return frames[-1] if frames else ("", None)
+
+
+def _where(case: Case, lab: labs.Lab, folder: Path) -> Case:
+    """``case`` with the file (and line) it is about, when it failed: as its message shows, else the step's file."""
+    if not case.passed:
+        name, line = locate(case.message, lab.files)
+        case.file = (folder / (name or lab.step_file(case.step))).as_posix()
+        case.line = line
+    return case
 
 
 def _all_fail(lab: labs.Lab, points: list[float], message: str, seconds: float = 0.0) -> list[Case]:
@@ -157,7 +214,12 @@ def _run_check(lab: labs.Lab, script: Path, timeout: float, scratch: Path) -> tu
 
 def grade_lab(lab: labs.Lab, folder: Path, scratch: Path, config: dict[str, Any],
               timeout: float | None = None) -> list[Case]:
-    """Grade one lab: not started, missing, or checked step by step."""
+    """Grade one lab: not started, missing, or checked step by step; each failing case names its file."""
+    return [_where(c, lab, folder) for c in _grade_lab(lab, folder, scratch, config, timeout)]
+
+
+def _grade_lab(lab: labs.Lab, folder: Path, scratch: Path, config: dict[str, Any],
+               timeout: float | None = None) -> list[Case]:
     points = step_points(lab, config)
     script = folder / lab.starter
     if not script.is_file():
@@ -189,13 +251,17 @@ def grade_assessment(table: dict[str, Any], folder: Path, scratch: Path) -> Case
     start = time.perf_counter()
     if not (folder / run["script"]).is_file():
         return Case("assessment", 1, title, False, f"missing: {folder / run['script']} was not found", 0.0,
-                    run["points"])
+                    run["points"], file=(folder / run["script"]).as_posix())
     goal = assessment.machine_goal(**spec)
     work = scratch / "assessment"
     work.mkdir(exist_ok=True)
     verdict = assessment.assess(scratch / run["script"], goal, run["args"], run["launcher"], cwd=work)
-    return Case("assessment", 1, title, verdict.passed, f"{verdict.message} (goal: {goal})",
+    case = Case("assessment", 1, title, verdict.passed, f"{verdict.message} (goal: {goal})",
                 run["points"] if verdict.passed else 0.0, run["points"], time.perf_counter() - start)
+    if not case.passed:
+        _, line = locate(case.message, (run["script"],))
+        case.file, case.line = (folder / run["script"]).as_posix(), line
+    return case
 
 
 def grade(path: str | Path = "labs", lab_names: list[str] | None = None, timeout: float | None = None,

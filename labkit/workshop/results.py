@@ -1,7 +1,8 @@
 """Class records from ``labkit grade`` results: a folder of JSON or JUnit files from many course repositories.
 
-``labkit class status --from DIR`` reads every ``*.json`` and ``*.xml`` below ``DIR``: ``labkit grade --json``
-output, the GitHub Classroom result object (``--classroom``) and JUnit XML (``--junit``); and class records
+``labkit class status --from DIR`` (and ``labkit class gradebook --from DIR``) reads every ``*.json`` and ``*.xml``
+below ``DIR``: ``labkit grade --json`` or ``--save`` output, JUnit XML (``--junit``), the GitHub Classroom result
+object older labkits wrote (``--classroom``, retired with the service on 2026-08-28); and class records
 (``*.jsonl``, a copy of a workshop's class folder), which keep their times. The learner is the first folder
 below ``DIR`` (``DIR/alice/grade.xml``) or, for a file directly in ``DIR``, its name without the suffix
 (``DIR/alice.json``, ``DIR/learner01.jsonl``), never a field inside the file: a class record naming another
@@ -37,7 +38,8 @@ def from_grade_json(data: dict[str, Any], learner: str) -> list[Record]:
 
 
 def from_classroom(data: dict[str, Any], learner: str) -> list[Record]:
-    """GitHub Classroom's result object: tests named ``LAB step K: TITLE`` with ``status`` pass/fail."""
+    """GitHub Classroom's result object (files from before its retirement): tests named ``LAB step K: TITLE``
+    with ``status`` pass/fail."""
     rows = []
     for t in data.get("tests", []):
         m = STEP_NAME.match(str(t.get("name", ""))) if isinstance(t, dict) else None

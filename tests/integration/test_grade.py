@@ -3,7 +3,6 @@ points, outputs CI systems read, and grading that survives hostile scripts."""
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import subprocess
@@ -49,15 +48,6 @@ def test_a_broken_document_is_rejected_by_the_schema() -> None:
 
     with pytest.raises(xmlschema.XMLSchemaValidationError):
         xmlschema.XMLSchema(str(XSD)).validate('<testsuite name="x" tests="1"><testcase name="a"/></testsuite>')
-
-
-def test_classroom_result_and_its_base64_form() -> None:
-    result = _result()
-    obj = reports.classroom(result)
-    assert obj["version"] == 1 and obj["status"] == "fail" and obj["max_score"] == 4.0
-    assert [t["status"] for t in obj["tests"]] == ["pass", "fail", "fail"]
-    assert obj["tests"][0] | {"score": 1.0, "max_score": 1.0} == obj["tests"][0]
-    assert json.loads(base64.b64decode(reports.classroom_b64(result))) == obj
 
 
 def test_summary_is_a_markdown_table() -> None:
@@ -159,52 +149,83 @@ def test_hostile_scripts_fail_step_one_with_nothing_left_running(tmp_path: Path,
     assert _left_behind(mark) == []
 
 
+def _workspace(tmp_path: Path) -> Path:
+    """A GitHub runner's workspace after the workflow's checkouts and setup: the course repository made by
+    `labkit release` as the grader and as the learner's submission, the grader's .venv this one."""
+    workspace = tmp_path / "workspace"
+    for name in ("grader", "submission"):
+        course.release(workspace / name)
+    (workspace / "grader" / ".venv").symlink_to(Path(sys.executable).parent.parent)  # what `make setup` creates
+    return workspace
+
+
+def _run_workflow(workspace: Path) -> tuple[int, dict[str, str], dict, str]:
+    """The workflow's shell steps after its setup (read from its YAML), in order, as the runner runs them: the
+    grade step's exit code, the job's outputs, the saved result and what the report step printed."""
+    import yaml
+
+    steps = yaml.safe_load((workspace / "grader" / ".github" / "workflows" / "grade.yml").read_text())["jobs"]["grade"]
+    steps = steps["steps"]
+    assert any(s.get("run") == "make setup" and s.get("working-directory") == "grader" for s in steps)  # not run here
+    temp = workspace.parent / "runner-temp"
+    shutil.rmtree(temp, ignore_errors=True)
+    temp.mkdir()
+    out, summary = workspace.parent / "github_output", workspace.parent / "summary.md"
+    out.write_text("")
+    env = {**_clean_env(), "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(temp),
+           "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+    codes, printed = {}, ""
+    for step in (s for s in steps if s.get("id") in ("grade", "report")):
+        done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=workspace, env=env, capture_output=True,
+                              text=True, timeout=900)
+        codes[step["id"]], printed = done.returncode, printed + done.stdout
+    assert codes["report"] == 0, printed
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    saved = json.loads((temp / "labkit-graded" / "grade.json").read_text())
+    assert (temp / "labkit-graded" / "grade.xml").is_file()
+    return codes["grade"], outputs, saved, printed
+
+
+@pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
+def test_the_workflow_steps_grade_a_released_course_with_untouched_starters(tmp_path: Path) -> None:
+    workspace = _workspace(tmp_path)
+    code, outputs, saved, printed = _run_workflow(workspace)
+    config = grade.load_config(workspace / "grader" / "labs")
+    top = sum(sum(grade.step_points(labs.get(name), config)) for name in config["labs"])
+    assert code == 1 and outputs == {"score": "0", "max_score": f"{top:g}"}
+    assert all(c["message"].startswith("not started") for c in saved["cases"])
+    assert "::error file=labs/fashion_mnist.py,title=horovod step 1" in printed
+    assert "labkit grade: 0 /" in (tmp_path / "summary.md").read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_the_workflow_grades_a_course_repository(tmp_path: Path) -> None:
-    """The workflow's own shell steps (read from its YAML), in a course repository made by `labkit release`."""
-    import yaml
-
-    repo = tmp_path / "course"
-    course.release(repo)
-    (repo / ".venv").symlink_to(Path(sys.executable).parent.parent)  # what its setup step would create
-    steps = yaml.safe_load((repo / ".github" / "workflows" / "grade.yml").read_text())["jobs"]["grade"]["steps"]
-    grade_step = next(s for s in steps if s.get("id") == "grade")
-    assert any(s.get("id") == "setup" and s["run"] == "make setup" for s in steps)  # not run here: it reinstalls
-
-    def run_workflow() -> tuple[int, dict[str, str], dict]:
-        out, summary = tmp_path / "github_output", tmp_path / "summary.md"
-        out.write_text("")
-        env = {**_clean_env(), "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
-        done = subprocess.run(["bash", "-e", "-c", grade_step["run"]], cwd=repo, env=env, capture_output=True,
-                              text=True, timeout=900)
-        outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
-        return done.returncode, outputs, json.loads(base64.b64decode(outputs["result"]))
-
-    code, outputs, points = run_workflow()  # the release: untouched starters, scored in seconds
-    config = grade.load_config(repo / "labs")
-    top = sum(sum(grade.step_points(labs.get(name), config)) for name in config["labs"])
-    assert code == 1 and outputs["score"] == "0" and points["max_score"] == pytest.approx(top)
+    """The workflow's own shell steps (read from its YAML), on a course repository made by `labkit release`: the
+    grader's points, the learner's scripts."""
+    workspace = _workspace(tmp_path)
+    submission, grader = workspace / "submission", workspace / "grader"
     # A learner half-way: Horovod up to step 3, the MirroredStrategy lab done, two labs not started, and lab 8's
     # option not added to the Horovod script (its check fails in seconds: the script refuses the option).
-    shutil.copy2(labs.get("horovod").solution(3), repo / "labs" / "fashion_mnist.py")
-    shutil.copy2(labs.get("mirrored").solution(), repo / "labs" / "fashion_mnist_mirrored.py")
-    code, outputs, points = run_workflow()
-    failing = [t["name"].split(":")[0] for t in points["tests"] if t["status"] == "fail"]
+    shutil.copy2(labs.get("horovod").solution(3), submission / "labs" / "fashion_mnist.py")
+    shutil.copy2(labs.get("mirrored").solution(), submission / "labs" / "fashion_mnist_mirrored.py")
+    pyproject = submission / "pyproject.toml"  # the learner's own points count for nothing: the grader's do
+    pyproject.write_text(pyproject.read_text().replace("communication = 1", "communication = 100"))
+    code, outputs, saved, _ = _run_workflow(workspace)
+    failing = [f"{c['lab']} step {c['step']}" for c in saved["cases"] if not c["passed"]]
     assert code == 1 and outputs["score"] == "7"
     assert failing == [*[f"horovod step {k}" for k in range(4, labs.get("horovod").n_steps + 1)],
                        *[f"multiworker step {k}" for k in range(1, labs.get("multiworker").n_steps + 1)],
                        *[f"parameter-server step {k}" for k in range(1, labs.get("parameter-server").n_steps + 1)],
                        "communication step 1"]
-    # A course that grades that one lab only (its pyproject.toml says which): everything passes, exit 0.
+    # A course that grades that one lab only (the grader's pyproject.toml says which): everything passes, exit 0.
     # (Each lab's final solution passing every step is its own lab test's real check.)
-    pyproject = repo / "pyproject.toml"
-    text = pyproject.read_text()
+    text = (grader / "pyproject.toml").read_text()
     labs_line = next(line for line in text.splitlines() if line.startswith("labs = ["))
-    pyproject.write_text(text.replace(labs_line, 'labs = ["mirrored"]'))
-    code, outputs, points = run_workflow()
-    assert code == 0 and outputs["score"] == "4", [t["message"] for t in points["tests"] if t["status"] != "pass"]
-    assert (repo / "grade.xml").is_file() and "labkit grade: 4 / 4" in (tmp_path / "summary.md").read_text()
+    (grader / "pyproject.toml").write_text(text.replace(labs_line, 'labs = ["mirrored"]'))
+    code, outputs, saved, _ = _run_workflow(workspace)
+    assert code == 0 and outputs["score"] == "4", [c["message"] for c in saved["cases"] if not c["passed"]]
+    assert "labkit grade: 4 / 4" in (tmp_path / "summary.md").read_text()
 
 
 def _clean_env() -> dict[str, str]:

@@ -18,7 +18,9 @@ ROOT = labs.ROOT
 def test_release_holds_starters_cleared_notebooks_and_grading_but_no_solutions(tmp_path: Path) -> None:
     out = tmp_path / "course"
     written = course.release(out)
-    assert "pyproject.toml" in written and ".github/workflows/grade.yml" in written
+    assert "pyproject.toml" in written and ".github/workflows/grade.yml" in written and ".gitlab-ci.yml" in written
+    assert (out / ".gitlab-ci.yml").read_bytes() == (ROOT / "course" / "workflows" / "gitlab-ci.yml").read_bytes()
+    assert (out / "course" / "autograder.py").is_file()  # for the instructor's Classroom 50 config repository
     assert not (out / "solutions").exists() and not (out / "tests").exists()
     for lab in labs.LABS.values():
         assert (out / "labs" / lab.starter).read_text() == (ROOT / "labs" / lab.starter).read_text()

@@ -155,7 +155,10 @@ def test_grade_results_are_read_from_json_classroom_and_junit(tmp_path: Path) ->
     (tmp_path / "alice" / "grade.json").write_text(json.dumps(_graded(3).to_dict()))
     (tmp_path / "alice" / "grade.xml").write_text(reports.junit_xml(_graded(3)))  # the same result twice
     (tmp_path / "bob.xml").write_text(reports.junit_xml(_graded(1)))
-    (tmp_path / "carol.json").write_text(json.dumps(reports.classroom(_graded(2))))
+    classroom = {"version": 1, "status": "fail", "max_score": 3.0, "tests": [  # as labkit wrote it for GitHub Classroom
+        {"name": c.name, "status": "pass" if c.passed else "fail", "score": c.points, "max_score": c.max_points,
+         "message": c.message} for c in _graded(2).cases]}
+    (tmp_path / "carol.json").write_text(json.dumps(classroom))
     (tmp_path / "notes.json").write_text("{}")
     rows, problems = results.read_folder(tmp_path)
     assert problems == [f"{tmp_path / 'notes.json'}: no labkit grade result in it"]
