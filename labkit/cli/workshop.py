@@ -188,7 +188,8 @@ def add_parser(sub) -> None:
                    "each; anyone holding it can log in as any learner")
     u.add_argument("--cores", type=_arg(_cores), default=None, help="cores per learner (default: unlimited)")
     u.add_argument("--memory", type=_arg(_memory), default=None, metavar="SIZE",
-                   help="memory per learner, e.g. 4G (default: unlimited)")
+                   help="memory per learner, e.g. 4G (default: 80%% of this machine's memory shared among the "
+                   "learners and the instructor)")
     u.add_argument("--pids", type=_arg(_pids), default=None, metavar="N",
                    help=f"processes and threads per learner, against fork bombs (default: {limits.DEFAULT_PIDS})")
     u.add_argument("--no-limits", action="store_true",
@@ -230,6 +231,8 @@ def add_parser(sub) -> None:
     gb.add_argument("--course", metavar="DIR", default=".",
                     help="the course whose [tool.labkit.grading] gives the labs and points (default: this folder)")
     gb.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    gb.add_argument("--self-reported", action="store_true",
+                    help="without --from: export the workshop's class records, which learners can forge")
     gb.set_defaults(func=_gradebook)
     for parser in (p, c):
         parser.set_defaults(func=run)
@@ -255,8 +258,13 @@ def _up(a: argparse.Namespace) -> int:
         print("labkit workshop up: --job-minutes limits Slurm jobs: give it with --slurm", file=sys.stderr)
         return 2
     pids = None if a.no_limits else (a.pids or limits.DEFAULT_PIDS)
+    memory = a.memory
+    if memory is None and not a.no_limits and a.spawner == "local":  # a safe default: no learner takes all memory
+        memory = limits.default_memory(a.learners + 1)
+        print(f"labkit workshop up: --memory {memory} per learner (80% of this machine's memory shared among the "
+              f"{a.learners} learners and the instructor; give --memory to choose)", file=sys.stderr)
     plan = lifecycle.Plan(a.learners, port=a.port, ip=a.ip, slurm=a.slurm, spawner=a.spawner,
-                          auth="shared" if a.shared_password else "hub", cores=a.cores, memory=a.memory, pids=pids,
+                          auth="shared" if a.shared_password else "hub", cores=a.cores, memory=memory, pids=pids,
                           no_limits=a.no_limits, subdomain_host=a.subdomain_host or "",
                           disk=None if a.no_disk_limit else a.disk,
                           **({"job_minutes": a.job_minutes} if a.job_minutes else {}))
@@ -379,6 +387,11 @@ def _class(a: argparse.Namespace) -> int:
 
 def _gradebook(a: argparse.Namespace) -> int:
     """``labkit class gradebook``: the CSV of :mod:`labkit.workshop.gradebook`; notes on stderr."""
+    if not a.from_dir and not a.self_reported:
+        print("labkit class gradebook: the workshop's class records are written by the learners' own checks, and a "
+              "learner can forge their own: marks for a gradebook come from `labkit grade` results (--from DIR). "
+              "Give --self-reported to export the class records anyway", file=sys.stderr)
+        return 2
     try:
         cols = gradebooks.columns(gradebooks.course_config(Path(a.course)))
         rows, learners, problems = gradebooks.read_records(Path(a.from_dir) if a.from_dir else None)

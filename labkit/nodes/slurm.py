@@ -50,6 +50,15 @@ def node_memory_mib(count: int) -> int:
     return max(256, psutil.virtual_memory().total // 2**20 // (2 * count))
 
 
+def controller_port(conf: Path) -> int:
+    """The port slurmctld listens on, as ``conf`` (a cluster's slurm.conf) says (6817, Slurm's default, otherwise)."""
+    for line in conf.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "SlurmctldPort" and value.strip().isdigit():
+            return int(value.strip())
+    return 6817
+
+
 def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path) -> str:
     """``slurm.conf`` for the cluster: controller ``head`` on the bridge, every node's CPUs = its slots."""
     memory = node_memory_mib(cluster.count)

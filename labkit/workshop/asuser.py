@@ -70,22 +70,26 @@ JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; e
 NOT_DUMPABLE = "import ctypes; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)"  # PR_SET_DUMPABLE 0: no ptrace of the child
 
 
-def joined_argv(learner: Learner, args: list[str], groups_files: tuple[str, ...]) -> list[str]:
-    """The child's command when it must start in the learner's control groups: ``sh`` (root) joins them, then
-    ``setpriv`` becomes the learner (groups, group id, user id, no new privileges) and execs ``python -I``."""
+def joined_argv(learner: Learner, args: list[str], groups_files: tuple[str, ...],
+                become: tuple[str, ...] = ()) -> list[str]:
+    """The child's command when it must start in the learner's control groups (or world): ``sh`` (root) joins the
+    groups, then ``become`` (the learner's world, :func:`labkit.workshop.worlds.argv`; default ``setpriv``: the
+    learner's groups, group id, user id, no new privileges) drops root and execs ``python -I``."""
     groups = ["--groups=" + ",".join(map(str, learner.groups))] if learner.groups else ["--clear-groups"]
-    return ["/bin/sh", "-c", JOIN, "labkit-join", *groups_files, "--", "setpriv", f"--reuid={learner.uid}",
-            f"--regid={learner.gid}", *groups, "--no-new-privs", "--", sys.executable, "-I", *args]
+    become = become or ("setpriv", f"--reuid={learner.uid}", f"--regid={learner.gid}", *groups, "--no-new-privs",
+                        "--")
+    return ["/bin/sh", "-c", JOIN, "labkit-join", *groups_files, "--", *become, sys.executable, "-I", *args]
 
 
-def run(learner: Learner, args: list[str], timeout: float, groups_files: tuple[str, ...] = ()) -> Outcome:
-    """Run ``python -I ARGS`` as ``learner`` (in their control groups when ``groups_files`` name them); killed
-    (with everything it started) after ``timeout`` s."""
+def run(learner: Learner, args: list[str], timeout: float, groups_files: tuple[str, ...] = (),
+        become: tuple[str, ...] = ()) -> Outcome:
+    """Run ``python -I ARGS`` as ``learner`` (in their control groups when ``groups_files`` name them, in their
+    world when ``become`` is its command); killed (with everything it started) after ``timeout`` s."""
     if learner.uid == 0 or learner.gid == 0:
         raise ValueError(f"{learner.name} is root: a learner's work never runs as root")
     start = time.monotonic()
-    if groups_files:  # root's sh joins the groups, then setpriv drops root: no Python runs as root in the child
-        p = subprocess.Popen(joined_argv(learner, args, groups_files), cwd="/", env=child_env(learner),
+    if groups_files or become:  # root's sh joins the groups, then setpriv drops root: no Python runs as root
+        p = subprocess.Popen(joined_argv(learner, args, groups_files, become), cwd="/", env=child_env(learner),
                              start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     else:  # CPython's child sets the groups, then the group ids, then the user ids (setgroups, setregid,

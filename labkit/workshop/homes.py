@@ -164,13 +164,13 @@ def child_args(plan: Plan) -> list[str]:
 
 
 def give(learner: asuser.Learner, release: Path, data: Path | None, timeout: float,
-         groups_files: tuple[str, ...] = ()) -> Report:
+         groups_files: tuple[str, ...] = (), become: tuple[str, ...] = ()) -> Report:
     """Run :func:`prepare` as ``learner`` in a child (in the learner's control groups when ``groups_files`` name
     them; not traceable: it makes itself non-dumpable first), killed after ``timeout`` s; its report."""
     plan = Plan(str(release), str(Path(sys.prefix)), str(data) if data else None, learner.uid, learner.gid,
                 learner.groups, str(learner.home))
     try:
-        done = asuser.run(learner, child_args(plan), timeout, groups_files)
+        done = asuser.run(learner, child_args(plan), timeout, groups_files, become)
     except OSError as e:
         return Report(notes=[f"preparing {learner.home} as {learner.name} could not start: {e}"])
     if done.timed_out:

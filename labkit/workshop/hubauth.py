@@ -6,9 +6,12 @@ fail. Which names may log in is the hub's ``allowed_users`` (the learners) and `
 instructor); the hashes are in :attr:`WorkshopAuthenticator.password_file` (:mod:`labkit.workshop.passwords`).
 
 Both of the workshop's logins (its own, and the shared password's) go through :class:`Throttle`: after
-:data:`FAILURES` failed attempts for one name, or from one address, within :data:`WINDOW` seconds, further
-attempts for that name or from that address are refused without checking the password until the window has
-passed. A guesser gets a handful of tries per window, and the hub's cores are not spent hashing their guesses.
+:data:`FAILURES` failed attempts from one address within :data:`WINDOW` seconds (for one name, or in all),
+further attempts from that address are refused without checking the password until the window has passed. A
+guesser gets a handful of tries per window, and the hub's cores are not spent hashing their guesses. The address
+is the connection's, or, behind the hub's own proxy on loopback, the last hop the proxy added to
+``X-Forwarded-For`` (never a header the client chose, such as ``X-Real-Ip``). Nobody is refused by name alone, so
+failing logins for someone else's name from one's own address locks out only oneself.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from traitlets import Unicode
 from labkit.workshop import passwords
 
 MAX_PASSWORD = 256  # characters: longer input is refused before it is hashed
-FAILURES = 5  # failed logins per name, and per address, within WINDOW
+FAILURES = 5  # failed logins for one name from one address within WINDOW (an address: 4 times as many in all)
 WINDOW = 300.0  # seconds
 KEYS = 10_000  # names and addresses remembered at most (the oldest forgotten first)
 
@@ -50,27 +53,48 @@ class Throttle:
             del self._seen[key]
         return times
 
-    def blocked(self, *keys: str) -> float:
-        """Seconds until any of ``keys`` may try again (0: it may now)."""
-        waits = [self.window - (self.clock() - t[0]) for t in map(self._recent, keys) if len(t) >= self.failures]
+    def blocked(self, *keys: str, limit: int | None = None) -> float:
+        """Seconds until any of ``keys`` may try again (0: it may now): a key is blocked at ``limit`` failures
+        within the window (default: :attr:`failures`)."""
+        limit = self.failures if limit is None else limit
+        waits = [self.window - (self.clock() - t[-limit]) for t in map(self._recent, keys) if len(t) >= limit]
         return max(waits, default=0.0)
 
     def failed(self, *keys: str) -> None:
         for key in keys:
             times = self._recent(key)
             if key not in self._seen:
-                if len(self._seen) >= KEYS:
-                    del self._seen[next(iter(self._seen))]
+                if len(self._seen) >= KEYS:  # forget the oldest key that blocks nothing now
+                    old = next((k for k, v in self._seen.items() if len(v) < self.failures), None)
+                    del self._seen[old if old is not None else next(iter(self._seen))]
                 self._seen[key] = times
             times.append(self.clock())
-            while len(times) > self.failures:
+            while len(times) > self.failures * 4:
                 times.popleft()
+
+
+LOOPBACK = ("127.", "::1", "::ffff:127.")
+
+
+def client_address(request) -> str:  # noqa: ANN001 (tornado's request)
+    """The address that sent ``request``: the TCP peer, or behind the proxy on loopback, the last address the proxy
+    appended to ``X-Forwarded-For``. Headers a client sets itself (``X-Real-Ip``, earlier hops) are not read."""
+    context = getattr(getattr(request, "connection", None), "context", None)
+    peer = getattr(context, "address", None)
+    peer = str(peer[0]) if isinstance(peer, tuple) and peer else str(getattr(request, "remote_ip", "") or "unknown")
+    if peer.startswith(LOOPBACK):
+        hops = ",".join(request.headers.get_list("X-Forwarded-For")) if hasattr(request, "headers") else ""
+        last = hops.split(",")[-1].strip()
+        if last:
+            return last[:64]
+    return peer[:64]
 
 
 def _keys(handler, data) -> tuple[str, str]:  # noqa: ANN001 (JupyterHub's objects)
     name = str((data or {}).get("username", ""))[:64]
-    address = getattr(getattr(handler, "request", None), "remote_ip", None) or "unknown"
-    return f"name:{name}", f"address:{address}"
+    request = getattr(handler, "request", None)
+    address = client_address(request) if request is not None else "unknown"
+    return f"address:{address}", f"name:{name}@{address}"
 
 
 class Throttled:
@@ -81,15 +105,15 @@ class Throttled:
     async def authenticate(self, handler, data):  # JupyterHub's signature
         if self._throttle is None:
             self._throttle = Throttle()
-        keys = _keys(handler, data)
-        wait = self._throttle.blocked(*keys)
+        address, name = _keys(handler, data)
+        wait = max(self._throttle.blocked(name), self._throttle.blocked(address, limit=FAILURES * 4))
         if wait:
-            self.log.warning("login refused for %r: %d failed attempts within %d s (again in %.0f s)",
-                             keys[0][5:], FAILURES, WINDOW, wait)
+            self.log.warning("login refused from %r: too many failed attempts within %d s (again in %.0f s)",
+                             address[8:], WINDOW, wait)
             return None
         user = await super().authenticate(handler, data)
         if user is None:
-            self._throttle.failed(*keys)
+            self._throttle.failed(address, name)
         return user
 
 

@@ -274,9 +274,10 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
     nodes = _slurm(st, extra_env, job_minutes, asked) if st.slurm else None
     on_nodes = {} if st.spawner != "slurm" or nodes is None else {
         "spawner": "slurm", "hub_ip": net.gateway(), "node_addresses": {n.name: n.address for n in nodes.nodes}}
-    if st.spawner == "local":
-        on_nodes = _own_networks(st, acc.users, also_reach=(net.gateway(),) if nodes is not None else ())
     hub_port, api_port, service_port = tfconfig.free_ports(3)
+    if st.spawner == "local":
+        controller = ((net.gateway(), nodes_slurm.controller_port(nodes.slurm_conf)),) if nodes is not None else ()
+        on_nodes = _own_networks(st, acc.users, hub_port, controller)
     hub_settings = hubconfig.HubSettings(
         state=st.private, port=st.port, hub_port=hub_port, proxy_api_port=api_port, service_port=service_port,
         learners=st.learners, instructor=st.instructor, release=readonly.publish(source, st.folder / "release"),
@@ -291,7 +292,8 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
     return pw
 
 
-def _own_networks(st: State, names: list[str], also_reach: tuple[str, ...]) -> dict[str, object]:
+def _own_networks(st: State, names: list[str], hub_port: int,
+                  also_reach: tuple[tuple[str, int], ...]) -> dict[str, object]:
     """A network namespace per account (:mod:`labkit.workshop.worlds`), recorded before it is made; the hub's
     settings that put each server in its own."""
     problem = worlds.taken()
@@ -301,7 +303,7 @@ def _own_networks(st: State, names: list[str], also_reach: tuple[str, ...]) -> d
     st.save()
     networks = worlds.plan(names)
     try:
-        worlds.make(networks, also_reach)
+        worlds.make(networks, hub_port, also_reach)
     except OSError as e:
         raise WorkshopError(f"the learners' own networks cannot be made here ({e}). A workshop needs root with "
                             "CAP_NET_ADMIN and iproute2 (`ip`): in a container, run it with "

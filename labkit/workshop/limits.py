@@ -77,6 +77,17 @@ def parse_memory(text: str) -> int:
     return size
 
 
+def default_memory(accounts: int, total: int | None = None) -> str:
+    """A share of this machine's memory for each of ``accounts`` servers when none is asked for (``--memory``):
+    80 % of it divided among them (the rest for the hub and the system), in MiB, at least the least that starts a
+    JupyterLab. ``total``: the machine's bytes (default: read from ``/proc/meminfo``)."""
+    if total is None:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        total = int(fields["MemTotal"].split()[0]) * 1024
+    share = int(total * 0.8) // max(1, accounts) // 2**20
+    return f"{max(MIN_MEMORY // 2**20, share)}M"
+
+
 def check_cores(cores: float) -> float:
     if not isinstance(cores, (int, float)) or isinstance(cores, bool) or not math.isfinite(cores) or cores <= 0:
         raise LimitError(f"--cores {cores!r}: a number of cores above 0, e.g. 1.5")

@@ -2,8 +2,9 @@
 
 JupyterHub's ``LocalProcessSpawner`` lets a server inherit the hub's output: a learner's kernel could grow the
 hub's log without bound and plant lines in it that look like the hub's. Here the server writes into a pipe; a
-thread of the hub copies at most ``limit`` bytes of it into ``FOLDER/NAME.log`` (root's, ``rw-------``), then
-one line saying how much more was dropped, and keeps reading (so the server never blocks) until the pipe closes.
+thread of the hub copies it into ``FOLDER/NAME.log`` (root's, ``rw-------``) until the file holds ``limit`` bytes
+(over all the learner's starts), then one line per start saying how much more was dropped, and keeps reading (so
+the server never blocks) until the pipe closes.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import os
 import threading
 from pathlib import Path
 
-LIMIT = 8 * 2**20  # bytes of one server's output kept per start
+LIMIT = 8 * 2**20  # bytes of a learner's servers' output kept, over all their starts
 CHUNK = 65536
 
 
 def _copy(read_fd: int, path: Path, limit: int) -> None:
-    kept = dropped = 0
+    dropped = 0
     out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    kept = os.fstat(out).st_size  # the file's cap holds over every start, not each
     try:
         while chunk := os.read(read_fd, CHUNK):
             room = max(0, limit - kept)

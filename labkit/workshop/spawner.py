@@ -50,7 +50,7 @@ class CourseSpawner(HasTraits):
         start: the workshop's servers take none, so nothing a learner sends reaches how root starts them."""
         if self.user_options:
             self.log.warning("%s: server options ignored (a workshop's servers take none): %s", self.user.name,
-                             ", ".join(sorted(str(k)[:40] for k in self.user_options)[:10]))
+                             ", ".join(sorted(repr(str(k)[:40]) for k in self.user_options)[:10]))
         self.user_options = {}
         orm = getattr(self, "orm_spawner", None)
         if orm is not None and getattr(orm, "user_options", None):
@@ -58,6 +58,10 @@ class CourseSpawner(HasTraits):
 
     def home_groups(self, name: str) -> tuple[str, ...]:
         """The control groups the home's preparation starts in (none here: a spawner with limits names them)."""
+        return ()
+
+    def home_world(self, learner: asuser.Learner) -> tuple[str, ...]:
+        """The command that puts the home's preparation in the learner's world (none here: the hub's machine)."""
         return ()
 
     def get_env(self) -> dict[str, str]:
@@ -74,7 +78,7 @@ class CourseSpawner(HasTraits):
         learner = asuser.Learner.of(self.user.name)
         data = Path(self.data_dir) if self.data_dir else None
         report = await asyncio.to_thread(homes.give, learner, Path(self.release_dir), data, self.home_timeout,
-                                         self.home_groups(learner.name))
+                                         self.home_groups(learner.name), self.home_world(learner))
         if report.course_written:
             self.log.info("%s: the course is in %s (copied by %s in %.1f s)", learner.name,
                           learner.home / homes.COURSE, learner.name, report.seconds)
@@ -118,6 +122,11 @@ class WorkshopSpawner(CourseSpawner, LocalProcessSpawner):
             raise RuntimeError(f"{name}'s server was not started: {problem}")
         return tuple(procs)
 
+    def home_world(self, learner: asuser.Learner) -> tuple[str, ...]:
+        """The learner's own world, as their server's: a process of theirs that catches the preparation between its
+        start and its making itself untraceable finds itself in the learner's own network and folders."""
+        return tuple(worlds.argv(self.world(learner)))
+
     def make_preexec_fn(self, name: str):  # JupyterHub's signature
         asked = self._limits()
         if self._in_scope():  # systemd-run (in start's command) holds the limits
@@ -134,6 +143,8 @@ class WorkshopSpawner(CourseSpawner, LocalProcessSpawner):
         return preexec
 
     async def start(self):
+        if not self._in_scope() and self._limits().asked():  # what is left of the learner's previous server
+            await asyncio.to_thread(limits.end, [self.user.name])
         learner = await self.give_course()
         self.drop_user_options()
         world = self.world(learner)

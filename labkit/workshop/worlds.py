@@ -135,8 +135,53 @@ def up_commands(n: Network, also_reach: tuple[str, ...] = ()) -> list[list[str]]
 def sysctls(n: Network) -> list[tuple[str, str, bool]]:
     """``(file under /proc/sys, value, inside the namespace)``: no forwarding from the learner's link, no IPv6."""
     return [(f"net/ipv4/conf/{n.outer}/forwarding", "0", False),
+            (f"net/ipv4/conf/{n.outer}/rp_filter", "1", False),  # no packet from a learner with another's address
             (f"net/ipv6/conf/{n.outer}/disable_ipv6", "1", False),
             ("net/ipv6/conf/all/disable_ipv6", "1", True)]
+
+
+CHAIN = "LKW-WORLDS"  # the workshop's own iptables chains: CHAIN-in, CHAIN-out, CHAIN-fwd
+
+
+def firewall_commands(hub_port: int, reach: tuple[tuple[str, int], ...] = ()) -> list[list[str]]:
+    """iptables rules that hold the learners' networks to what they are for, whatever else the machine serves:
+
+    * into the machine from a learner's link: only the hub's port at :data:`HUB` and each ``(address, port)`` of
+      ``reach`` (the Slurm controller's), and answers on connections made; nothing else the machine listens on
+      (sshd, a database on ``0.0.0.0``...);
+    * out to a learner's link: only root's sockets (the hub and its proxy) open connections, so that a process
+      of another user on the machine (a learner's ``ssh -L``, an instructor's tool) does not reach a learner;
+    * nothing forwarded to or from a learner's link."""
+    links = "lkw+"
+    inbound = [["iptables", "-w", "-A", f"{CHAIN}-in", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
+                "-j", "ACCEPT"],
+               ["iptables", "-w", "-A", f"{CHAIN}-in", "-p", "tcp", "-d", HUB, "--dport", str(int(hub_port)),
+                "-j", "ACCEPT"],
+               *(["iptables", "-w", "-A", f"{CHAIN}-in", "-p", "tcp", "-d", ip, "--dport", str(int(port)), "-j",
+                  "ACCEPT"] for ip, port in reach),
+               ["iptables", "-w", "-A", f"{CHAIN}-in", "-j", "DROP"]]
+    outbound = [["iptables", "-w", "-A", f"{CHAIN}-out", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
+                 "-j", "ACCEPT"],
+                ["iptables", "-w", "-A", f"{CHAIN}-out", "-m", "owner", "--uid-owner", "0", "-j", "ACCEPT"],
+                ["iptables", "-w", "-A", f"{CHAIN}-out", "-j", "REJECT"]]
+    chains = [["iptables", "-w", "-N", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd")]
+    forward = [["iptables", "-w", "-A", f"{CHAIN}-fwd", "-j", "DROP"]]
+    jumps = [["iptables", "-w", "-I", "INPUT", "1", "-i", links, "-j", f"{CHAIN}-in"],
+             ["iptables", "-w", "-I", "OUTPUT", "1", "-o", links, "-j", f"{CHAIN}-out"],
+             ["iptables", "-w", "-I", "FORWARD", "1", "-i", links, "-j", f"{CHAIN}-fwd"],
+             ["iptables", "-w", "-I", "FORWARD", "1", "-o", links, "-j", f"{CHAIN}-fwd"]]
+    return [*chains, *inbound, *outbound, *forward, *jumps]
+
+
+def firewall_remove_commands() -> list[list[str]]:
+    """Remove the jumps, then empty and delete the chains (each may be missing: every command is tried)."""
+    links = "lkw+"
+    return [["iptables", "-w", "-D", "INPUT", "-i", links, "-j", f"{CHAIN}-in"],
+            ["iptables", "-w", "-D", "OUTPUT", "-o", links, "-j", f"{CHAIN}-out"],
+            ["iptables", "-w", "-D", "FORWARD", "-i", links, "-j", f"{CHAIN}-fwd"],
+            ["iptables", "-w", "-D", "FORWARD", "-o", links, "-j", f"{CHAIN}-fwd"],
+            *(["iptables", "-w", "-F", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd")),
+            *(["iptables", "-w", "-X", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd"))]
 
 
 def down_commands(n: Network) -> list[list[str]]:
@@ -164,6 +209,14 @@ def taken() -> str | None:
         shown = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return f"`ip` cannot be run ({e}); install iproute2"
+    try:
+        rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`iptables` cannot be run ({e}); install iptables"
+    if rules.returncode != 0:
+        return f"`iptables -S` failed: {(rules.stderr or rules.stdout).strip()[:200]}"
+    if CHAIN in rules.stdout:
+        return f"the firewall's chains {CHAIN}-* exist: a workshop is up, or one was not taken down"
     if f" {HUB}/" in shown or f"{HUB_LINK}:" in shown:
         return f"{HUB} or the interface {HUB_LINK} is in use: a workshop is up, or one was not taken down"
     if any(p.name.startswith(PREFIX) for p in (NETNS_DIR.iterdir() if NETNS_DIR.is_dir() else [])):
@@ -171,12 +224,14 @@ def taken() -> str | None:
     return None
 
 
-def make(networks: list[Network], also_reach: tuple[str, ...] = ()) -> None:
-    """The hub's address and every account's network (OSError says which command failed)."""
+def make(networks: list[Network], hub_port: int, also_reach: tuple[tuple[str, int], ...] = ()) -> None:
+    """The hub's address, the firewall's rules and every account's network (OSError says which command failed)."""
     for argv_ in hub_commands():
         _run(argv_)
+    for argv_ in firewall_commands(hub_port, also_reach):
+        _run(argv_)
     for n in networks:
-        for argv_ in up_commands(n, also_reach):
+        for argv_ in up_commands(n, tuple(ip for ip, _ in also_reach)):
             _run(argv_)
         for file, value, inside in sysctls(n):
             _write_sysctl(n, file, value, inside)
@@ -198,4 +253,13 @@ def remove(networks: list[Network]) -> list[str]:
         removed.append(f"the hub's address {HUB}")
     except OSError:
         pass
+    gone = 0
+    for argv_ in firewall_remove_commands():
+        try:
+            _run(argv_)
+            gone += 1
+        except OSError:
+            continue  # already gone
+    if gone:
+        removed.append(f"the firewall's rules for the learners' networks ({CHAIN}-*)")
     return removed

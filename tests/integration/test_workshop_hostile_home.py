@@ -543,6 +543,23 @@ def test_a_learner_does_not_reach_another_learner_s_ports(workshop: Workshop, ke
     assert "REACHED" not in tried and tried.count("refused") == 4, tried
     with socket.create_connection((addresses["learner02"], port), timeout=5) as c:  # the hub's side reaches it
         assert c.recv(64) == b"learner02's secret"
+    # learner01 outside their world (as through sshd's port forwarding), on the machine's own network
+    done = as_learner("learner01", REACH.format(hosts=[addresses["learner02"]], port=port))
+    assert done.code == 0 and "REACHED" not in done.out and "refused" in done.out, (done.out, done.err)
+
+
+def test_a_learner_reaches_nothing_else_the_machine_serves(workshop: Workshop, kernels: Kernels) -> None:
+    """A service of root's on every interface (an sshd, a database) is not reached from a learner's network."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", 0))
+    server.listen()
+    try:
+        port = server.getsockname()[1]
+        tried = kernels.run("learner01", kernels.start("learner01"), REACH.format(hosts=[worlds.HUB], port=port))
+        assert "REACHED" not in tried and "refused" in tried, tried
+    finally:
+        server.close()
 
 
 def hubconfig_addresses(w: Workshop) -> dict[str, str]:

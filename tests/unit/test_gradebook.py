@@ -148,3 +148,8 @@ def test_a_roster_without_a_learner_column_is_refused(tmp_path: Path) -> None:
     roster.write_text("username,email\nx,y\n")
     with pytest.raises(gradebook.GradebookError, match="no 'learner' column"):
         gradebook.read_roster(roster, "moodle")
+
+
+def test_the_class_records_are_exported_only_when_asked_for_as_self_reported(capsys) -> None:  # noqa: ANN001
+    assert cli.main(["class", "gradebook", "--format", "canvas"]) == 2
+    assert "can forge" in capsys.readouterr().err

@@ -21,8 +21,16 @@ class Clock:
         return self.now
 
 
-def _handler(ip: str) -> SimpleNamespace:
-    return SimpleNamespace(request=SimpleNamespace(remote_ip=ip))
+class Headers(dict):
+    def get_list(self, name: str) -> list[str]:
+        return [self[name]] if name in self else []
+
+
+def _handler(ip: str, headers: dict[str, str] | None = None) -> SimpleNamespace:
+    """A login request from ``ip`` (the TCP peer), with ``headers``."""
+    context = SimpleNamespace(address=(ip, 40000))
+    return SimpleNamespace(request=SimpleNamespace(remote_ip=ip, connection=SimpleNamespace(context=context),
+                                                   headers=Headers(headers or {})))
 
 
 def test_the_throttle_blocks_a_key_after_its_failures_and_forgets_them_after_the_window() -> None:
@@ -46,7 +54,7 @@ def test_the_throttle_remembers_a_bounded_number_of_keys(monkeypatch: pytest.Mon
     assert len(t._seen) <= 100
 
 
-def test_a_guesser_is_refused_even_the_right_password_until_the_window_passes(tmp_path: Path) -> None:
+def test_a_guesser_is_refused_from_their_address_and_locks_out_no_one_else(tmp_path: Path) -> None:
     passwords.save_hashes({"learner01": "right-one", "learner02": "other-one"}, tmp_path / "logins")
     auth = hubauth.WorkshopAuthenticator(password_file=str(tmp_path / "logins"))
     clock = Clock()
@@ -57,11 +65,21 @@ def test_a_guesser_is_refused_even_the_right_password_until_the_window_passes(tm
 
     for k in range(hubauth.FAILURES):
         assert login("learner01", f"guess{k}") is None
-    assert login("learner01", "right-one", ip="10.0.0.7") is None  # the name is blocked, from any address
-    assert login("learner02", "other-one") is None  # so is the guesser's address, for any name
-    assert login("learner02", "other-one", ip="10.0.0.8") == "learner02"  # others log in as before
+    assert login("learner01", "right-one") is None  # the guesser's address, for that name, even the right password
+    assert login("learner01", "right-one", ip="10.0.0.7") == "learner01"  # the learner, elsewhere, is not locked out
+    assert login("learner02", "other-one") == "learner02"  # another name from that address, until it fails in all
+    for k in range(hubauth.FAILURES * 4):
+        login(f"learner{k:02d}x", "guess")
+    assert login("learner02", "other-one") is None  # an address spraying names is refused in all
     clock.now += hubauth.WINDOW
     assert login("learner01", "right-one") == "learner01"
+
+
+def test_behind_the_proxy_the_address_is_the_one_it_appended_never_the_client_s_own_header() -> None:
+    forwarded = _handler("127.0.0.1", {"X-Forwarded-For": "6.6.6.6, 203.0.113.5", "X-Real-Ip": "10.0.0.7"})
+    assert hubauth.client_address(forwarded.request) == "203.0.113.5"
+    direct = _handler("198.19.0.3", {"X-Forwarded-For": "10.0.0.7", "X-Real-Ip": "10.0.0.7"})
+    assert hubauth.client_address(direct.request) == "198.19.0.3"  # not behind the proxy: the peer
 
 
 def test_the_shared_password_login_is_throttled_too() -> None:

@@ -64,3 +64,24 @@ def test_a_home_s_disk_is_sparse_owned_by_the_account_and_mounted_without_setuid
 def test_a_disk_size_that_is_no_size_is_refused(size: str) -> None:
     with pytest.raises(disks.DiskError):
         disks.check_size(size)
+
+
+def test_the_firewall_lets_learners_reach_only_the_hub_and_only_root_reach_them() -> None:
+    rules = [" ".join(c) for c in worlds.firewall_commands(8081, (("198.18.0.1", 6817),))]
+    inbound = [r for r in rules if f"-A {worlds.CHAIN}-in" in r]
+    assert inbound[-1].endswith("-j DROP") and len(inbound) == 4  # answers, the hub, the controller, nothing else
+    assert any(f"-d {worlds.HUB} --dport 8081 -j ACCEPT" in r for r in inbound)
+    assert any("-d 198.18.0.1 --dport 6817 -j ACCEPT" in r for r in inbound)
+    outbound = [r for r in rules if f"-A {worlds.CHAIN}-out" in r]
+    assert "--uid-owner 0 -j ACCEPT" in outbound[1] and outbound[-1].endswith("-j REJECT")
+    jumps = [r for r in rules if " -I " in r]
+    assert len(jumps) == 4 and all("lkw+" in r for r in jumps)
+    removal = [" ".join(c) for c in worlds.firewall_remove_commands()]
+    assert len(removal) == 10 and removal[-1].endswith(f"-X {worlds.CHAIN}-fwd")
+
+
+def test_without_memory_asked_each_server_gets_a_share_of_the_machine() -> None:
+    from labkit.workshop import limits
+
+    assert limits.default_memory(21, total=24 * 2**30) == "936M"  # 20 learners and the instructor on 24 GiB
+    assert limits.default_memory(1000, total=2**30) == "64M"  # never below what starts a JupyterLab
