@@ -6,7 +6,9 @@ each account's home a file system of its own: a sparse image file in the state f
 root's, ``rw-------``; it takes on the real disk only what the learner writes), made with ``mkfs.ext4`` with the
 account as the owner of its top folder, mounted on the home with ``nosuid,nodev`` over a loop device. A learner
 who writes more than ``--disk`` gets ``No space left on device`` in their own home, and nobody else notices. The
-private temporary folders (:mod:`labkit.workshop.worlds`) are tmpfs within the learner's memory limit. ``down``
+private temporary folders (:mod:`labkit.workshop.worlds`) are tmpfs within the learner's memory limit. The class
+folder, where each learner appends to a file of their own, is a disk of its own too (:func:`class_size`), so that
+records cannot fill the machine's disk either. ``down``
 detaches each disk (lazily: what still holds it lets go as its processes are ended) and deletes the image.
 
 Where loop devices cannot be used (a container without them), ``up`` refuses and says so, unless it is told
@@ -100,6 +102,15 @@ def make(folder: Path, name: str, home: Path, size: str) -> None:
     lost = home / "lost+found"  # mkfs's, root's: not the learner's to see
     if lost.is_dir() and not lost.is_symlink():
         lost.rmdir()
+
+
+CLASS = "class"  # the class folder's disk, beside the homes' (its image STATE/disks/class.img)
+CLASS_PER_ACCOUNT = 4  # MiB of class records per account on it (the class view reads 2 MiB of each file at most)
+
+
+def class_size(accounts: int) -> str:
+    """The class folder's disk: room for every account's records, and a little more."""
+    return f"{max(256, 16 + CLASS_PER_ACCOUNT * accounts)}M"
 
 
 def remove(folder: Path, name: str, home: Path) -> list[str]:

@@ -252,6 +252,10 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
     st.made["cgroups"] = list(acc.users)  # the instructor gets a server (and groups) too at login
     instructors = grp.getgrnam(accounts.INSTRUCTOR_GROUP).gr_gid
     st.class_dir.mkdir(mode=0o751)
+    if plan.disk:  # the learners append to it: a disk of its own, so that it cannot fill the machine's
+        st.made.setdefault("disks", []).append(disks.CLASS)
+        st.save()
+        disks.make(st.folder / "disks", disks.CLASS, st.class_dir, disks.class_size(len(acc.users)))
     os.chown(st.class_dir, 0, instructors)
     st.class_dir.chmod(0o751)
     for name in st.learners:
@@ -346,7 +350,8 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     def home_disks() -> list[str]:  # lazily: what still holds a disk lets go as the accounts' processes end
         said = []
         for name in list(st.made["disks"]):
-            said += disks.remove(st.folder / "disks", name, accounts.Accounts(st.learners, st.instructor).home(name))
+            where = st.class_dir if name == disks.CLASS else accounts.Accounts(st.learners, st.instructor).home(name)
+            said += disks.remove(st.folder / "disks", name, where)
             st.made["disks"].remove(name)
             st.save()
         return said

@@ -336,6 +336,34 @@ def test_a_learner_fills_only_their_own_disk(workshop: Workshop) -> None:
         run_as("learner01", ["rm", "-f", str(home / "fill")])
 
 
+FILL_CLASS = """
+import errno, os, sys
+written = 0
+with open(sys.argv[1], "ab") as f:
+    try:
+        while written < 2 * 2**30:
+            f.write(b"[" * 2**20)
+            f.flush()
+            written += 2**20
+    except OSError as e:
+        print("stopped", errno.errorcode[e.errno], written // 2**20)
+"""
+
+
+def test_a_learner_s_class_file_cannot_fill_the_machine_s_disk(workshop: Workshop) -> None:
+    mine = workshop.st.class_dir / f"learner01{classlog.SUFFIX}"
+    free = shutil.disk_usage("/").free
+    out = run_as("learner01", [PYTHON, "-c", FILL_CLASS, str(mine)], timeout=120)
+    try:
+        said = out.stdout.split()
+        assert said[:2] == ["stopped", "ENOSPC"] and int(said[2]) < 300, (out.stdout, out.stderr)
+        assert free - shutil.disk_usage("/").free < 300 * 2**20
+        reading = classlog.read(workshop.st.class_dir)  # the view is still built, the flood named
+        assert any("learner01" in problem for problem in reading.problems), reading.problems
+    finally:
+        run_as("learner01", ["truncate", "--size", "0", str(mine)])
+
+
 def test_a_fork_bomb_stops_at_pids_max(workshop: Workshop) -> None:
     procs, _ = _group_files("learner01")
     uid = _user("learner01").pw_uid
