@@ -46,7 +46,7 @@ from jupyterhub.apihandlers import APIHandler
 from tornado import web
 from traitlets import Dict, Unicode, default
 
-from labkit.workshop import worlds
+from labkit.workshop import readonly, worlds
 from labkit.workshop.slurmservers import NAME, PARTITION
 from labkit.workshop.spawner import CourseSpawner
 
@@ -160,6 +160,7 @@ class ScriptValues:
     gid: int
     home: str
     command: list[str]  # the server's command line
+    keep: tuple[str, ...] = ()  # the shared environment, when it lies in a temporary folder (worlds.kept)
 
 
 def _checked(value: str, pattern: re.Pattern[str], what: str) -> str:
@@ -180,12 +181,13 @@ def script_values(s: WorkshopSlurmSpawner) -> ScriptValues:
         nprocs=int(_checked(str(s.req_nprocs), re.compile(r"[1-9][0-9]{0,3}"), "CPUs")),
         memory=_checked(s.req_memory, MEMORY, "memory") if s.req_memory else "", uid=uid, gid=gid,
         home=_checked(s.req_homedir, SAFE_PATH, "home"),
-        command=[s.batchspawner_singleuser_cmd, *s.cmd, *s.get_args()])
+        command=[s.batchspawner_singleuser_cmd, *s.cmd, *s.get_args()],
+        keep=worlds.kept(readonly.venv(), s.release_dir, s.data_dir))
 
 
 def script(v: ScriptValues) -> str:
     """The job script: root's on the node until the learner's world (:func:`labkit.workshop.worlds.argv`) drops it."""
-    world = worlds.World(uid=v.uid, gid=v.gid, home=v.home)
+    world = worlds.World(uid=v.uid, gid=v.gid, home=v.home, keep=v.keep)
     return SCRIPT.format(username=v.username, log_dir=v.log_dir, keepvars=v.keepvars, partition=v.partition,
                          nprocs=v.nprocs, memory_line=f"#SBATCH --mem={v.memory}\n" if v.memory else "",
                          command=shlex.join([*worlds.argv(world), *v.command]))

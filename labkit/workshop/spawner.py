@@ -111,7 +111,8 @@ class WorkshopSpawner(CourseSpawner, LocalProcessSpawner):
             if learner.name not in self.addresses:
                 raise RuntimeError(f"{learner.name} has no network of their own in this workshop")
             netns = worlds.Network(learner.name, 0, self.addresses[learner.name]).path
-        return worlds.World(learner.uid, learner.gid, str(learner.home), netns)
+        keep = worlds.kept(readonly.venv(), self.release_dir, self.data_dir)
+        return worlds.World(learner.uid, learner.gid, str(learner.home), netns, keep=keep)
 
     def home_groups(self, name: str) -> tuple[str, ...]:
         """The learner's own control groups: the home's preparation runs in the learner's limits, not the hub's."""

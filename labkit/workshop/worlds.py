@@ -38,11 +38,25 @@ HUB_LINK = "lkw-hub"
 NETNS_DIR = Path("/run/netns")
 PREFIX = "lkw-"  # of each learner's namespace (the virtual nodes' are labkit-*)
 SIZE = re.compile(r"[1-9][0-9]{0,5}[kmg]")
-# Run by root in the new mount namespace: $1 the size, then the command. Nothing here comes from a learner.
-MOUNT = ('size="$1"; shift; for d in ' + " ".join(TMP_DIRS) + '; do [ -d "$d" ] || continue; '
-         'mount -t tmpfs -o "nosuid,nodev,mode=1777,size=$size" labkit-tmp "$d" || exit 1; done; '
-         'if [ -d /dev/mqueue ]; then mount -t mqueue -o nosuid,nodev,noexec labkit-mqueue /dev/mqueue || exit 1; fi; '
-         'exec "$@"')
+# Run by root in the new mount namespace: $1 the size, then the folders to keep (the shared environment, when it
+# lies in a temporary folder) up to "--", then the command. Each kept folder is opened before the private
+# folders hide it and bound again at its place in them (mount --no-canonicalize: the open folder, not its name).
+# Nothing here comes from a learner.
+MOUNT = (r'size="$1"; shift; n=3; kept=""; '
+         r'while [ "$1" != -- ]; do eval "exec $n<\"\$1\"" || exit 1; eval "keep_$n=\"\$1\""; '
+         r'kept="$kept $n"; n=$((n+1)); shift; done; shift; '
+         r'for d in ' + " ".join(TMP_DIRS) + r'; do [ -d "$d" ] || continue; '
+         r'mount -t tmpfs -o "nosuid,nodev,mode=1777,size=$size" labkit-tmp "$d" || exit 1; done; '
+         r'if [ -d /dev/mqueue ]; then mount -t mqueue -o nosuid,nodev,noexec labkit-mqueue /dev/mqueue || exit 1; fi; '
+         r'for n in $kept; do eval "k=\"\$keep_$n\""; mkdir -p "$k" && '
+         r'mount --no-canonicalize --rbind "/proc/self/fd/$n" "$k" || exit 1; eval "exec $n<&-"; done; '
+         r'exec "$@"')
+
+
+def in_temporary(path: str | Path) -> bool:
+    """Does ``path`` lie in one of the folders each learner's world replaces (:data:`TMP_DIRS`)?"""
+    p = Path(path)
+    return any(p == Path(d) or Path(d) in p.parents for d in TMP_DIRS)
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class World:
     home: str
     netns: str | None = None  # /run/netns/lkw-NAME
     tmp_size: str = TMP_SIZE
+    keep: tuple[str, ...] = ()  # folders in temporary folders the server must still see (the shared environment)
 
     def __post_init__(self) -> None:
         if type(self.uid) is not int or type(self.gid) is not int or self.uid <= 0 or self.gid <= 0:
@@ -62,15 +77,24 @@ class World:
             raise ValueError(f"temporary folder size {self.tmp_size!r} is not e.g. 2g")
         if not self.home.startswith("/") or "\n" in self.home:
             raise ValueError(f"home {self.home!r} is not an absolute path")
+        for folder in self.keep:
+            if not folder.startswith("/") or "\n" in folder or folder == "--" or not in_temporary(folder):
+                raise ValueError(f"{folder!r} is not a folder in a temporary folder to keep")
         if self.netns is not None and Path(self.netns).parent != NETNS_DIR:
             raise ValueError(f"network namespace {self.netns!r} is not one under {NETNS_DIR}")
+
+
+def kept(*folders: str | Path | None) -> tuple[str, ...]:
+    """Of ``folders`` (the shared environment, the release, the data set), those a world must keep: the ones in a
+    temporary folder (a checkout in ``/tmp``), which the private folders would hide."""
+    return tuple(dict.fromkeys(str(f) for f in folders if f and in_temporary(f)))
 
 
 def argv(world: World) -> list[str]:
     """The command prefix that runs what follows it as the learner, in ``world`` (root runs it)."""
     enter = ["nsenter", f"--net={world.netns}"] if world.netns else []
     return [*enter, "unshare", "--mount", "--ipc", "--propagation", "private", "--",
-            "/bin/sh", "-c", MOUNT, "labkit-world", world.tmp_size,
+            "/bin/sh", "-c", MOUNT, "labkit-world", world.tmp_size, *world.keep, "--",
             "setpriv", f"--reuid={world.uid}", f"--regid={world.gid}", "--init-groups", "--no-new-privs", "--",
             "env", f"--chdir={world.home}"]
 

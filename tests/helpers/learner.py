@@ -73,3 +73,14 @@ def without_hub(mp: pytest.MonkeyPatch, canary_pid: int) -> None:
     mp.setattr(hub, "jupyterhub", lambda: "/bin/true")
     mp.setattr(hub, "start", lambda *args: Started.of(canary_pid))
     mp.setattr(hub, "wait_ready", lambda *args, **kw: 0.0)
+
+
+def skip_unless_a_workshop_can_start(asked: limits.Limits, learner: str = "learner01") -> None:
+    """Skip the test when a workshop is up already (its accounts would clash) or ``asked`` cannot be held here."""
+    from labkit.workshop import accounts, lifecycle
+
+    if lifecycle.State.load() is not None or accounts.user_exists(learner):
+        pytest.skip("a workshop is up on this machine already")
+    problem = limits.probe(asked)
+    if problem is not None:
+        pytest.skip(f"control groups cannot hold limits here: {problem}")

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.learner import PYTHON, run_as, without_hub
+from helpers.learner import PYTHON, run_as, skip_unless_a_workshop_can_start, without_hub
 
 from labkit.workshop import accounts, lifecycle, limits
 
@@ -238,11 +238,8 @@ def _canaries_intact(canaries: dict[str, object]) -> None:
 
 
 def test_down_ends_and_removes_everything_a_hostile_learner_leaves(canaries: dict[str, object]) -> None:
-    if lifecycle.State.load() is not None or accounts.user_exists("learner01"):
-        pytest.skip("a workshop is up on this machine already")
     asked = limits.Limits(None, limits.parse_memory(MEMORY), PIDS)
-    if limits.probe(asked) is not None:
-        pytest.skip(f"control groups cannot hold limits here: {limits.probe(asked)}")
+    skip_unless_a_workshop_can_start(asked)
     state = Path(f"/run/labkit-workshop-down-hostile-{os.getpid()}")
     before = _snapshot()
     left = Left()

@@ -307,37 +307,9 @@ def test_the_home_s_preparation_runs_in_the_learner_s_limits_and_cannot_be_trace
         asuser.run(asuser.Learner("root", 0, 0, (0,), Path("/root")), ["-c", "pass"], 5, tuple(procs))
 
 
+# Appends to the file named until the disk refuses (or 2 GiB); prints how far it got.
 FILL = """
-import errno, os, sys
-written = 0
-with open(os.path.expanduser("~/fill"), "wb") as f:
-    try:
-        while written < 2 * 2**30:
-            f.write(b"x" * 2**20)
-            f.flush()
-            written += 2**20
-    except OSError as e:
-        print("stopped", errno.errorcode[e.errno], written // 2**20)
-"""
-
-
-def test_a_learner_fills_only_their_own_disk(workshop: Workshop) -> None:
-    home = Path(pwd.getpwnam("learner01").pw_dir)
-    free = shutil.disk_usage("/").free
-    out = run_as("learner01", [PYTHON, "-c", FILL], timeout=120)
-    try:
-        said = out.stdout.split()
-        assert said[:2] == ["stopped", "ENOSPC"] and int(said[2]) < 300, (out.stdout, out.stderr)
-        assert shutil.disk_usage(home).total < 400 * 2**20  # the home is a file system of its own
-        assert free - shutil.disk_usage("/").free < 350 * 2**20  # the machine's disk lost no more than the home's
-        other = run_as("learner02", [PYTHON, "-c", "import os; open(os.path.expanduser('~/ok'), 'w').write('x')"])
-        assert other.returncode == 0, other.stderr  # the other learner writes as before
-    finally:
-        run_as("learner01", ["rm", "-f", str(home / "fill")])
-
-
-FILL_CLASS = """
-import errno, os, sys
+import errno, sys
 written = 0
 with open(sys.argv[1], "ab") as f:
     try:
@@ -350,10 +322,25 @@ with open(sys.argv[1], "ab") as f:
 """
 
 
+def test_a_learner_fills_only_their_own_disk(workshop: Workshop) -> None:
+    home = Path(pwd.getpwnam("learner01").pw_dir)
+    free = shutil.disk_usage("/").free
+    out = run_as("learner01", [PYTHON, "-c", FILL, str(home / "fill")], timeout=120)
+    try:
+        said = out.stdout.split()
+        assert said[:2] == ["stopped", "ENOSPC"] and int(said[2]) < 300, (out.stdout, out.stderr)
+        assert shutil.disk_usage(home).total < 400 * 2**20  # the home is a file system of its own
+        assert free - shutil.disk_usage("/").free < 350 * 2**20  # the machine's disk lost no more than the home's
+        other = run_as("learner02", [PYTHON, "-c", "import os; open(os.path.expanduser('~/ok'), 'w').write('x')"])
+        assert other.returncode == 0, other.stderr  # the other learner writes as before
+    finally:
+        run_as("learner01", ["rm", "-f", str(home / "fill")])
+
+
 def test_a_learner_s_class_file_cannot_fill_the_machine_s_disk(workshop: Workshop) -> None:
     mine = workshop.st.class_dir / f"learner01{classlog.SUFFIX}"
     free = shutil.disk_usage("/").free
-    out = run_as("learner01", [PYTHON, "-c", FILL_CLASS, str(mine)], timeout=120)
+    out = run_as("learner01", [PYTHON, "-c", FILL, str(mine)], timeout=120)
     try:
         said = out.stdout.split()
         assert said[:2] == ["stopped", "ENOSPC"] and int(said[2]) < 300, (out.stdout, out.stderr)

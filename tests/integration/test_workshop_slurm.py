@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.learner import BOMB, HOG, PYTHON, run_as, without_hub
+from helpers.learner import BOMB, HOG, PYTHON, run_as, skip_unless_a_workshop_can_start, without_hub
 
 from labkit.nodes import net, slurm_conf, virtual
 from labkit.nodes import slurm as nodes_slurm
@@ -78,13 +78,10 @@ class Workshop:
 
 @pytest.fixture(scope="module")
 def workshop() -> Iterator[Workshop]:
-    if lifecycle.State.load() is not None or accounts.user_exists(LEARNER):
-        pytest.skip("a workshop is up on this machine already")
     if virtual.VirtualNodes.load() is not None or net.netns_names():
         pytest.skip("virtual nodes are up on this machine already")
     asked = limits.Limits(None, limits.parse_memory(MEMORY), PIDS)
-    if limits.probe(asked) is not None:
-        pytest.skip(f"control groups cannot hold limits here: {limits.probe(asked)}")
+    skip_unless_a_workshop_can_start(asked, LEARNER)
     state = Path(f"/run/labkit-workshop-slurm-{os.getpid()}")
     groups_before = _slurm_groups()
     users_before = {p.pw_name for p in pwd.getpwall()}
@@ -187,3 +184,17 @@ def test_a_learner_cannot_fill_the_queue(workshop: Workshop) -> None:
         if taken:
             run_as(LEARNER, ["scancel", *taken], env={"SLURM_CONF": str(workshop.conf)})
     assert len(taken) <= slurm_conf.JOBS_PER_USER_PER_HOUR and refused is not None, (len(taken), refused)
+
+
+def test_a_learner_submits_from_their_own_world_through_its_firewall(workshop: Workshop) -> None:
+    """As from their server: in their own network namespace (routes to the hub and the controller only), sbatch
+    reaches Slurm and the job runs; nothing else of the machine is reached from there."""
+    from labkit.workshop import worlds
+
+    info = pwd.getpwnam(LEARNER)
+    network = next(n for n in worlds.plan(workshop.st.made["worlds"]) if n.name == LEARNER)
+    prefix = worlds.argv(worlds.World(info.pw_uid, info.pw_gid, info.pw_dir, network.path))
+    env = {"PATH": "/usr/bin:/bin", "HOME": info.pw_dir, "SLURM_CONF": str(workshop.conf), "LANG": "C.UTF-8"}
+    done = subprocess.run([*prefix, "sbatch", "--parsable", "--wait", "-o", "/dev/null", "--wrap", "true"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip().isdigit(), (done.stdout, done.stderr)

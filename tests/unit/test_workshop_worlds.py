@@ -85,3 +85,12 @@ def test_without_memory_asked_each_server_gets_a_share_of_the_machine() -> None:
 
     assert limits.default_memory(21, total=24 * 2**30) == "936M"  # 20 learners and the instructor on 24 GiB
     assert limits.default_memory(1000, total=2**30) == "64M"  # never below what starts a JupyterLab
+
+
+def test_a_shared_environment_in_a_temporary_folder_is_kept_in_the_world() -> None:
+    assert worlds.kept("/tmp/ci/.venv", "/var/lib/labkit-workshop/release", None) == ("/tmp/ci/.venv",)
+    argv = worlds.argv(worlds.World(1001, 1001, "/home/a", keep=worlds.kept("/tmp/ci/.venv")))
+    size = argv.index(worlds.TMP_SIZE)
+    assert argv[size + 1:size + 4] == ["/tmp/ci/.venv", "--", "setpriv"]
+    with pytest.raises(ValueError):
+        worlds.World(1001, 1001, "/home/a", keep=("/etc",))  # only what the private folders would hide
