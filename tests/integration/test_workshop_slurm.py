@@ -170,22 +170,6 @@ def test_a_fork_bomb_in_a_job_stops_at_the_learners_task_cap(workshop: Workshop)
     print(f"\nfork bomb in a job under the task cap {PIDS}: {born} children, then fork failed")
 
 
-def test_a_learner_cannot_fill_the_queue(workshop: Workshop) -> None:
-    """Held jobs up to the per-user hourly cap are taken; the next is refused (job_submit/throttle)."""
-    taken, refused = [], None
-    try:
-        for _ in range(slurm_conf.JOBS_PER_USER_PER_HOUR + 1):
-            out = workshop.submit("--hold", "-o", "/dev/null", "--wrap", "true")
-            if out.returncode != 0:
-                refused = out.stderr
-                break
-            taken.append(out.stdout.strip())
-    finally:
-        if taken:
-            run_as(LEARNER, ["scancel", *taken], env={"SLURM_CONF": str(workshop.conf)})
-    assert len(taken) <= slurm_conf.JOBS_PER_USER_PER_HOUR and refused is not None, (len(taken), refused)
-
-
 def test_a_learner_submits_from_their_own_world_through_its_firewall(workshop: Workshop) -> None:
     """As from their server: in their own network namespace (routes to the hub and the controller only), sbatch
     reaches Slurm and the job runs; nothing else of the machine is reached from there."""
@@ -198,3 +182,20 @@ def test_a_learner_submits_from_their_own_world_through_its_firewall(workshop: W
     done = subprocess.run([*prefix, "sbatch", "--parsable", "--wait", "-o", "/dev/null", "--wrap", "true"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and done.stdout.strip().isdigit(), (done.stdout, done.stderr)
+
+
+def test_a_learner_cannot_fill_the_queue(workshop: Workshop) -> None:
+    """Held jobs up to the per-user hourly cap are taken; the next is refused (job_submit/throttle). Last in the
+    module: the learner's cap is spent for the hour."""
+    taken, refused = [], None
+    try:
+        for _ in range(slurm_conf.JOBS_PER_USER_PER_HOUR + 1):
+            out = workshop.submit("--hold", "-o", "/dev/null", "--wrap", "true")
+            if out.returncode != 0:
+                refused = out.stderr
+                break
+            taken.append(out.stdout.strip())
+    finally:
+        if taken:
+            run_as(LEARNER, ["scancel", *taken], env={"SLURM_CONF": str(workshop.conf)})
+    assert len(taken) <= slurm_conf.JOBS_PER_USER_PER_HOUR and refused is not None, (len(taken), refused)
