@@ -212,7 +212,8 @@ def _server_users() -> set[str]:
     users = set()
     for p in psutil.process_iter(["username", "cmdline"]):
         line = p.info["cmdline"] or []
-        if line[:1] and Path(line[0]).name.startswith("python") and any("jupyterhub-singleuser" in a for a in line[1:3]):
+        server = any("jupyterhub-singleuser" in a for a in line[1:3])
+        if line[:1] and Path(line[0]).name.startswith("python") and server:
             users.add(p.info["username"])
     return users
 
