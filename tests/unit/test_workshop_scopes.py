@@ -101,9 +101,9 @@ def _spawner(monkeypatch: pytest.MonkeyPatch, systemd: bool, **limits: object):
 
 
 def _world() -> list[str]:
-    from labkit.workshop import worlds
+    from labkit.workshop import readonly, worlds
 
-    return worlds.argv(worlds.World(65534, 65534, "/nonexistent"))
+    return worlds.argv(worlds.World(65534, 65534, "/nonexistent", keep=worlds.kept(readonly.venv())))
 
 
 def test_on_a_systemd_host_the_server_starts_through_systemd_run_in_the_learner_s_scope(
