@@ -145,7 +145,7 @@ def test_the_link_gives_the_ring_models_bandwidth(link: nodes.VirtualNodes, via:
         assert band[0] <= s.ratio <= band[1], f"{s.bytes} bytes: {s.median:.3f} s against the model's {s.model:.3f} s"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # make test's budget: lab 8 measures the same knob on the link; the link's Gloo band stays
 def test_fp16_compression_halves_the_time_on_a_slow_link(link: nodes.VirtualNodes) -> None:
     """On a 200 Mbit/s link the bytes set the all-reduce's time: float16 sends half of them."""
     r = knobs.sweep("compression", hostfile=link.hostfile, steps=10, launcher="gloo")  # Gloo: the ring model (above)
@@ -155,7 +155,7 @@ def test_fp16_compression_halves_the_time_on_a_slow_link(link: nodes.VirtualNode
     assert fp16.comm_s < 0.75 * fp32.comm_s, str(r)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # make test's budget: lab 8 measures the same knob on the link; the link's Gloo band stays
 def test_without_fusion_many_small_tensors_cost_far_more(link: nodes.VirtualNodes) -> None:
     """256 tensors of 4 KiB a step: fused, one all-reduce; unfused, 256 of them, each with its own round trips."""
     r = knobs.sweep("fusion", hostfile=link.hostfile, steps=10, launcher="gloo")

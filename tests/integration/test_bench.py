@@ -137,7 +137,7 @@ def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pyte
         bench_cli.parse_shrink("6000,1000")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # 133 s on a clean clone: make test's budget (lab 6's starters run in the browser there)
 def test_scaling_notebook_runs(finished_notebooks) -> None:
     """labs/06_scaling.ipynb, every lab finished, executes top to bottom in quick mode (tiny data); its sweeps
     are recorded."""

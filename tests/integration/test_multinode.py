@@ -171,7 +171,8 @@ def _hosts(cluster: nodes.VirtualNodes, slots: int) -> str:
 
 @pytest.mark.horovod
 # Gloo's training run in make test-heavy: Gloo across the nodes runs in make test in test_allreduce.py.
-@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun", pytest.param("gloo", marks=pytest.mark.heavy)])
+@pytest.mark.parametrize("launcher", ["mpirun", pytest.param("horovodrun", marks=pytest.mark.heavy),
+                                      pytest.param("gloo", marks=pytest.mark.heavy)])
 def test_horovod_solution_runs_on_two_nodes_and_records_where_each_rank_ran(
         cluster: nodes.VirtualNodes, work: Path, launcher: str) -> None:
     r = _cli("run", "--launcher", launcher, "--hostfile", str(cluster.hostfile), "--np", "4", "--",
