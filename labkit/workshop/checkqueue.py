@@ -18,8 +18,8 @@ What a learner can and cannot do to it:
   :data:`DEFAULT_MAX_HOLD`: the longest check's budget plus slack).
 * **The expected wait is the server's**: the durations of recent checks that ended normally, measured by the
   server, each clamped to ``(0, max hold]``, the latest of each user only.
-* **Bounded input**: one line of at most :data:`labkit.core.slots.LINE_MAX` bytes, nested at most
-  :data:`labkit.core.slots.DEPTH_MAX` deep, finite numbers; anything else closes that client only. A client
+* **Bounded input**: one line of at most :data:`labkit.core.slotserver.LINE_MAX` bytes, nested at most
+  :data:`labkit.core.slotserver.DEPTH_MAX` deep, finite numbers; anything else closes that client only. A client
   must ask within :data:`REQUEST_S` seconds; a user may keep :data:`PER_USER` connections and all together
   :data:`CONNECTIONS`.
 
@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.core import slots
-from labkit.core.slots import ProtocolError
+from labkit.core import slots, slotserver
+from labkit.core.slotserver import ProtocolError
 from labkit.course import labs
 
 SLACK_S = 60.0  # beyond a check's own budget: its start-up, its ranks' stack dumps and their ending
@@ -76,14 +76,14 @@ def peer(sock: socket.socket) -> tuple[int, int]:
 
 def request(line: bytes) -> tuple[str, str]:
     """The (op, label) of a client's line, checked: :class:`ProtocolError` for anything else."""
-    message = slots.decode(line)
+    message = slotserver.decode(line)
     if set(message) - {"op", "label"}:
         raise ProtocolError("unknown keys")
     op, label = message.get("op"), message.get("label", "")
     if op not in ("take", "done"):
         raise ProtocolError("op is take or done")
-    if not isinstance(label, str) or len(label) > slots.LABEL_MAX:
-        raise ProtocolError(f"label is text of at most {slots.LABEL_MAX} characters")
+    if not isinstance(label, str) or len(label) > slotserver.LABEL_MAX:
+        raise ProtocolError(f"label is text of at most {slotserver.LABEL_MAX} characters")
     return op, "".join(ch if ch.isprintable() else "?" for ch in label)
 
 
@@ -98,7 +98,7 @@ class Client:
     state: str = "new"  # new, waiting, holding, gone
     arrived: float = 0.0
     granted: float = 0.0
-    shown: slots.Waiting | None = None
+    shown: slotserver.Waiting | None = None
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
@@ -146,20 +146,20 @@ class CheckQueue:
             log.info("dropped %s: it does not read what it is sent", client)
             transport.abort()
             return
-        client.writer.write(slots.encode(message))
+        client.writer.write(slotserver.encode(message))
 
     def _refuse(self, writer: asyncio.StreamWriter, reason: str, retry: bool) -> None:
         if not writer.transport.is_closing():
             with contextlib.suppress(OSError, RuntimeError):
-                writer.write(slots.encode({"event": "refused", "reason": reason, "retry": retry}))
+                writer.write(slotserver.encode({"event": "refused", "reason": reason, "retry": retry}))
         writer.close()
 
     def _tell_waiters(self, always: bool = False) -> None:
         for k, client in enumerate(self.waiting, 1):
-            w = slots.Waiting(k, len(self.holding), self.slots, self.expected(k))
+            w = slotserver.Waiting(k, len(self.holding), self.slots, self.expected(k))
             if always or w != client.shown:
                 client.shown = w
-                self._send(client, slots.waiting_message(w))
+                self._send(client, slotserver.waiting_message(w))
 
     # the queue's changes ------------------------------------------------------------------------------------
 
@@ -282,7 +282,7 @@ class CheckQueue:
         """Listen at ``path`` (mode 0666: its folder decides who reaches it) until ``stop`` is set; then close
         every connection and remove the socket."""
         _clear(path)
-        server = await asyncio.start_unix_server(self.handle, path=str(path), limit=slots.LINE_MAX, backlog=64)
+        server = await asyncio.start_unix_server(self.handle, path=str(path), limit=slotserver.LINE_MAX, backlog=64)
         made = os.stat(path)
         os.chmod(path, 0o666)
         log.info("listening at %s: %d slot(s), the longest hold %.0f s", path, self.slots, self.max_hold)

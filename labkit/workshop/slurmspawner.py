@@ -125,10 +125,6 @@ class WorkshopSlurmSpawner(CourseSpawner, SlurmSpawner):
         base = os.environ if env is None else env
         return await super().run_command(cmd, input=input, env={**base, "SLURM_CONF": self.slurm_conf})
 
-    def cmd_formatted_for_batch(self) -> str:
-        """The server's command line, each argument quoted for the job's shell (the terminal's JSON setting too)."""
-        return shlex.join([self.batchspawner_singleuser_cmd, *self.cmd, *self.get_args()])
-
     def state_gethost(self) -> str:
         """The address the proxy reaches the server at: the job's node, on the nodes' network."""
         node = super().state_gethost()
