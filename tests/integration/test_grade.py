@@ -198,7 +198,7 @@ def test_the_workflow_steps_grade_a_released_course_with_untouched_starters(tmp_
     assert "labkit grade: 0 /" in (tmp_path / "summary.md").read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # 74-76 s on a clean clone: make test's budget; the workflow's steps run on the starters there
 @pytest.mark.horovod
 def test_the_workflow_grades_a_course_repository(tmp_path: Path) -> None:
     """The workflow's own shell steps (read from its YAML), on a course repository made by `labkit release`: the
