@@ -28,8 +28,9 @@ ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BAT
 
 
 def upto(step: int) -> int:
-    """Steps 1-6 come from one run; steps 7 and 8 from a longer one and the run that resumes from it."""
-    return 6 if step <= 6 else min(step, 8)
+    """Step 1 alone needs the ranks only up to their call of fit; steps 1-6 come from one run; steps 7 and 8 from
+    a longer one and the run that resumes from it."""
+    return 1 if step <= 1 else 6 if step <= 6 else min(step, 8)
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
@@ -42,6 +43,8 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     checkpoint run and the learning-rate run too, the shape step 7 and step 8 read.
     """
     deadline = time.monotonic() + timeout
+    if upto <= 1:  # how the ranks get to fit is all step 1 asks: they end there
+        return hr.run(script, ARGS, work / "probe", work / "run", timeout, epochs=0)
     if upto <= 6:
         return hr.run(script, ARGS, work / "probe", work / "run", timeout)  # a folder the script may even delete
     ev = hr.run(script, [*LR_ARGS, *CHECKPOINT_ARGS], work / "probe", work / "resume", timeout, own_folders=True,

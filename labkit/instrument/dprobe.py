@@ -33,6 +33,7 @@ from labkit.core import contract, patch, stacks
 from labkit.instrument import data
 from labkit.instrument.dprobe_record import Recorder, digest, model_variables, sample_batches
 from labkit.instrument.keras_reads import learning_rate
+from labkit.instrument.leave import leave
 
 
 def install(rec: Recorder) -> None:
@@ -239,4 +240,4 @@ def _reload(path: str, trained: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -11,7 +11,8 @@ patches library entry points in this process only:
   can be told from pinning by local rank;
 * ``Model.fit``/``evaluate``: arguments, callback order, metric reads per callback,
   batches per epoch, the learning rate of every training batch and weight snapshots are
-  recorded (at most one epoch runs; ``--epochs N`` lets N run);
+  recorded (at most one epoch runs; ``--epochs N`` lets N run, ``--epochs 0`` ends the
+  run cleanly at the call of ``fit``, for a check that only asks how the script gets there);
 * saving: every ``Model.save``/``save_weights``/``save_model`` and ``tf.train.Checkpoint``
   write is recorded with its path and the epoch it happened in.
 
@@ -39,6 +40,7 @@ import traceback
 
 from labkit.core import env, stacks
 from labkit.instrument import probe_record
+from labkit.instrument.leave import leave
 from labkit.instrument.probe_patches import (
     patch_arguments,
     patch_data,
@@ -50,7 +52,7 @@ from labkit.instrument.probe_patches import (
 )
 from labkit.instrument.probe_record import STATE, milestone
 
-FIT_FLOOR = 10.0  # seconds added to the fit bound: the script's own start-up is never shorter than this
+FIT_FLOOR = 5.0  # seconds added to the fit bound: the script's own start-up is never shorter than this
 
 
 def fit_bound(factor: float, patched_s: float) -> float:
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(folder)
     milestone("start")
     import tensorflow as tf
+    # A probe run trains a few batches: optimising their graph (Grappler) costs more than it saves.
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
     patch_data(tf)
     patch_model(tf)
@@ -130,4 +134,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

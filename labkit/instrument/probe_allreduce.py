@@ -13,9 +13,11 @@ all-reduced while a graph is being built inside ``Model.fit`` is therefore count
 the step (once in a probed run).
 
 Each rank writes ``OUT/allreduce.N.json``, ``{"gradients": {"float16": 26}, "other": {"float32": 4}}``, rewritten at
-every new tensor (a rank that crashes later keeps what it built). Both names are private to Horovod (imported
-there from ``horovod.tensorflow.mpi_ops``); ``tests/unit/test_probe_allreduce.py`` fails when they move, and a
-Horovod without them leaves ``{"error": ...}`` instead of patching nothing in silence.
+every new tensor (a rank that crashes later keeps what it built). The wrappers are left alone by AutoGraph, and the
+``tf.cond`` Horovod puts around each gradient's all-reduce is decided in Python (:func:`_decide_in_python`), which
+halves a probed step's tracing. All four names are private to Horovod (the first two imported there from
+``horovod.tensorflow.mpi_ops``); ``tests/unit/test_probe_allreduce.py`` fails when any of them moves, and a Horovod
+without the first two leaves ``{"error": ...}`` instead of patching nothing in silence.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from labkit.instrument import probe_record
 from labkit.instrument.probe_record import STATE
 
 NAMES = ("_allreduce", "_grouped_allreduce")  # in horovod.tensorflow, called by allreduce() and grouped_allreduce()
+CONDS = ("_allreduce_cond", "_grouped_allreduce_cond")  # in horovod.tensorflow, around the gradients' all-reduce
 GRADIENTS, OTHER = "gradients", "other"
 
 RECORD: dict[str, dict[str, int]] = {GRADIENTS: {}, OTHER: {}}
@@ -87,4 +90,41 @@ def patch(hvd_tf: Any, eager: Callable[[], bool] | None = None) -> None:
         _observed(list(tensors) if isinstance(tensors, (list, tuple)) else [])
         return real_group(tensors, *args, **kwargs)
 
-    hvd_tf._allreduce, hvd_tf._grouped_allreduce = _allreduce, _grouped_allreduce
+    quiet = _unconverted()
+    hvd_tf._allreduce, hvd_tf._grouped_allreduce = quiet(_allreduce), quiet(_grouped_allreduce)
+    _decide_in_python(hvd_tf, quiet)
+
+
+def _unconverted() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """AutoGraph leaves a function so marked as it is (and what it calls): the probe's wrappers hold no tensor
+    control flow, and converting them and Horovod's code below them was most of a probed step's tracing."""
+    import tensorflow as tf
+
+    return tf.autograph.experimental.do_not_convert
+
+
+def _decide_in_python(hvd_tf: Any, quiet: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Build the gradients' all-reduce without Horovod's ``tf.cond`` around each one.
+
+    Outside elastic mode ``horovod.tensorflow._allreduce_cond`` (and ``_grouped_allreduce_cond``) wrap each
+    gradient's all-reduce in ``tf.cond`` on a constant, ``process_set.included() and process_set.size() > 1``:
+    the same all-reduce runs, but two branch graphs are built per gradient (about 2 s of each probed run on the
+    2-core machine). Here that constant is decided in Python, as Horovod decides it. In elastic mode the
+    condition is read at run time and Horovod's own functions stay. ``tests/unit/test_probe_allreduce.py`` fails
+    when Horovod changes them.
+    """
+    if int(os.environ.get("HOROVOD_ELASTIC", 0)) or not all(callable(getattr(hvd_tf, n, None)) for n in CONDS):
+        return
+
+    def _allreduce_cond(tensor: Any, *args: Any, process_set: Any = hvd_tf.global_process_set, **kwargs: Any) -> Any:
+        if process_set.included() and process_set.size() > 1:
+            return hvd_tf.allreduce(tensor, *args, process_set=process_set, **kwargs)
+        return tensor
+
+    def _grouped_allreduce_cond(tensors: Any, *args: Any, process_set: Any = hvd_tf.global_process_set,
+                                **kwargs: Any) -> Any:
+        if process_set.included() and process_set.size() > 1:
+            return hvd_tf.grouped_allreduce(tensors, *args, process_set=process_set, **kwargs)
+        return tensors
+
+    hvd_tf._allreduce_cond, hvd_tf._grouped_allreduce_cond = quiet(_allreduce_cond), quiet(_grouped_allreduce_cond)

@@ -284,6 +284,8 @@ def patch_keras(tf: Any, max_epochs: int = 1) -> None:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         })
         milestone("fit_start")
+        if max_epochs == 0:  # the run was only asked how the script gets to fit: it ends here, cleanly
+            raise SystemExit(0)
         a["callbacks"] = callbacks + [make_probe_callback(tf, record)]
         a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + max_epochs)
         args2 = {k: v for k, v in a.items() if k != "self"}

@@ -2,7 +2,8 @@
 
 It runs ``CMD`` with its output captured, writes its output to ``LOGDIR/rank.N.log``
 (the first :data:`LOG_HEAD` bytes and the last :data:`LOG_TAIL`, so a flood of output
-cannot fill the disk), copies rank 0's output to its own stdout (which the launcher
+cannot fill the disk; past the head it is read at most :data:`FLOOD_RATE` bytes a second, so it cannot take the
+cores either), copies rank 0's output to its own stdout (which the launcher
 streams), forwards termination signals (a probe, :mod:`labkit.instrument.probe`, first gets SIGUSR1, on
 which it writes where it is, even when the script ignores SIGTERM), and makes sure the command
 dies with it.
@@ -33,6 +34,9 @@ from labkit.instrument import observe
 
 LOG_HEAD = 32 << 20  # bytes of a rank's output logged from its start
 LOG_TAIL = 1 << 20  # bytes kept from its end once the head is full
+# Past the head a flood is read at most this fast: the command then waits on its full pipe instead of taking
+# the machine's cores from the launcher, which must still be able to stop it on time.
+FLOOD_RATE = 4 << 20  # bytes per second
 
 
 def _orphan_watch(child: subprocess.Popen, every: float = 1.0) -> None:
@@ -84,6 +88,8 @@ def _pump(fd: int, log: CappedLog, show: bool) -> None:
     out = sys.stdout.buffer
     for chunk in read_chunks(fd):
         shown = not log.full
+        if not shown:
+            time.sleep(len(chunk) / FLOOD_RATE)
         log.write(chunk)
         if show and shown:
             out.write(chunk)

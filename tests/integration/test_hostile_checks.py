@@ -161,7 +161,6 @@ def test_a_rank_ends_when_its_own_process_ends(tmp_path: Path, running) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # stopping two flooding ranks took 11-199 s (docs/testing.md): heavy until that is bounded
 def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) -> None:
     script = tmp_path / "flood.py"
     script.write_text("import sys\nline = 'x' * 1023 + '\\n'\nwhile True:\n    sys.stdout.write(line * 1024)\n")
@@ -170,7 +169,9 @@ def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) 
     result = launch.run([sys.executable, str(script)], np=2, timeout=10, quiet=True, record=False,
                         log_dir=tmp_path / "logs", cwd=tmp_path)
     took = time.monotonic() - start
-    assert result.timed_out and took < 120, took  # 24 s measured on a busy machine, 71 s on a very busy one
+    # Past its head a flood is read slowly (rank.FLOOD_RATE): the ranks wait on their pipes, the launcher keeps a
+    # core and stops them on time. Before, two flooding ranks took the cores and were stopped after 11-64 s.
+    assert result.timed_out and took < 20, took
     for r in range(2):
         size = (tmp_path / "logs" / f"rank.{r}.log").stat().st_size
         assert size <= rank.LOG_HEAD + rank.LOG_TAIL + 200, size

@@ -97,3 +97,17 @@ def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypat
     assert vars(has.parse_args()) == {"epochs": 3, "checkpoint_dir": "ck"}
     with pytest.raises(SystemExit):
         lacks.parse_args(["--other", "1"])  # its own list, not the command line: refused as usual
+
+
+def test_a_probed_rank_leaves_with_its_code_after_its_exit_functions() -> None:
+    """leave() runs what atexit holds (Horovod's shutdown, the script's own) and skips only the teardown; it needs
+    CPython's atexit._run_exitfuncs and falls back to a normal exit without it."""
+    import atexit
+    import subprocess
+    import sys
+
+    assert callable(getattr(atexit, "_run_exitfuncs", None))
+    code = ("import atexit\nfrom labkit.instrument.leave import leave\n"
+            "atexit.register(lambda: print('exit function ran', flush=True))\nprint('script', end='')\nleave(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and done.stdout == "scriptexit function ran\n", (done.returncode, done.stdout)

@@ -55,6 +55,52 @@ def test_horovod_all_reduces_through_the_names_the_probe_patches() -> None:
     assert "_make_cached_allreduce_grads_fn" in _calls(grads)
 
 
+def test_the_condition_horovod_puts_around_each_gradient_is_the_constant_the_probe_decides() -> None:
+    """Outside elastic mode ``_allreduce_cond`` and ``_grouped_allreduce_cond`` run ``tf.cond`` on
+    ``process_set.included() and process_set.size() > 1`` and all-reduce in the true branch, and the gradients go
+    through them: the probe decides that constant in Python instead. If Horovod changes either, this fails."""
+    init = _horovod_tensorflow() / "__init__.py"
+    fns = _functions(init)
+    for name, op in zip(probe_allreduce.CONDS, ("allreduce", "grouped_allreduce"), strict=True):
+        text = ast.unparse(fns[name])
+        assert "process_set.included() and process_set.size() > 1" in text, (name, text)
+        assert "tf.cond(cond, allreduce_fn, id_fn)" in text and "HOROVOD_ELASTIC" in text, (name, text)
+        inner = {f.name: f for f in ast.walk(fns[name]) if isinstance(f, ast.FunctionDef)}
+        assert op in _calls(inner["allreduce_fn"]), (name, op)
+        assert [a.arg for a in fns[name].args.args[:1]] == ["tensor" if op == "allreduce" else "tensors"]
+    grads = ast.unparse(fns["_make_allreduce_grads_fn"]) + "".join(ast.unparse(f) for f in fns.values()
+                                                                     if "def allreduce_grads" in ast.unparse(f))
+    assert all(name in grads for name in probe_allreduce.CONDS), "the gradients no longer go through the conditions"
+
+
+def test_the_conditions_are_decided_as_horovod_decides_and_left_alone_in_elastic_mode(monkeypatch) -> None:
+    calls: list[tuple[str, Any]] = []
+
+    class _Set:
+        def __init__(self, included: bool, size: int) -> None:
+            self._included, self._size = included, size
+
+        def included(self) -> bool:
+            return self._included
+
+        def size(self) -> int:
+            return self._size
+
+    hvd = SimpleNamespace(global_process_set=_Set(True, 2), _allreduce_cond="real", _grouped_allreduce_cond="real",
+                          allreduce=lambda t, **kw: calls.append(("one", t)) or "reduced",
+                          grouped_allreduce=lambda ts, **kw: calls.append(("group", ts)) or ["reduced"])
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+    probe_allreduce._decide_in_python(hvd, lambda f: f)
+    assert hvd._allreduce_cond == "real"
+    monkeypatch.delenv("HOROVOD_ELASTIC")
+    hvd._allreduce_cond = hvd._grouped_allreduce_cond = lambda *a, **k: None  # callable, as Horovod's are
+    probe_allreduce._decide_in_python(hvd, lambda f: f)
+    assert hvd._allreduce_cond("g") == "reduced" and hvd._grouped_allreduce_cond(["g"]) == ["reduced"]
+    assert hvd._allreduce_cond("g", process_set=_Set(True, 1)) == "g"  # one rank: nothing to all-reduce
+    assert hvd._allreduce_cond("g", process_set=_Set(False, 4)) == "g"  # not in the set
+    assert calls == [("one", "g"), ("group", ["g"])]
+
+
 class _Tensor:
     def __init__(self, dtype: str) -> None:
         self.dtype = SimpleNamespace(name=dtype)
