@@ -108,9 +108,13 @@ def _cached(lab: str, key: str) -> dict[str, Any] | None:
 
 
 def _enough(module: Any, evidence: dict[str, Any], covers: int, titles: Sequence[str]) -> bool:
-    """Whether an earlier run answers: it covers the steps asked, or already fails one it covers."""
+    """Whether an earlier run answers: it covers the steps asked, or already fails one it covers (unless it was cut
+    short, ``"partial"`` in its evidence: what a wider run also shows, the weights the notebook draws, is not in
+    it)."""
     have = evidence.get("covers", 0)
-    return have >= covers or any(not r.passed for r in judge(module.STEPS, evidence, have, titles))
+    if have >= covers:
+        return True
+    return not evidence.get("partial") and any(not r.passed for r in judge(module.STEPS, evidence, have, titles))
 
 
 def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | None = None,

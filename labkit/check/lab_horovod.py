@@ -44,7 +44,7 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     """
     deadline = time.monotonic() + timeout
     if upto <= 1:  # how the ranks get to fit is all step 1 asks: they end there
-        return hr.run(script, ARGS, work / "probe", work / "run", timeout, epochs=0)
+        return {**hr.run(script, ARGS, work / "probe", work / "run", timeout, epochs=0), "partial": True}
     if upto <= 6:
         return hr.run(script, ARGS, work / "probe", work / "run", timeout)  # a folder the script may even delete
     ev = hr.run(script, [*LR_ARGS, *CHECKPOINT_ARGS], work / "probe", work / "resume", timeout, own_folders=True,

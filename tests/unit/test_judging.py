@@ -58,9 +58,10 @@ def test_a_script_that_does_not_parse_fails_step_1_without_running(lab: str, tmp
 class _Lab:
     """A lab module whose run is faked: it records how often it ran and how far."""
 
-    def __init__(self, results: list[bool]) -> None:
+    def __init__(self, results: list[bool], partial_below: int = 0) -> None:
         self.calls: list[int] = []
         self.STEPS = [self._step(ok) for ok in results]
+        self.partial_below = partial_below  # a run covering fewer steps than this is cut short
 
     @staticmethod
     def _step(ok: bool):
@@ -75,7 +76,7 @@ class _Lab:
 
     def collect(self, script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
         self.calls.append(upto)
-        return {}
+        return {"partial": True} if upto < self.partial_below else {}
 
 
 def test_an_unchanged_script_is_judged_again_without_running(tmp_path: Path,
@@ -94,6 +95,22 @@ def test_an_unchanged_script_is_judged_again_without_running(tmp_path: Path,
     assert fake.calls == [3, 3]
     check.run_check("multiworker", script, 2, fresh=True)
     assert fake.calls == [3, 3, 3]
+
+
+def test_a_failing_run_cut_short_is_run_again_in_full_for_a_wider_step(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 1 alone ends the ranks at fit (the Horovod lab): its failure is the verdict for step 1, but a check of
+    step 3 runs in full, so that what the notebook draws from it (the ranks' weights) is there."""
+    fake = _Lab([False, True, True, True], partial_below=3)
+    fake.upto = lambda step: 1 if step <= 1 else 3  # type: ignore[method-assign]
+    monkeypatch.setattr(judging, "lab_module", lambda lab: fake)
+    monkeypatch.setattr(judging, "_CACHE", {})
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    assert check.run_check("multiworker", script, 1).first_failing_step == 1
+    assert check.run_check("multiworker", script, 1).first_failing_step == 1  # judged again, not run
+    report = check.run_check("multiworker", script, 3)
+    assert report.first_failing_step == 1 and not report.evidence.get("partial") and fake.calls == [1, 3]
 
 
 def test_a_run_that_passes_step_3_is_run_again_for_step_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
