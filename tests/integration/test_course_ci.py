@@ -11,9 +11,15 @@ with the runner's variables (``GITHUB_WORKSPACE``, ``RUNNER_TEMP``, ``GITHUB_OUT
 ``GITHUB_STEP_SUMMARY`` in ``RUNNER_TEMP/_runner_file_commands``, as the runner keeps them). The test reads the
 job's outputs, the JUnit report, the summary and the exit codes.
 
-The hostile script writes to every file the runner's variables would name, to the grading's result folder where
-a hosted runner keeps it, and leaves a process that leaves its session and environment behind and waits to
-overwrite the result once the grading has written it. Its grade must be the broken script's.
+The runner's file commands are kept as a hosted runner keeps them: for each step, empty files in
+``RUNNER_TEMP/_runner_file_commands`` named by ``GITHUB_OUTPUT``, ``GITHUB_ENV``, ``GITHUB_PATH``, ``GITHUB_STATE`` and
+``GITHUB_STEP_SUMMARY``; what a step's ``GITHUB_ENV`` holds is in the environment of the steps after it.
+
+The hostile script writes to every file the runner's variables would name; finds the runner's file-command
+folder and the grading's result folder where a hosted runner keeps them and writes there (``BASH_ENV`` for the
+next step, pointing to a script that writes a score of 999; ``score=999`` lines); and leaves a process that
+leaves its session and environment behind and waits to overwrite the result once the grading has written it.
+Its grade must be the broken script's, and no 999 may reach the job's outputs or its summary.
 
 pip and apt in the container reach only the package index and the Debian mirror, with this machine's settings
 lent to it read-only (tests/helpers/podman.py); that stays in the test. Everything lives in a podman store of the
@@ -50,14 +56,15 @@ WORK = f"/home/{RUNNER}/work"  # a hosted runner's folders: the workspace and RU
 TEMP = f"{WORK}/_temp"
 
 # Module-level code prepended to a learner's script: it tries every way to the grade a learner's process has.
-TAMPER = f'''import os as _os, glob as _glob, subprocess as _sp, sys as _sys
-_FAKE = {{"score": 999}}
+TAMPER = f'''import os as _os, glob as _glob, sys as _sys
 for _var in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_ENV"):
     if _os.environ.get(_var):
         open(_os.environ[_var], "a").write("score=999\\n")
+open("/tmp/evil.sh", "w").write("echo score=999 >> \\"$GITHUB_OUTPUT\\"\\n"
+                                "echo labkit grade: 999 >> \\"$GITHUB_STEP_SUMMARY\\"\\n")
 for _path in _glob.glob("{TEMP}/_runner_file_commands/*") + _glob.glob("{TEMP}/labkit-graded/*"):
     try:
-        open(_path, "a").write("score=999\\n")
+        open(_path, "a").write("BASH_ENV=/tmp/evil.sh\\n" if "set_env" in _path else "score=999\\n")
     except OSError:
         pass
 _LATER = """
@@ -103,18 +110,22 @@ for commit in $(cat /in/commits); do
   if [ -d "/home/{RUNNER}/caches/$key" ]; then rm -rf {{cache_path}}; mkdir -p "$(dirname {{cache_path}})"; \
 cp -a "/home/{RUNNER}/caches/$key" {{cache_path}}; echo "cache restored"; else echo "cache missed"; fi
   codes=""
+  added=()  # what the steps' GITHUB_ENV files set, for the steps after them (KEY=VALUE lines)
   for step in /in/steps/*.sh; do
     id="$(basename "$step" .sh)"; id="${{id#*-}}"
     dir="$(cat "/in/steps/$id.dir" 2>/dev/null || echo .)"
-    : > "{TEMP}/_runner_file_commands/set_output_$id"
+    files={TEMP}/_runner_file_commands
+    for kind in set_output set_env add_path save_state step_summary; do : > "$files/${{kind}}_$id"; done
     (cd "$dir" && env -i HOME="$HOME" PATH="/usr/local/bin:/usr/bin:/bin" LANG=C.UTF-8 \\
        LABKIT_DATA=/in/data PIP_CERT="$PIP_CERT" GITHUB_ACTIONS=true GITHUB_WORKSPACE={WORK}/course \\
-       RUNNER_TEMP={TEMP} GITHUB_OUTPUT="{TEMP}/_runner_file_commands/set_output_$id" \\
-       GITHUB_STEP_SUMMARY="{TEMP}/_runner_file_commands/step_summary_$id" \\
+       RUNNER_TEMP={TEMP} GITHUB_OUTPUT="$files/set_output_$id" GITHUB_ENV="$files/set_env_$id" \\
+       GITHUB_PATH="$files/add_path_$id" GITHUB_STATE="$files/save_state_$id" \\
+       GITHUB_STEP_SUMMARY="$files/step_summary_$id" "${{added[@]}}" \\
        bash --noprofile --norc -eo pipefail "$step") > "/out/$name.$id.log" 2>&1
     code=$?
     echo "step $id exit $code"
     codes="$codes $id=$code"
+    while IFS= read -r line; do case "$line" in *=*) added+=("$line");; esac; done < "$files/set_env_$id"
     if [ "$id" = setup ] && [ $code -ne 0 ]; then break; fi
   done
   sleep 5  # what the learner's code left running would act now
@@ -193,9 +204,10 @@ def _course_with_commits(folder: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _outputs(folder: Path) -> dict[str, list[str]]:
-    """Every ``key=value`` line of the steps' output files, by key (a key set twice shows twice)."""
+    """The job's outputs: every ``key=value`` line of the report step's output file (the job's ``outputs`` are
+    ``steps.report.outputs``), by key (a key set twice shows twice)."""
     out: dict[str, list[str]] = {}
-    for f in sorted(folder.glob("set_output_*")):
+    for f in [folder / "set_output_report"]:
         for line in f.read_text().splitlines():
             if "=" in line:
                 key, value = line.split("=", 1)
@@ -270,7 +282,9 @@ def test_the_released_workflow_grades_finished_broken_and_hostile_commits(tmp_pa
             outputs = _outputs(outbox / n)
             suite = ET.parse(outbox / n / "grade.xml").getroot()
             failures = sum(int(s.get("failures", "0")) for s in suite.iter("testsuite"))
-            summary = "".join(f.read_text() for f in (outbox / n).glob("step_summary_*"))
+            summary = "".join(f.read_text() for f in sorted((outbox / n).glob("step_summary_*")))  # the job's page
+            assert not any((outbox / n).glob("set_env_*")) or all(
+                not f.read_text().strip() for f in (outbox / n).glob("set_env_*")), n  # nothing for later steps
             top = saved["max_score"]
             if n == "finished":
                 assert codes["grade"] == "0" and saved["score"] == top and failures == 0, (n, codes, saved["score"])

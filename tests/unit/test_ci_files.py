@@ -96,7 +96,12 @@ def test_workflow_is_pinned_read_only_and_grades_without_the_token(released: Pat
             assert step["with"]["persist-credentials"] is False
     runs = {s.get("id"): s["run"] for s in job["steps"] if "run" in s}
     assert "env -i HOME=" in runs["grade"] and "--save" in runs["grade"]  # the checks: no token, no runner files
-    assert "GITHUB_" not in runs["grade"].split("env -i", 1)[1]
+    checks = runs["grade"].split("env -i", 1)[1].split("|| status=$?", 1)
+    assert "GITHUB_" not in checks[0]
+    emptied = re.search(r'for written in (.*); do\n\s*if \[ -n "\$written" \]; then : > "\$written"; fi', checks[1])
+    assert emptied and set(emptied[1].split()) == {f'"$GITHUB_{n}"' for n in ("ENV", "PATH", "OUTPUT", "STEP_SUMMARY",
+                                                                             "STATE")}
+    assert checks[1].rstrip().endswith('exit "$status"')  # after the runner's files are emptied, the checks' status
     assert "--report" in runs["report"] and "$GITHUB_STEP_SUMMARY" in runs["report"]
 
 
