@@ -249,6 +249,7 @@ def test_launch_preflight_accepts_node_names(cluster: nodes.VirtualNodes) -> Non
 
 @needs_root
 @pytest.mark.slow
+@pytest.mark.heavy  # 36 s: make test's budget; test_multinode.py trains the Horovod solution across the nodes by mpirun
 def test_labkit_run_trains_across_the_nodes(cluster: nodes.VirtualNodes, tmp_path: Path) -> None:
     train = [sys.executable, str(ROOT / "solutions/fashion_mnist_solution.py"), "--epochs", "1", "--train-size", "256",
              "--test-size", "128"]
