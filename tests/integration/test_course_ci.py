@@ -57,6 +57,7 @@ TEMP = f"{WORK}/_temp"
 
 # Module-level code prepended to a learner's script: it tries every way to the grade a learner's process has.
 TAMPER = f'''import os as _os, glob as _glob, sys as _sys
+open("/tmp/tamper-ran", "a").close()
 for _var in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_ENV"):
     if _os.environ.get(_var):
         open(_os.environ[_var], "a").write("score=999\\n")
@@ -69,7 +70,9 @@ for _path in _glob.glob("{TEMP}/_runner_file_commands/*") + _glob.glob("{TEMP}/l
         pass
 _LATER = """
 import glob, json, os, time
+open("/tmp/tamper-daemon-started", "a").close()
 for _ in range(3000):
+    open("/tmp/tamper-daemon-alive", "w").write(str(time.time()))
     for path in glob.glob("{TEMP}/labkit-graded/grade.json"):
         try:
             saved = json.load(open(path))
@@ -97,6 +100,7 @@ if _os.fork() == 0:  # a process of its own session, with an empty environment: 
 SCRIPT = f"""set -u
 export HOME=/home/{RUNNER}
 cd "$HOME"
+git config --global --add safe.directory '*'  # as actions/checkout does: the repository is another user's
 for commit in $(cat /in/commits); do
   name="${{commit%%:*}}"; sha="${{commit#*:}}"
   echo "=== $name $sha"
@@ -129,6 +133,9 @@ cp -a "/home/{RUNNER}/caches/$key" {{cache_path}}; echo "cache restored"; else e
     if [ "$id" = setup ] && [ $code -ne 0 ]; then break; fi
   done
   sleep 5  # what the learner's code left running would act now
+  if [ -e /tmp/tamper-daemon-alive ]; then echo "$(date +%s) $(cat /tmp/tamper-daemon-alive)" > "/out/$name.alive"; fi
+  ls /tmp/tamper-ran /tmp/tamper-daemon-started > "/out/$name.tampered" 2>/dev/null
+  rm -f /tmp/tamper-*
   if [ ! -d "/home/{RUNNER}/caches/$key" ] && [ -d {{cache_path}} ]; then \
 mkdir -p /home/{RUNNER}/caches && cp -a {{cache_path}} "/home/{RUNNER}/caches/$key"; fi
   mkdir -p "/out/$name"
@@ -166,6 +173,7 @@ def test_the_workflow_is_read_in_its_order_with_its_cache() -> None:
     assert runs[0][1] == "grader" and path == "~/.cache/labkit"
     assert globs == ["grader/patches/**", "grader/scripts/setup.sh", "grader/pyproject.toml"]
     compile(TAMPER, "tamper", "exec")
+    compile(with_tamper(labs.get("horovod").solution(2).read_text()), "hostile", "exec")
 
 
 def _cache_key_script(globs: list[str]) -> str:
@@ -173,6 +181,13 @@ def _cache_key_script(globs: list[str]) -> str:
     finds = " ".join(f"'{g.replace('/**', '')}'" for g in globs)
     return (f"cd {WORK}/course && find {finds} -type f 2>/dev/null | LC_ALL=C sort | xargs sha256sum "
             "| cut -d' ' -f1 | sha256sum | cut -c1-64 | sed 's/^/labkit-Linux-/'\n")
+
+
+def with_tamper(script: str) -> str:
+    """``script`` with :data:`TAMPER` run first, after its ``from __future__`` imports (which must come first)."""
+    lines = script.splitlines(keepends=True)
+    at = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
+    return "".join(lines[:at]) + TAMPER + "".join(lines[at:])
 
 
 def _commit(repo: Path, message: str) -> str:
@@ -196,7 +211,7 @@ def _course_with_commits(folder: Path) -> tuple[Path, dict[str, str]]:
     broken = horovod.solution(2).read_text()
     (repo / "labs" / horovod.starter).write_text(broken)
     commits["broken"] = _commit(repo, "the Horovod lab stopped after step 2")
-    (repo / "labs" / horovod.starter).write_text(TAMPER + broken)
+    (repo / "labs" / horovod.starter).write_text(with_tamper(broken))
     commits["hostile"] = _commit(repo, "the broken script, raising its own grade")
     bare = folder / "course.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True, timeout=120)
@@ -295,7 +310,12 @@ def test_the_released_workflow_grades_finished_broken_and_hostile_commits(tmp_pa
                 assert failures == len(failing)
             assert outputs == {"score": [f"{saved['score']:g}"], "max_score": [f"{top:g}"]}, (n, outputs)
             assert f"labkit grade: {saved['score']:g} / {top:g}" in summary, (n, summary[:300])
-            assert "999" not in json.dumps(saved) and "999" not in summary
+            assert not re.search(r"score=999|grade: 999", summary + "".join(outputs.get("score", []))), n
+        # The hostile script did run its attack, and what it left running was stopped with its check.
+        assert (outbox / "hostile.tampered").read_text().split() == ["/tmp/tamper-ran", "/tmp/tamper-daemon-started"]
+        now, last = (float(x) for x in (outbox / "hostile.alive").read_text().split())
+        assert now - last > 4, f"the process the script left was still running {now - last:.1f} s before the end"
+        assert not (outbox / "finished.tampered").read_text().strip()
         broken = json.loads((outbox / "broken" / "grade.json").read_text())
         hostile = json.loads((outbox / "hostile" / "grade.json").read_text())
         assert hostile["score"] == broken["score"] < top
