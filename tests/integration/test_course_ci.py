@@ -312,7 +312,8 @@ def test_the_released_workflow_grades_finished_broken_and_hostile_commits(tmp_pa
             assert f"labkit grade: {saved['score']:g} / {top:g}" in summary, (n, summary[:300])
             assert not re.search(r"score=999|grade: 999", summary + "".join(outputs.get("score", []))), n
         # The hostile script did run its attack, and what it left running was stopped with its check.
-        assert (outbox / "hostile.tampered").read_text().split() == ["/tmp/tamper-ran", "/tmp/tamper-daemon-started"]
+        tampered = sorted((outbox / "hostile.tampered").read_text().split())
+        assert tampered == ["/tmp/tamper-daemon-started", "/tmp/tamper-ran"], tampered
         now, last = (float(x) for x in (outbox / "hostile.alive").read_text().split())
         assert now - last > 4, f"the process the script left was still running {now - last:.1f} s before the end"
         assert not (outbox / "finished.tampered").read_text().strip()
