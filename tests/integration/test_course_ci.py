@@ -179,7 +179,8 @@ def test_the_workflow_is_read_in_its_order_with_its_cache() -> None:
 
 
 def _cache_key_script(globs: list[str]) -> str:
-    """The key ``hashFiles`` gives (the hash of the files' hashes, in path order), computed in the container."""
+    """A cache key made as ``hashFiles`` makes one (the hash of the files' hashes, in path order), in the container:
+    the same grader files give the same key, a changed one another. Not GitHub's own string, which is not needed."""
     finds = " ".join(f"'{g.replace('/**', '')}'" for g in globs)
     return (f"cd {WORK}/course && find {finds} -type f 2>/dev/null | LC_ALL=C sort | xargs sha256sum "
             "| cut -d' ' -f1 | sha256sum | cut -c1-64 | sed 's/^/labkit-Linux-/'\n")
