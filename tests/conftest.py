@@ -29,6 +29,7 @@ def slurm_cluster() -> Iterator[slurm_local.LocalSlurm]:
         yield cluster
     finally:
         cluster.stop()
+        assert not cluster.folder.exists(), f"the local cluster left its folder {cluster.folder}"
         if saved is None:
             os.environ.pop("SLURM_CONF", None)
         else:

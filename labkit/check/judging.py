@@ -22,7 +22,6 @@ import ast
 import hashlib
 import importlib
 import json
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +30,7 @@ from typing import Any
 
 from labkit.check.ending import left_behind
 from labkit.check.report import Report, StepResult
-from labkit.core import slots
+from labkit.core import env, files, slots
 from labkit.course import labs
 
 # Bumped whenever the evidence a probe run produces changes shape; recorded fixtures
@@ -163,14 +162,27 @@ def collect(module: Any, script: Path, covers: int, timeout: float, keep: str | 
     """Run the lab's probe in a scratch folder (kept when asked) and return its evidence."""
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="labkit-check-"))
     work.mkdir(parents=True, exist_ok=True)
+    # The ranks' temporary files (AutoGraph's generated modules, MPI's session folder) go to a folder of the
+    # check's own, short enough for a socket's path, so that a rank the check stops leaves nothing in /tmp.
+    scratch = tempfile.mkdtemp(prefix="labkit-tmp-")
     try:
-        evidence = module.collect(script, covers, timeout, work)
+        with env.setting("TMPDIR", scratch):
+            evidence = module.collect(script, covers, timeout, work)
     finally:
+        _discard(scratch)
         if not keep:
-            shutil.rmtree(work, ignore_errors=True)
+            _discard(work)
     evidence["format"] = FORMAT
     evidence["covers"] = covers
     return evidence
+
+
+def _discard(folder: str | Path) -> None:
+    """Remove a check's scratch folder, whatever the script left in it (any depth, links not followed)."""
+    try:
+        files.remove_tree(folder)
+    except OSError:
+        pass  # a file the script made unremovable stays behind; the verdict does not depend on it
 
 
 def save(evidence: dict[str, Any], path: Path) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from labkit.core import proc
+from labkit.core import files, proc
 from labkit.core.tfconfig import free_ports
 from labkit.launching import slurm
 from labkit.launching.launchers import LaunchError
@@ -80,6 +80,7 @@ class LocalSlurm:
 
     def __init__(self, folder: str | Path | None = None, cpus: int | None = None) -> None:
         self.folder = Path(folder or tempfile.mkdtemp(prefix="labkit-slurm-"))
+        self.owned = folder is None  # a scratch folder of its own is removed when the cluster stops
         self.node = socket.gethostname().split(".")[0]
         self.cpus = cpus or psutil.cpu_count() or 1
         self.job = proc.Job()
@@ -163,6 +164,11 @@ class LocalSlurm:
                     p.kill()
                 except psutil.Error:
                     pass
+        if self.owned:
+            try:
+                files.remove_tree(self.folder)
+            except OSError:
+                pass  # a job's file that cannot go stays; the daemons are stopped
 
     def __enter__(self) -> LocalSlurm:
         return self.start()

@@ -71,7 +71,7 @@ class HubSettings:
     subdomain_host: str = ""  # e.g. https://hub.example.org: each learner's server at https://NAME.hub.example.org
     spawner: str = "local"  # or "slurm" (SPAWNERS)
     hub_ip: str = "127.0.0.1"  # where servers reach the hub: the nodes' bridge for Slurm jobs
-    node_addresses: dict[str, str] = field(default_factory=dict)  # slurm: each node's name and address
+    server_addresses: dict[str, dict[str, str]] = field(default_factory=dict)  # slurm: node -> account -> address
     addresses: dict[str, str] = field(default_factory=dict)  # local: each account's own network (worlds.plan)
 
     def check(self) -> None:
@@ -79,11 +79,12 @@ class HubSettings:
             check_subdomain_host(self.subdomain_host)
         if self.spawner not in SPAWNERS:
             raise ValueError(f"spawner is one of {', '.join(SPAWNERS)}, got {self.spawner!r}")
-        if self.spawner == "slurm" and not (self.node_addresses and self.extra_env.get("SLURM_CONF")):
-            raise ValueError("the Slurm spawner needs the nodes' addresses and their SLURM_CONF")
-        for address in (self.hub_ip, *self.node_addresses.values(), *self.addresses.values()):
+        if self.spawner == "slurm" and not (self.server_addresses and self.extra_env.get("SLURM_CONF")):
+            raise ValueError("the Slurm spawner needs the servers' addresses on the nodes and their SLURM_CONF")
+        on_nodes = [a for per_node in self.server_addresses.values() for a in per_node.items()]
+        for address in (self.hub_ip, *(a for _, a in on_nodes), *self.addresses.values()):
             check_ip(address)
-        if any(not NAME.fullmatch(n) for n in self.addresses):
+        if any(not NAME.fullmatch(n) for n in [*self.addresses, *self.server_addresses, *(n for n, _ in on_nodes)]):
             raise ValueError("an account's name is not a Unix user name")
         if self.auth not in AUTHS:
             raise ValueError(f"auth is hub or shared, got {self.auth!r}")
@@ -139,13 +140,17 @@ def _isolation_lines(s: HubSettings) -> list[str]:
 
 def _slurm_lines(s: HubSettings, spawner: str) -> list[str]:
     """Servers as Slurm jobs: batchspawner's API handler replaced (labkit.workshop.slurmspawner.install), the
-    nodes' addresses for the proxy, and a longer start (a job may wait in the queue)."""
+    servers' addresses on the nodes for the proxy, and a longer start (a job may wait in the queue)."""
     if s.spawner != "slurm":
         return []
     return ["import labkit.workshop.slurmspawner\nlabkit.workshop.slurmspawner.install()",
-            f"{spawner}.node_addresses = {dict(s.node_addresses)!r}",
+            f"{spawner}.server_addresses = {_plain(s.server_addresses)!r}",
             f"{spawner}.req_log_dir = {str(s.state / 'servers')!r}",
             f"{spawner}.slurm_conf = {s.extra_env.get('SLURM_CONF', '')!r}"]
+
+
+def _plain(addresses: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {str(node): {str(n): str(a) for n, a in per.items()} for node, per in addresses.items()}
 
 
 def _local_lines(s: HubSettings, spawner: str) -> list[str]:

@@ -9,6 +9,7 @@ the state folder. A second ``down`` finds nothing and does nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import os
 import pwd
@@ -32,6 +33,7 @@ from labkit.workshop import (
     hub,
     hubconfig,
     limits,
+    nodeworlds,
     passwords,
     readonly,
     reveal,
@@ -276,9 +278,10 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
     extra_env = {contract.SOLUTIONS_DIR: str(reveal.prepare(st.revealed_dir))}  # `labkit solution`: revealed steps
     extra_env.update(check_queue(st.folder / "queue", st.instructor))
     nodes = _slurm(st, extra_env, job_minutes, asked) if st.slurm else None
-    on_nodes = {} if st.spawner != "slurm" or nodes is None else {
-        "spawner": "slurm", "hub_ip": net.gateway(), "node_addresses": {n.name: n.address for n in nodes.nodes}}
+    on_nodes: dict[str, object] = {}
     hub_port, api_port, service_port = tfconfig.free_ports(3)
+    if st.spawner == "slurm" and nodes is not None:
+        on_nodes = _server_networks(st, acc.users, nodes, hub_port)
     if st.spawner == "local":
         controller = ((net.gateway(), nodes_slurm.controller_port(nodes.slurm_conf)),) if nodes is not None else ()
         on_nodes = _own_networks(st, acc.users, hub_port, controller)
@@ -313,6 +316,31 @@ def _own_networks(st: State, names: list[str], hub_port: int,
                             "CAP_NET_ADMIN and iproute2 (`ip`): in a container, run it with "
                             "--cap-add NET_ADMIN,SYS_ADMIN or --privileged") from e
     return {"hub_ip": worlds.HUB, "addresses": {n.name: n.address for n in networks}}
+
+
+def server_seats(made: dict) -> list[nodeworlds.Seat]:
+    """Each account's network on each node, as ``up`` recorded them in the state (none without the Slurm spawner)."""
+    recorded = made.get("server_networks") or {}
+    nodes = [nodeworlds.Node(**n) for n in recorded.get("nodes", [])]
+    return nodeworlds.plan(list(recorded.get("names", [])), nodes) if nodes else []
+
+
+def _server_networks(st: State, names: list[str], cluster: virtual.VirtualNodes,
+                     hub_port: int) -> dict[str, object]:
+    """With the Slurm spawner: each account's network on every node (:mod:`labkit.workshop.nodeworlds`), recorded
+    before it is made; the hub's settings that reach each server in its own."""
+    problem = nodeworlds.taken()
+    if problem:
+        raise WorkshopError(f"the servers' own networks on the nodes cannot be made: {problem}")
+    nodes = [nodeworlds.Node(n.name, k, n.address, n.netns) for k, n in enumerate(cluster.nodes, start=1)]
+    st.made["server_networks"] = {"names": list(names), "nodes": [dataclasses.asdict(n) for n in nodes]}
+    st.save()
+    seats = server_seats(st.made)
+    try:
+        nodeworlds.make(seats, net.gateway(), (hub_port, nodes_slurm.controller_port(cluster.slurm_conf)))
+    except OSError as e:
+        raise WorkshopError(f"the servers' own networks on the nodes cannot be made here ({e})") from e
+    return {"spawner": "slurm", "hub_ip": net.gateway(), "server_addresses": nodeworlds.addresses(seats)}
 
 
 def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
@@ -362,6 +390,12 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         st.save()
         return said
 
+    def server_networks() -> list[str]:  # after the jobs: a namespace no process holds goes with its link
+        said = nodeworlds.remove(server_seats(st.made))
+        st.made["server_networks"] = None
+        st.save()
+        return said
+
     def nodes() -> list[str]:
         if st.made.get("nodes"):
             said = virtual.down()
@@ -388,6 +422,8 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     step("removing the control groups", control_groups)
     if st.made.get("worlds"):
         step("removing the learners' networks", networks)
+    if st.made.get("server_networks"):
+        step("removing the servers' networks on the nodes", server_networks)
     step("the virtual nodes", nodes)
     for folder, mode in st.made.get("modes", {}).items():
         try:
@@ -395,7 +431,8 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
             removed.append(f"the mode of {folder} restored")
         except OSError as e:
             removed.append(f"the mode of {folder} not restored ({e.strerror}): it is gone or no longer what up changed")
-    left = [kind for kind in ("users", "groups", "cgroups", "worlds", "disks") if st.made.get(kind)]
+    kinds = ("users", "groups", "cgroups", "worlds", "server_networks", "disks")
+    left = [kind for kind in kinds if st.made.get(kind)]
     if left:
         step("saving the state", st.save)
         removed.append(f"the state in {where} is kept for the next `labkit workshop down`, which removes what is "

@@ -4,12 +4,14 @@ JupyterHub's ``LocalProcessSpawner`` lets a server inherit the hub's output: a l
 hub's log without bound and plant lines in it that look like the hub's. Here the server writes into a pipe; a
 thread of the hub copies it into ``FOLDER/NAME.log`` (root's, ``rw-------``) until the file holds ``limit`` bytes
 (over all the learner's starts), then one line per start saying how much more was dropped, and keeps reading (so
-the server never blocks) until the pipe closes.
+the server never blocks) until the pipe closes. A server that is a Slurm job writes through :func:`main`, run by
+root on its node.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -43,3 +45,18 @@ def open_log(folder: Path, name: str, limit: int = LIMIT) -> int:
     threading.Thread(target=_copy, args=(read_fd, folder / f"{name}.log", limit), daemon=True,
                      name=f"log of {name}'s server").start()
     return write_fd
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -I -m labkit.workshop.serverlog FILE``: standard input into ``FILE``, bounded as above. Root's job
+    script on a node pipes a server's output here (``--spawner slurm``), so that it lands in root's folder."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m labkit.workshop.serverlog FILE", file=sys.stderr)
+        return 2
+    _copy(os.dup(0), Path(args[0]), LIMIT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -37,6 +37,7 @@ import os
 import pwd
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 
 from batchspawner import SlurmSpawner
@@ -46,19 +47,23 @@ from jupyterhub.apihandlers import APIHandler
 from tornado import web
 from traitlets import Dict, Unicode, default
 
-from labkit.workshop import readonly, worlds
+from labkit.workshop import nodeworlds, readonly, worlds
 from labkit.workshop.slurmservers import NAME, PARTITION
 from labkit.workshop.spawner import CourseSpawner
 
 SCRIPT = """#!/bin/bash
 #SBATCH --job-name=jupyterlab-{username}
-#SBATCH --output={log_dir}/{username}-%j.log
+#SBATCH --output=/dev/null
 #SBATCH --chdir=/
 #SBATCH --export={keepvars}
 #SBATCH --partition={partition}
 #SBATCH --nodes=1
 #SBATCH --cpus-per-task={nprocs}
-{memory_line}exec {command}
+{memory_line}node="$SLURMD_NODENAME"
+case "$node" in
+  ''|*[!a-z0-9_-]*) echo "labkit: the node's name is not one labkit gives its nodes" | {sink}; exit 1;;
+esac
+nsenter --net="{netns_dir}/{prefix}$node-{username}" {command} < /dev/null 2>&1 | {sink}
 """
 SAFE_PATH = re.compile(r"/[A-Za-z0-9_./+-]{0,1023}")  # an absolute path without spaces, quotes or newlines
 VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -73,7 +78,8 @@ class HandlerMoved(RuntimeError):
 class WorkshopSlurmSpawner(CourseSpawner, SlurmSpawner):
     """batchspawner's ``SlurmSpawner``: root's job that becomes the learner; submitted, queried, cancelled by root."""
 
-    node_addresses = Dict(Unicode(), help="each node's name and its address on the nodes' network").tag(config=True)
+    server_addresses = Dict(Dict(Unicode()), help="each node's name, then each account's address on it: where "
+                            "the proxy reaches that account's server (nodeworlds.addresses)").tag(config=True)
     req_log_dir = Unicode(help="root's folder for the servers' job output").tag(config=True)
     slurm_conf = Unicode(help="the cluster's slurm.conf, for the hub's sbatch, squeue and scancel").tag(config=True)
     req_uid = Unicode(help="the learner's user id (the server's)")
@@ -126,12 +132,12 @@ class WorkshopSlurmSpawner(CourseSpawner, SlurmSpawner):
         return await super().run_command(cmd, input=input, env={**base, "SLURM_CONF": self.slurm_conf})
 
     def state_gethost(self) -> str:
-        """The address the proxy reaches the server at: the job's node, on the nodes' network."""
+        """The address the proxy reaches the server at: the learner's own network on the job's node."""
         node = super().state_gethost()
-        if node not in self.node_addresses:
-            raise RuntimeError(f"{self.user.name}'s server runs on {node!r}, which is not one of the workshop's "
-                               f"nodes ({', '.join(sorted(self.node_addresses))})")
-        return self.node_addresses[node]
+        if self.user.name not in self.server_addresses.get(node, {}):
+            raise RuntimeError(f"{self.user.name}'s server runs on {node!r}, where the workshop made no network "
+                               f"for them (nodes: {', '.join(sorted(self.server_addresses))})")
+        return self.server_addresses[node][self.user.name]
 
     async def start(self):
         if not NAME.fullmatch(self.user.name) or not self.req_log_dir:
@@ -156,6 +162,7 @@ class ScriptValues:
     gid: int
     home: str
     command: list[str]  # the server's command line
+    python: str = sys.executable  # the shared environment's interpreter: root's copier of the server's output
     keep: tuple[str, ...] = ()  # the shared environment, when it lies in a temporary folder (worlds.kept)
 
 
@@ -178,14 +185,19 @@ def script_values(s: WorkshopSlurmSpawner) -> ScriptValues:
         memory=_checked(s.req_memory, MEMORY, "memory") if s.req_memory else "", uid=uid, gid=gid,
         home=_checked(s.req_homedir, SAFE_PATH, "home"),
         command=[s.batchspawner_singleuser_cmd, *s.cmd, *s.get_args()],
-        keep=worlds.kept(readonly.venv(), s.release_dir, s.data_dir))
+        keep=worlds.kept(readonly.venv(), s.release_dir, s.data_dir),
+        python=_checked(sys.executable, SAFE_PATH, "interpreter"))
 
 
 def script(v: ScriptValues) -> str:
-    """The job script: root's on the node until the learner's world (:func:`labkit.workshop.worlds.argv`) drops it."""
+    """The job script: root's on the node until the learner's world (:func:`labkit.workshop.worlds.argv`) drops it.
+    The server runs in the learner's network on the job's node (:mod:`labkit.workshop.nodeworlds`); its output goes
+    through root's copier into root's folder, bounded (:mod:`labkit.workshop.serverlog`)."""
     world = worlds.World(uid=v.uid, gid=v.gid, home=v.home, keep=v.keep)
-    return SCRIPT.format(username=v.username, log_dir=v.log_dir, keepvars=v.keepvars, partition=v.partition,
-                         nprocs=v.nprocs, memory_line=f"#SBATCH --mem={v.memory}\n" if v.memory else "",
+    sink = shlex.join([v.python, "-I", "-m", "labkit.workshop.serverlog", f"{v.log_dir}/{v.username}.log"])
+    return SCRIPT.format(username=v.username, keepvars=v.keepvars, partition=v.partition, nprocs=v.nprocs,
+                         memory_line=f"#SBATCH --mem={v.memory}\n" if v.memory else "", sink=sink,
+                         netns_dir=nodeworlds.NETNS_DIR, prefix=nodeworlds.PREFIX,
                          command=shlex.join([*worlds.argv(world), *v.command]))
 
 

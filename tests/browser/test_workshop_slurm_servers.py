@@ -25,7 +25,7 @@ from labkit.core import proc, tfconfig
 from labkit.nodes import net, virtual
 from labkit.nodes import slurm as nodes_slurm
 from labkit.records import classlog
-from labkit.workshop import accounts, hub, lifecycle, slurmservers
+from labkit.workshop import accounts, hub, lifecycle, nodeworlds, slurmservers
 
 ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_after_step_01.py"
@@ -82,6 +82,11 @@ def workshop() -> Iterator[tuple[lifecycle.State, dict[str, str]]]:
         assert not state.exists() and not Path("/run/labkit-nodes").exists()  # the nodes and their Slurm
         assert len(uids) == 3 and accounts.processes_of(uids) == [] and accounts.temp_files(uids) == []
         assert proc.marked(job) == []  # the hub and its proxy
+        netns = Path("/run/netns")
+        assert not [n for n in (os.listdir(netns) if netns.is_dir() else []) if n.startswith(nodeworlds.PREFIX)]
+        rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, timeout=30).stdout
+        assert nodeworlds.CHAIN not in rules and "198.18.1.0/24" not in subprocess.run(
+            ["ip", "route"], capture_output=True, text=True, timeout=30).stdout
         names = {"slurmctld", "slurmd", "slurmstepd", "munged"}
         assert [p.info for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] in names
                 and str(state) in " ".join(p.info["cmdline"] or [])] == []
@@ -143,8 +148,32 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
         out = hubpage.terminal(two, "learner02", HOSTILE.format(canary=canary), timeout=60)
         assert out.count("API 400") == 2 and "API 409" in out, out
         assert "denied" in out.lower() or "not available" in out.lower(), out
-        # a check in each JupyterLab (one passing, one failing), recorded for the class
+        # apart on the network: learner02's listener on 0.0.0.0 answers learner02 and root (the hub's side) only;
+        # learner01's server and learner01's batch job reach it at no address, on either node
+        on_nodes = nodeworlds.addresses(lifecycle.server_seats(st.made))
+        seats = {who: {node: per[who] for node, per in on_nodes.items()} for who in LEARNERS}
+        node_of = {who: h[0] for who, h in hosts.items()}
+        out = hubpage.terminal(two, "learner02", LISTEN, timeout=60)
+        assert "OWN b'SECRET-OF-02'" in out, out
+        assert _reach(seats["learner02"][node_of["learner02"]]) == "SECRET-OF-02"  # root on the hub's machine
+        targets = ["127.0.0.1", *seats["learner02"].values(), *(n.address for n in nodes.nodes), net.gateway()]
         home1 = Path(pwd.getpwnam("learner01").pw_dir)
+        (home1 / "probe.py").write_text(PROBE.format(hosts=targets))
+        os.chown(home1 / "probe.py", *accounts_ids("learner01"))
+        out = hubpage.terminal(one, "learner01", "python ~/probe.py", timeout=60)
+        assert out.count("REFUSED ") == len(targets) and "REACHED " not in out, out
+        for node in sorted(node_of.values()):  # learner01's own batch job, on each node
+            out = hubpage.terminal(one, "learner01", f"sbatch --wait -w {node} --output=$HOME/probe-{node}.out "
+                                   f"--wrap 'python3 $HOME/probe.py' && cat $HOME/probe-{node}.out", timeout=120)
+            assert out.count("REFUSED ") == len(targets) and "REACHED " not in out, (node, out)
+        # each server's output goes through root's copier on its node into root's file (the bound it keeps is
+        # tested in tests/unit/test_workshop_nodeworlds.py); the job's own output file is none
+        for who in LEARNERS:
+            log = st.private / "servers" / f"{who}.log"
+            assert log.stat().st_uid == 0 and (log.stat().st_mode & 0o077) == 0, log.stat()
+            assert "Jupyter" in log.read_text(errors="replace"), log.read_text(errors="replace")[-1500:]
+        assert sorted(p.name for p in (st.private / "servers").iterdir()) == [f"{w}.log" for w in LEARNERS]
+        # a check in each JupyterLab (one passing, one failing), recorded for the class
         (home1 / "course" / "labs" / "fashion_mnist.py").write_bytes(SOLUTION.read_bytes())
         os.chown(home1 / "course" / "labs" / "fashion_mnist.py", *accounts_ids("learner01"))
         check = "cd ~/course/labs && labkit check horovod fashion_mnist.py --step 1 > check.out 2>&1; tail -3 check.out"
@@ -191,6 +220,27 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
     assert not canary.exists()  # the hub never ran the hostile learner's command
     status = lifecycle.status(st.folder)
     assert status["state"] == "up" and status["spawner"] == "slurm"
+
+
+# learner02's terminal: a listener on every address of its server's network, and its own reach to it
+LISTEN = """nohup python -c "
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 47001)); s.listen()
+while True:
+    c, _ = s.accept(); c.sendall(b'SECRET-OF-02'); c.close()
+" > /dev/null 2>&1 &
+sleep 2; python -c "import socket; print('OWN', socket.create_connection(('127.0.0.1', 47001), 3).recv(20))\""""
+PROBE = """import socket
+for host in {hosts!r}:
+    try:
+        print("REACHED", host, socket.create_connection((host, 47001), 2).recv(20))
+    except OSError as e:
+        print("REFUSED", host, type(e).__name__)"""
+def _reach(host: str) -> str:
+    import socket
+
+    with socket.create_connection((host, 47001), 5) as c:
+        return c.recv(20).decode()
 
 
 SERVERS = """async (url) => {

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from labkit import check
 from labkit.check import Report, judging
 from labkit.course import labs
+
+# What a check's ranks and scratch folders would leave in the temporary folder (AutoGraph writes a module per
+# converted function and removes it only at a clean exit; a rank the check stops has none).
+TEMPORARY = ("__autograph_generated_file", "labkit-", "ompi.")
 
 
 def judge_case(case) -> Report:  # a probe_cases.Case
@@ -34,7 +40,10 @@ def real_check_matches_recording(case, tmp_path: Path, running: Callable[[str], 
                                  step: int | None = None) -> Report:
     """Check ``case`` for real: it is judged as recorded, its evidence has the recorded shape, nothing is left."""
     out = tmp_path / "evidence.json"
+    before = set(os.listdir(tempfile.gettempdir()))
     report = check.run_check(case.lab, case.script(tmp_path), step, fresh=True, evidence_out=out)
+    left = {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(TEMPORARY)}
+    assert not left, f"the check left temporary files: {sorted(left)[:5]}"
     expect_case(report, case)
     assert judging.shape(judging.load(out)) == judging.shape(judging.load(case.fixture)), (
         "the probe's evidence changed shape: run `make probe-fixtures`")

@@ -119,7 +119,7 @@ def test_a_learners_job_runs_as_the_learner_held_to_its_cpus_time_and_tasks(work
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip()
     fields = workshop.wait(job)
-    assert fields["JobState"] == "COMPLETED", fields
+    assert fields["JobState"] == "COMPLETED", {k: fields.get(k) for k in ("JobState", "Reason", "NodeList")}
     assert fields["TimeLimit"] == f"00:{MINUTES:02d}:00"  # the partition's MaxTime, as no --time was asked
     text = workshop.output(f"who-{job}.out")
     who = next((line.split()[1:] for line in text.splitlines() if line.startswith("WHO ")), [])

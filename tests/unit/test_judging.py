@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,36 @@ def test_step_8_explains_horovods_momentum_correction_crash() -> None:
     with pytest.raises(judging.Failed) as e:
         lab_horovod.STEPS[2](ev)
     assert "momentum_correction" not in str(e.value)
+
+
+def test_the_ranks_temporary_files_go_with_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a rank leaves in its temporary folder (AutoGraph's modules when the check kills it, MPI's session
+    folder, a tree deeper than Python's recursion) is removed with the check's scratch folder."""
+    seen: list[Path] = []
+
+    class Leaving(_Lab):
+        def collect(self, script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+            import os
+            import tempfile
+
+            tmp = Path(os.environ["TMPDIR"])
+            seen.extend([tmp, work])
+            made = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.mkstemp()[1])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+            assert Path(made).parent == tmp and tempfile.gettempdir() != str(tmp)
+            fd = os.open(tmp, os.O_RDONLY)
+            for _ in range(1200):  # deeper than Python's recursion limit
+                os.mkdir("d", dir_fd=fd)
+                fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+                os.close(old)
+            os.close(fd)
+            return {}
+
+    monkeypatch.setattr(judging, "lab_module", lambda lab: Leaving([True]))
+    monkeypatch.setattr(judging, "_CACHE", {})
+    before = os.environ.get("TMPDIR")
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    assert check.run_check("multiworker", script, 1).passed
+    assert seen and not any(p.exists() for p in seen) and len(str(seen[0])) < 40
+    assert os.environ.get("TMPDIR") == before

@@ -19,12 +19,12 @@ from tornado import web  # noqa: E402
 
 from labkit.workshop import hubconfig, lifecycle, slurmservers, slurmspawner  # noqa: E402
 
-NODES = {"node1": "198.18.0.11", "node2": "198.18.0.12"}
+NODES = {"node1": {"root": "198.18.1.2", "nobody": "198.18.1.3"}, "node2": {"root": "198.18.2.2", "nobody": "198.18.2.3"}}
 
 
 def _spawner(**kw: object) -> slurmspawner.WorkshopSlurmSpawner:
     user = SimpleNamespace(name="root", url="/user/root/")
-    return slurmspawner.WorkshopSlurmSpawner(user=user, release_dir="/rel", node_addresses=NODES,
+    return slurmspawner.WorkshopSlurmSpawner(user=user, release_dir="/rel", server_addresses=NODES,
                                              req_log_dir="/state/hub/servers", **kw)
 
 
@@ -33,10 +33,10 @@ def test_the_hub_runs_servers_as_jobs_and_replaces_batchspawner_s_handler(tmp_pa
     handlers = [("/api/batchspawner", batch_api.BatchSpawnerAPIHandler), ("/api/users", object)]
     monkeypatch.setattr(apihandlers, "default_handlers", handlers)
     c = hubconf.load(hubconfig.config_text(hubconf.settings(tmp_path, spawner="slurm", hub_ip="198.18.0.1",
-                                                            node_addresses=NODES, cores=1.0, pids=64,
+                                                            server_addresses=NODES, cores=1.0, pids=64,
                                                             extra_env={"SLURM_CONF": "/n/slurm.conf"})))
     assert c.JupyterHub.spawner_class == "labkit.workshop.slurmspawner.WorkshopSlurmSpawner"
-    assert c.JupyterHub.hub_ip == "198.18.0.1" and c.WorkshopSlurmSpawner.node_addresses == NODES
+    assert c.JupyterHub.hub_ip == "198.18.0.1" and c.WorkshopSlurmSpawner.server_addresses == NODES
     assert c.WorkshopSlurmSpawner.release_dir == str(tmp_path / "release") and c.Spawner.disable_user_config
     assert c.WorkshopSlurmSpawner.req_log_dir == str(tmp_path / "servers")  # root's, in the hub's private folder
     assert c.WorkshopSlurmSpawner.slurm_conf == "/n/slurm.conf"
@@ -45,7 +45,9 @@ def test_the_hub_runs_servers_as_jobs_and_replaces_batchspawner_s_handler(tmp_pa
 
 
 @pytest.mark.parametrize("bad", [dict(spawner="slurm"), dict(spawner="kubernetes"),
-                                 dict(spawner="slurm", node_addresses={"node1": "1.2.3.4; rm"})])
+                                 dict(spawner="slurm", server_addresses={"node1": {"learner01": "1.2.3.4; rm"}}),
+                                 dict(spawner="slurm", server_addresses={"node1; rm": {"learner01": "1.2.3.4"}}),
+                                 dict(spawner="slurm", server_addresses={"node1": {"x y": "1.2.3.4"}})])
 def test_settings_a_slurm_hub_cannot_run_with_are_refused(tmp_path: Path, bad: dict) -> None:
     with pytest.raises(ValueError):
         hubconfig.config_text(hubconf.settings(tmp_path, **bad))
@@ -71,7 +73,7 @@ def test_a_good_port_is_taken() -> None:
 def _learner_spawner(**kw: object) -> slurmspawner.WorkshopSlurmSpawner:
     """A spawner for ``nobody`` (a user every Debian has, not root), as for a learner."""
     user = SimpleNamespace(name="nobody", url="/user/nobody/")
-    return slurmspawner.WorkshopSlurmSpawner(user=user, release_dir="/rel", node_addresses=NODES,
+    return slurmspawner.WorkshopSlurmSpawner(user=user, release_dir="/rel", server_addresses=NODES,
                                              **{"req_keepvars": "PATH", "req_log_dir": "/state/hub/servers", **kw})
 
 
@@ -96,9 +98,13 @@ def test_root_s_job_becomes_the_learner_in_a_world_of_their_own(monkeypatch: pyt
     assert s.exec_prefix == "" and cmd.strip() == "sbatch --parsable"
     assert "#SBATCH --partition=labkit-servers" in script and "#SBATCH --mem=3072M" in script
     assert "#SBATCH --cpus-per-task=2" in script and "#SBATCH --export=PATH,HOME" in script
-    assert "#SBATCH --chdir=/\n" in script and "#SBATCH --output=/state/hub/servers/nobody-%j.log" in script
-    argv = shlex.split(script.rstrip().splitlines()[-1])
-    assert argv[0] == "exec" and argv[1:3] == ["unshare", "--mount"]  # the world first, as root, then the learner
+    assert "#SBATCH --chdir=/\n" in script and "#SBATCH --output=/dev/null\n" in script
+    line = script.rstrip().splitlines()[-1]
+    server_part, sink = line.split(" < /dev/null 2>&1 | ")
+    assert shlex.split(sink)[1:] == ["-I", "-m", "labkit.workshop.serverlog", "/state/hub/servers/nobody.log"]
+    argv = shlex.split(server_part)
+    # the learner's network on the job's node, then the world, as root, then the learner
+    assert argv[:2] == ["nsenter", "--net=/run/netns/lkn-$node-nobody"] and argv[2:4] == ["unshare", "--mount"]
     drop = argv.index("setpriv")
     assert argv[drop:drop + 5] == ["setpriv", "--reuid=65534", "--regid=65534", "--init-groups", "--no-new-privs"]
     server = argv[argv.index("--chdir=/nonexistent") + 1:]
@@ -137,12 +143,12 @@ def test_a_value_the_hub_does_not_make_stops_the_script(trait: dict) -> None:
         slurmspawner.script_values(_learner_spawner(cmd=["jupyterhub-singleuser"], **trait))
 
 
-def test_the_proxy_reaches_the_server_at_its_node_s_address() -> None:
+def test_the_proxy_reaches_the_server_in_the_learner_s_network_on_its_node() -> None:
     s = _spawner()
     s.job_status = "RUNNING node2"
-    assert s.state_gethost() == "198.18.0.12"
+    assert s.state_gethost() == "198.18.2.2"
     s.job_status = "RUNNING elsewhere"
-    with pytest.raises(RuntimeError, match="not one of the workshop's nodes"):
+    with pytest.raises(RuntimeError, match="made no network for them"):
         s.state_gethost()
 
 

@@ -1,0 +1,240 @@
+"""Each learner's server a network of its own on the virtual nodes (``workshop up --spawner slurm``).
+
+A server that is a Slurm job runs on a node, and every server and job on that node would share the node's
+network namespace: a ``tf.distribute.Server`` or Gloo port one learner's check opens on ``127.0.0.1`` would be
+reachable by another learner's server there. :mod:`labkit.workshop.worlds` gives each server on one machine a
+network namespace of its own; this module does the same on each node, made by ``workshop up`` and removed by
+``down``:
+
+* on node *i*, one namespace per account, ``lkn-NODE-NAME``, joined to the node by a veth pair; the account's
+  address there is ``198.18.i.k`` (:func:`plan`), the node's end of every link is ``198.18.i.1``, and the
+  namespace's only routes lead there and on to the hub (``198.18.0.1``, the nodes' bridge on this machine);
+* the node forwards from an account's link only to the hub's port and the Slurm controller's, and into it only
+  what this machine sends (the hub and its proxy); it forwards nothing between two accounts' links, and its own
+  processes (other learners' batch jobs) open no connection into one (iptables chains ``LKN-*`` in the node);
+* this machine routes ``198.18.i.0/24`` to node *i*, and only root's sockets open connections there.
+
+The server's job script enters ``lkn-$SLURMD_NODENAME-NAME`` (:func:`namespace`) before it becomes the learner
+(:func:`labkit.workshop.worlds.argv`); loopback inside is the learner's alone, as on one machine. Every command
+here is built from the hub's own values (node and account names checked against :data:`NAME`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+NETWORK = ipaddress.ip_network("198.18.0.0/16")  # the nodes' own 198.18.0.0/24 and one /24 per node after it
+PREFIX = "lkn-"  # each account's namespace on a node (the nodes' are labkit-*, one machine's lkw-*)
+LINK = "lkn"  # the node's end of each account's link: lkn0001...
+CHAIN = "LKN-SERVERS"  # iptables chains: CHAIN-in, CHAIN-out, CHAIN-fwd in each node; CHAIN-out on this machine
+NETNS_DIR = Path("/run/netns")
+NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+MAX_ACCOUNTS = 253  # 198.18.i.2 ... 198.18.i.254
+
+
+@dataclass(frozen=True)
+class Node:
+    """A virtual node as the servers' networks need it: its name, 1-based index, address and namespace."""
+
+    name: str
+    index: int
+    address: str
+    netns: str  # the node's own network namespace (labkit-NAME)
+
+    @property
+    def gate(self) -> str:  # the node's end of every account's link
+        return str(NETWORK.network_address + 256 * self.index + 1)
+
+    @property
+    def subnet(self) -> str:
+        return f"{NETWORK.network_address + 256 * self.index}/24"
+
+
+@dataclass(frozen=True)
+class Seat:
+    """One account's network on one node."""
+
+    name: str
+    index: int  # 1-based, the account's place in the workshop
+    node: Node
+
+    @property
+    def address(self) -> str:
+        return str(NETWORK.network_address + 256 * self.node.index + 1 + self.index)
+
+    @property
+    def netns(self) -> str:
+        return namespace(self.node.name, self.name)
+
+    @property
+    def link(self) -> str:  # in the node's namespace (15 characters at most)
+        return f"{LINK}{self.index:04d}"
+
+
+def namespace(node: str, name: str) -> str:
+    return f"{PREFIX}{node}-{name}"
+
+
+def plan(names: list[str], nodes: list[Node]) -> list[Seat]:
+    """Every account's seat on every node (ValueError for a name labkit would not give, or too many)."""
+    bad = [n for n in [*names, *(node.name for node in nodes)] if not NAME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a name labkit gives an account or a node")
+    if len(names) > MAX_ACCOUNTS or not 0 < len(nodes) < 255 or any(not 0 < n.index < 255 for n in nodes):
+        raise ValueError(f"at most {MAX_ACCOUNTS} accounts on at most 254 nodes")
+    return [Seat(name, k, node) for node in nodes for k, name in enumerate(names, start=1)]
+
+
+def addresses(seats: list[Seat]) -> dict[str, dict[str, str]]:
+    """Node -> account -> the address the proxy reaches that account's server at, on that node."""
+    out: dict[str, dict[str, str]] = {}
+    for s in seats:
+        out.setdefault(s.node.name, {})[s.name] = s.address
+    return out
+
+
+def _in(netns: str, *argv: str) -> list[str]:
+    return ["nsenter", f"--net={NETNS_DIR / netns}", "--", *argv]
+
+
+def seat_commands(s: Seat, hub: str) -> list[list[str]]:
+    """The namespace, the link, the addresses and the only routes the account has on the node (to the node's end
+    of its link and through it to ``hub``, the address of the hub and the Slurm controller)."""
+    inside = ["ip", "-n", s.netns]
+    return [["ip", "netns", "add", s.netns],
+            ["ip", "-n", s.node.netns, "link", "add", s.link, "type", "veth", "peer", "name", "eth0", "netns",
+             s.netns],
+            [*inside, "addr", "add", f"{s.address}/32", "dev", "eth0"],
+            [*inside, "link", "set", "lo", "up"],
+            [*inside, "link", "set", "eth0", "up"],
+            [*inside, "route", "add", f"{s.node.gate}/32", "dev", "eth0"],
+            [*inside, "route", "add", f"{hub}/32", "via", s.node.gate, "dev", "eth0"],
+            ["ip", "-n", s.node.netns, "addr", "add", f"{s.node.gate}/32", "dev", s.link],
+            ["ip", "-n", s.node.netns, "link", "set", s.link, "up"],
+            ["ip", "-n", s.node.netns, "route", "add", f"{s.address}/32", "dev", s.link, "src", s.node.gate],
+            _in(s.netns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6"),
+            _in(s.node.netns, "/bin/sh", "-c",
+                f"echo 1 > /proc/sys/net/ipv4/conf/{s.link}/rp_filter; "
+                f"echo 1 > /proc/sys/net/ipv6/conf/{s.link}/disable_ipv6")]
+
+
+def node_commands(node: Node, hub: str, ports: tuple[int, ...]) -> list[list[str]]:
+    """In the node: forwarding on, and the chains that hold the accounts' links to the hub's ``ports``:
+
+    * from a link, forwarded: to ``hub`` at one of ``ports`` (the hub's and the Slurm controller's), and answers;
+    * into a link, forwarded: connections from ``hub`` (this machine, where only root's sockets may open them);
+    * nothing else forwarded, between links or otherwise; nothing from a link to the node itself; no connection
+      opened by the node's own processes (other learners' batch jobs) into a link."""
+    ipt = ["iptables", "-w"]
+    links = f"{LINK}+"
+    est = ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]
+    rules = [[*ipt, "-N", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd")]
+    rules += [[*ipt, "-A", f"{CHAIN}-in", *est], [*ipt, "-A", f"{CHAIN}-in", "-j", "DROP"],
+              [*ipt, "-A", f"{CHAIN}-out", *est], [*ipt, "-A", f"{CHAIN}-out", "-j", "REJECT"],
+              [*ipt, "-A", f"{CHAIN}-fwd", *est]]
+    rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-i", links, "-d", hub, "-p", "tcp", "--dport", str(int(port)), "-j",
+               "ACCEPT"] for port in ports]
+    rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-o", links, "-s", hub, "-p", "tcp", "-m", "conntrack", "--ctstate",
+               "NEW", "-j", "ACCEPT"],
+              [*ipt, "-A", f"{CHAIN}-fwd", "-j", "DROP"],
+              [*ipt, "-I", "INPUT", "1", "-i", links, "-j", f"{CHAIN}-in"],
+              [*ipt, "-I", "OUTPUT", "1", "-o", links, "-j", f"{CHAIN}-out"],
+              [*ipt, "-I", "FORWARD", "1", "-j", f"{CHAIN}-fwd"]]
+    return [_in(node.netns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"),
+            *(_in(node.netns, *r) for r in rules)]
+
+
+def node_remove_commands(node: Node) -> list[list[str]]:
+    ipt = ["iptables", "-w"]
+    links = f"{LINK}+"
+    rules = [[*ipt, "-D", "INPUT", "-i", links, "-j", f"{CHAIN}-in"],
+             [*ipt, "-D", "OUTPUT", "-o", links, "-j", f"{CHAIN}-out"],
+             [*ipt, "-D", "FORWARD", "-j", f"{CHAIN}-fwd"],
+             *([*ipt, "-F", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd")),
+             *([*ipt, "-X", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd"))]
+    return [_in(node.netns, "/bin/sh", "-c", "echo 0 > /proc/sys/net/ipv4/ip_forward"),
+            *(_in(node.netns, *r) for r in rules)]
+
+
+def host_commands(nodes: list[Node]) -> list[list[str]]:
+    """On this machine: each node's accounts' addresses routed to it, and only root's sockets open connections
+    there (the hub and its proxy; not an instructor's tool or a process of a learner's account)."""
+    ipt = ["iptables", "-w"]
+    rules = [["ip", "route", "add", n.subnet, "via", n.address] for n in nodes]
+    rules += [[*ipt, "-N", f"{CHAIN}-out"],
+              [*ipt, "-A", f"{CHAIN}-out", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+              [*ipt, "-A", f"{CHAIN}-out", "-m", "owner", "--uid-owner", "0", "-j", "ACCEPT"],
+              [*ipt, "-A", f"{CHAIN}-out", "-j", "REJECT"]]
+    rules += [[*ipt, "-I", "OUTPUT", "1", "-d", n.subnet, "-j", f"{CHAIN}-out"] for n in nodes]
+    return rules
+
+
+def host_remove_commands(nodes: list[Node]) -> list[list[str]]:
+    ipt = ["iptables", "-w"]
+    return [*(["ip", "route", "delete", n.subnet] for n in nodes),
+            *([*ipt, "-D", "OUTPUT", "-d", n.subnet, "-j", f"{CHAIN}-out"] for n in nodes),
+            [*ipt, "-F", f"{CHAIN}-out"], [*ipt, "-X", f"{CHAIN}-out"]]
+
+
+def _run(argv: list[str]) -> None:
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise OSError(f"`{' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()[:300]}")
+
+
+def taken() -> str | None:
+    """Why the servers' networks cannot be made here (a workshop's left, or iptables missing), or None."""
+    try:
+        rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`iptables` cannot be run ({e}); install iptables"
+    if rules.returncode != 0:
+        return f"`iptables -S` failed: {(rules.stderr or rules.stdout).strip()[:200]}"
+    if CHAIN in rules.stdout:
+        return f"the firewall's chain {CHAIN}-out exists: a workshop is up, or one was not taken down"
+    if any(p.name.startswith(PREFIX) for p in (NETNS_DIR.iterdir() if NETNS_DIR.is_dir() else [])):
+        return f"network namespaces {PREFIX}* exist in {NETNS_DIR}: a workshop's, not taken down"
+    return None
+
+
+def make(seats: list[Seat], hub: str, ports: tuple[int, ...]) -> None:
+    """Every node's chains, every seat, then this machine's routes and chain (OSError names the command that
+    failed; :func:`remove` takes away whatever was made)."""
+    nodes = list({s.node.name: s.node for s in seats}.values())
+    for node in nodes:
+        for argv in node_commands(node, hub, ports):
+            _run(argv)
+    for s in seats:
+        for argv in seat_commands(s, hub):
+            _run(argv)
+    for argv in host_commands(nodes):
+        _run(argv)
+
+
+def remove(seats: list[Seat]) -> list[str]:
+    """Remove what :func:`make` made, whatever of it exists (each command is tried); what was removed."""
+    removed = []
+    for s in seats:
+        if (NETNS_DIR / s.netns).exists():
+            try:
+                _run(["ip", "netns", "delete", s.netns])  # the link goes with it
+                removed.append(f"{s.name}'s network on {s.node.name}")
+            except OSError:
+                continue
+    nodes = list({s.node.name: s.node for s in seats}.values())
+    tried = [*(argv for n in nodes if (NETNS_DIR / n.netns).exists() for argv in node_remove_commands(n)),
+             *host_remove_commands(nodes)]
+    gone = 0
+    for argv in tried:
+        try:
+            _run(argv)
+            gone += 1
+        except OSError:
+            continue  # already gone (or the node with it)
+    if gone:
+        removed.append(f"the servers' networks' routes and rules ({CHAIN}-*)")
+    return removed
