@@ -6,10 +6,12 @@ each account's home a file system of its own: a sparse image file in the state f
 root's, ``rw-------``; it takes on the real disk only what the learner writes), made with ``mkfs.ext4`` with the
 account as the owner of its top folder, mounted on the home with ``nosuid,nodev`` over a loop device. A learner
 who writes more than ``--disk`` gets ``No space left on device`` in their own home, and nobody else notices. The
-private temporary folders (:mod:`labkit.workshop.worlds`) are tmpfs within the learner's memory limit. The class
-folder, where each learner appends to a file of their own, is a disk of its own too (:func:`class_size`), so that
-records cannot fill the machine's disk either. ``down``
-detaches each disk (lazily: what still holds it lets go as its processes are ended) and deletes the image.
+private temporary folders (:mod:`labkit.workshop.worlds`) are tmpfs within the learner's memory limit. Each
+learner's file in the class folder, where they append their records, is on a small disk of its own too
+(:func:`make_records`: ``STATE/disks/records-NAME.img``, mounted on a folder of root's, the file bound onto
+``STATE/class/NAME.jsonl``), so that a learner who floods their records fills neither the machine's disk nor
+the others' room for theirs. ``down`` detaches each disk (lazily: what still holds it lets go as its processes
+are ended) and deletes the image.
 
 Where loop devices cannot be used (a container without them), ``up`` refuses and says so, unless it is told
 ``--no-disk-limit``. The command builders here read nothing; :func:`make` and :func:`remove` run them.
@@ -104,13 +106,53 @@ def make(folder: Path, name: str, home: Path, size: str) -> None:
         lost.rmdir()
 
 
-CLASS = "class"  # the class folder's disk, beside the homes' (its image STATE/disks/class.img)
-CLASS_PER_ACCOUNT = 4  # MiB of class records per account on it (the class view reads 2 MiB of each file at most)
+RECORDS = "records-"  # each learner's class records' disk: STATE/disks/records-NAME.img, mounted on STATE/disks/NAME
+RECORDS_SIZE = "8M"  # room for about 6 MiB of records (the class view reads 2 MiB of each file at most)
 
 
-def class_size(accounts: int) -> str:
-    """The class folder's disk: room for every account's records, and a little more."""
-    return f"{max(256, 16 + CLASS_PER_ACCOUNT * accounts)}M"
+def records_commands(img: Path) -> list[list[str]]:
+    """Make the records' image (sparse) and its file system, root's."""
+    return [["truncate", "--size", RECORDS_SIZE, str(img)],
+            ["mkfs.ext4", "-q", "-F", "-m", "0", "-L", "labkit-records", str(img)]]
+
+
+def make_records(folder: Path, learner: str, target: Path, owner: tuple[int, int]) -> None:
+    """``learner``'s class file (``target``, an empty file of theirs in the class folder) on a disk of its own: the
+    disk is mounted on a folder of root's (``rwx------``), the file made there is ``owner``'s (uid, gid;
+    ``rw-r-----``), and it is bound onto ``target``, the one way anyone reaches it."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    img, where = image(folder, RECORDS + learner), folder / (RECORDS + learner)
+    for argv in records_commands(img):
+        _run(argv)
+    img.chmod(0o600)
+    where.mkdir(mode=0o700)
+    _run(mount_command(img, where))
+    os.chmod(where, 0o700, follow_symlinks=False)
+    lost = where / "lost+found"
+    if lost.is_dir() and not lost.is_symlink():
+        lost.rmdir()
+    source = where / target.name
+    fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    try:
+        os.fchown(fd, *owner)
+        os.fchmod(fd, 0o640)
+    finally:
+        os.close(fd)
+    _run(["mount", "--bind", str(source), str(target)])
+
+
+def remove_records(folder: Path, learner: str, target: Path) -> list[str]:
+    """Unbind ``learner``'s class file from ``target``, then detach its disk and delete the image."""
+    removed = []
+    if mounted(target):
+        _run(unmount_command(target))
+        removed.append(f"{learner}'s class file unbound from {target}")
+    removed += remove(folder, RECORDS + learner, folder / (RECORDS + learner))
+    try:
+        (folder / (RECORDS + learner)).rmdir()
+    except OSError:
+        pass  # already gone, or still held (lazily detached): the state folder goes last
+    return removed
 
 
 def remove(folder: Path, name: str, home: Path) -> list[str]:

@@ -254,15 +254,15 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
     st.made["cgroups"] = list(acc.users)  # the instructor gets a server (and groups) too at login
     instructors = grp.getgrnam(accounts.INSTRUCTOR_GROUP).gr_gid
     st.class_dir.mkdir(mode=0o751)
-    if plan.disk:  # the learners append to it: a disk of its own, so that it cannot fill the machine's
-        st.made.setdefault("disks", []).append(disks.CLASS)
-        st.save()
-        disks.make(st.folder / "disks", disks.CLASS, st.class_dir, disks.class_size(len(acc.users)))
     os.chown(st.class_dir, 0, instructors)
     st.class_dir.chmod(0o751)
     for name in st.learners:
         info = pwd.getpwnam(name)
-        classlog.prepare(st.class_dir, name, info.pw_uid, instructors)
+        mine = classlog.prepare(st.class_dir, name, info.pw_uid, instructors)
+        if plan.disk:  # the learner appends to it: a disk of its own, so that a flood fills nobody else's room
+            st.made.setdefault("disks", []).append(disks.RECORDS + name)
+            st.save()
+            disks.make_records(st.folder / "disks", name, mine, (info.pw_uid, instructors))
     (st.folder / "data").mkdir(mode=0o755)
     data = readonly.share_data(st.data_dir)
     if data is None:
@@ -376,10 +376,13 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         return said
 
     def home_disks() -> list[str]:  # lazily: what still holds a disk lets go as the accounts' processes end
-        said = []
+        said, folder, acc = [], st.folder / "disks", accounts.Accounts(st.learners, st.instructor)
         for name in list(st.made["disks"]):
-            where = st.class_dir if name == disks.CLASS else accounts.Accounts(st.learners, st.instructor).home(name)
-            said += disks.remove(st.folder / "disks", name, where)
+            if name.startswith(disks.RECORDS):
+                learner = name[len(disks.RECORDS):]
+                said += disks.remove_records(folder, learner, st.class_dir / f"{learner}{classlog.SUFFIX}")
+            else:
+                said += disks.remove(folder, name, acc.home(name))
             st.made["disks"].remove(name)
             st.save()
         return said

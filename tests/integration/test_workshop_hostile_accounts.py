@@ -250,23 +250,24 @@ def test_the_class_view_reads_no_link_no_fifo_and_no_more_than_its_cap(workshop:
     mine = st.class_dir / "learner01.jsonl"
     canary = tmp_path / "canary.jsonl"
     canary.write_text(_record(learner="learner02", message="through a link") + "\n")
-    saved = st.class_dir / ".learner01.saved"
-    os.rename(mine, saved)
-    try:
-        mine.symlink_to(canary)
-        os.lchown(mine, _user("learner01").pw_uid, -1)
-        reading = classlog.read(st.class_dir, learners=st.learners)
-        assert not any(r.message == "through a link" for r in reading.records)
-        assert any("learner01.jsonl: a symbolic link, not read" in p for p in reading.problems)
-        mine.unlink()
-        os.mkfifo(mine)
-        os.chown(mine, _user("learner01").pw_uid, -1)
-        start = time.monotonic()
-        reading = classlog.read(st.class_dir, learners=st.learners)  # a FIFO with no writer: never waited for
-        assert time.monotonic() - start < 5 and any("not a regular file" in p for p in reading.problems)
-        mine.unlink()
-    finally:
-        os.rename(saved, mine)
+    # a class folder whose learner01.jsonl is a link, then a FIFO (the workshop's own is bound to the learner's
+    # disk and cannot be replaced; the reader is shown not to trust the folder either way)
+    folder = tmp_path / "class"
+    folder.mkdir()
+    planted = folder / "learner01.jsonl"
+    planted.symlink_to(canary)
+    os.lchown(planted, _user("learner01").pw_uid, -1)
+    reading = classlog.read(folder, learners=st.learners)
+    assert not any(r.message == "through a link" for r in reading.records)
+    assert any("learner01.jsonl: a symbolic link, not read" in p for p in reading.problems)
+    planted.unlink()
+    os.mkfifo(planted)
+    os.chown(planted, _user("learner01").pw_uid, -1)
+    start = time.monotonic()
+    reading = classlog.read(folder, learners=st.learners)  # a FIFO with no writer: never waited for
+    assert time.monotonic() - start < 5 and any("not a regular file" in p for p in reading.problems)
+    refused = run_as("learner01", ["mv", str(mine), str(mine) + ".gone"])  # the folder is not theirs to change
+    assert refused.returncode != 0 and mine.is_file()
     big = (_record(message="x" * 500) + "\n") * (classlog.MAX_BYTES // 500 + 2000)  # about 3 MiB
     assert _append_as("learner01", mine, big).returncode == 0
     assert mine.stat().st_size > classlog.MAX_BYTES
@@ -337,18 +338,24 @@ def test_a_learner_fills_only_their_own_disk(workshop: Workshop) -> None:
         run_as("learner01", ["rm", "-f", str(home / "fill")])
 
 
-def test_a_learner_s_class_file_cannot_fill_the_machine_s_disk(workshop: Workshop) -> None:
-    mine = workshop.st.class_dir / f"learner01{classlog.SUFFIX}"
+def test_a_learner_s_class_file_fills_neither_the_machine_s_disk_nor_the_others_room(workshop: Workshop) -> None:
+    st = workshop.st
+    mine, theirs = (st.class_dir / f"{who}{classlog.SUFFIX}" for who in ("learner01", "learner02"))
     free = shutil.disk_usage("/").free
     out = run_as("learner01", [PYTHON, "-c", FILL, str(mine)], timeout=120)
     try:
         said = out.stdout.split()
-        assert said[:2] == ["stopped", "ENOSPC"] and int(said[2]) < 300, (out.stdout, out.stderr)
-        assert free - shutil.disk_usage("/").free < 300 * 2**20
-        reading = classlog.read(workshop.st.class_dir)  # the view is still built, the flood named
+        assert said[:2] == ["stopped", "ENOSPC"] and int(said[2]) < 10, (out.stdout, out.stderr)
+        assert free - shutil.disk_usage("/").free < 16 * 2**20
+        # while learner01's file is full, learner02's records are written as before
+        other = _append_as("learner02", theirs, _record(learner="learner02", lab="mirrored", message="after") + "\n")
+        assert other.returncode == 0, other.stderr
+        reading = classlog.read(st.class_dir)  # the view is still built, the flood named
         assert any("learner01" in problem for problem in reading.problems), reading.problems
+        assert any(r.learner == "learner02" and r.message == "after" for r in reading.records)
     finally:
         run_as("learner01", ["truncate", "--size", "0", str(mine)])
+        run_as("learner02", ["truncate", "--size", "0", str(theirs)])
 
 
 def test_a_fork_bomb_stops_at_pids_max(workshop: Workshop) -> None:

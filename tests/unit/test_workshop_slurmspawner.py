@@ -19,7 +19,8 @@ from tornado import web  # noqa: E402
 
 from labkit.workshop import hubconfig, lifecycle, slurmservers, slurmspawner  # noqa: E402
 
-NODES = {"node1": {"root": "198.18.1.2", "nobody": "198.18.1.3"}, "node2": {"root": "198.18.2.2", "nobody": "198.18.2.3"}}
+NODES = {"node1": {"root": "198.18.1.2", "nobody": "198.18.1.3"},
+         "node2": {"root": "198.18.2.2", "nobody": "198.18.2.3"}}
 
 
 def _spawner(**kw: object) -> slurmspawner.WorkshopSlurmSpawner:
