@@ -1,4 +1,4 @@
-"""``python -m labkit.cli.main ARGS``: the same as the ``labkit`` command."""
+"""``python -m labkit.cli ARGS``: the same as the ``labkit`` command."""
 
 from labkit.cli.main import main
 

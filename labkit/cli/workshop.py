@@ -1,6 +1,7 @@
-"""``labkit workshop up|status|down`` and ``labkit class status``: a JupyterHub for a class, and its view.
+"""``labkit workshop up|status|down|password|reveal|k8s`` and ``labkit class status|gradebook``: a JupyterHub for
+a class, its view and its marks.
 
-``add_parser(subparsers)`` registers both commands; each parser's ``func`` is :func:`run`.
+:func:`add_parser` (``add_cli`` in the command table) registers both commands; each parser's ``func`` is :func:`run`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Like :mod:`labkit.instrument.probe` it patches library entry points in this proc
 
 Each process writes ``FOLDER/observed.PID.json`` at every epoch end and at exit
 (atomically); the launcher, which knows the exit status and the wall time, turns
-the chief's observations into the run record (:func:`labkit.records.runs.job_record`).
+the chief's observations into the run record (:func:`labkit.records.jobrecord.finish`).
 A script that never calls ``fit`` still leaves its start, end and world.
 Without ``LABKIT_OBSERVE`` nothing is patched and nothing is written.
 """

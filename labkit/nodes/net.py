@@ -4,7 +4,7 @@ A node is a named network namespace (``ip netns add``) plus a UTS namespace (its
 hostname) and a mount namespace (its own ``/etc/hosts``, bind-mounted there only),
 held open by a ``sleep`` process; daemons join all three with ``nsenter`` (not
 ``ip netns exec``, which remounts ``/sys`` and hides the cgroup file systems).
-Every name made here starts with :data:`PREFIX`, so that :func:`leftovers` finds
+Every name made here starts with :data:`PREFIX`, so that :func:`netns_names` finds
 what a crashed start left behind.
 """
 

@@ -21,7 +21,7 @@ import psutil
 from labkit.core import proc
 from labkit.core.tfconfig import free_ports
 from labkit.nodes import net
-from labkit.nodes.slurm_conf import CGROUP_CONF, SETTINGS, tracking
+from labkit.nodes.slurm_conf import CGROUP_CONF, SETTINGS, job_folders, tracking
 
 if TYPE_CHECKING:
     from labkit.nodes.virtual import VirtualNodes
@@ -81,6 +81,8 @@ def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path
         f"TmpFS={folder / '%n' / 'tmp'}",  # job steps of different nodes must not share /tmp (pmix files)
         *SETTINGS,
         *tracking(cluster.confined),
+        *([f"Prolog={folder / 'prolog.sh'}", f"TaskProlog={folder / 'task_prolog.sh'}",
+           f"Epilog={folder / 'epilog.sh'}"] if cluster.confined else []),  # each job's own TMPDIR
         *([f"DefMemPerCPU={memory // cluster.slots}"] if cluster.confined else []),
         "SlurmdParameters=config_overrides",  # the nodes share this machine's cores: CPUs are the slots
         *(f"NodeName={n.name} NodeAddr={n.address} CPUs={n.slots} RealMemory={memory} State=UNKNOWN"
@@ -108,6 +110,12 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     conf.write_text(conf_text(cluster, folder, free_ports(1, net.gateway())[0], sock))
     if cluster.confined:
         (folder / "cgroup.conf").write_text(CGROUP_CONF)
+        for name, text in job_folders(str(folder)).items():
+            (folder / name).write_text(text)
+            (folder / name).chmod(0o755)
+        for n in cluster.nodes:  # the jobs' own folders: each its user's; this one lists none of them to users
+            (folder / n.name / "jobs").mkdir(mode=0o711, exist_ok=True)
+            (folder / n.name / "jobs").chmod(0o711)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     pids: dict[str, int] = {}
     p = net.daemon([_find("munged") or "munged", "-F", "--force", f"--socket={sock}", f"--key-file={key}",

@@ -5,6 +5,8 @@ groups, so Slurm runs wherever labkit does, containers included) or *confined* (
 control groups of its own that hold it to its CPUs and memory, ``cgroup.conf`` next to ``slurm.conf``).
 """
 
+import re
+
 # What every labkit Slurm cluster sets: no accounting, root daemons, and finished jobs
 # listed for 30 s (300 s by default): long enough for labkit.launching.slurm_wait to read their exit code.
 SETTINGS = (
@@ -45,3 +47,39 @@ AllowedSwapSpace=0
 def tracking(confined: bool) -> tuple[str, ...]:
     """The process-tracking and task settings of a confined or an unconfined cluster."""
     return CONFINED if confined else UNCONFINED
+
+
+# A confined cluster's jobs each get a temporary folder of their own, as TMPDIR (``STATE/slurm/NODE/jobs/JOBID``,
+# the job user's, ``rwx------``): made by root's Prolog before the job's first task on a node, named by its
+# TaskProlog, removed by root's Epilog. The nodes share one machine's /tmp; OpenMPI's session folder, Python's and
+# TensorFlow's temporary files follow TMPDIR, so that a learner's job cannot be broken by a name another learner
+# took in /tmp first (``/tmp/ompi.NODE.UID``). Job ids and uids are Slurm's, checked to be numbers.
+GUARD = """case "$SLURMD_NODENAME" in ''|*[!a-z0-9_-]*) exit 0;; esac
+case "$SLURM_JOB_ID" in ''|*[!0-9]*) exit 0;; esac
+"""
+PROLOG = """#!/bin/sh
+# Written by labkit: the job's own temporary folder on this node (root's Prolog)
+{guard}case "$SLURM_JOB_UID" in ''|*[!0-9]*) exit 0;; esac
+mkdir -m 700 -- "{base}/$SLURM_JOB_ID" 2>/dev/null || [ -d "{base}/$SLURM_JOB_ID" ] || exit 1
+chown -h -- "$SLURM_JOB_UID" "{base}/$SLURM_JOB_ID"
+"""
+TASK_PROLOG = """#!/bin/sh
+# Written by labkit: each task's TMPDIR is its job's own folder (run as the job's user)
+{guard}[ -d "{base}/$SLURM_JOB_ID" ] && echo "export TMPDIR={base}/$SLURM_JOB_ID"
+exit 0
+"""
+EPILOG = """#!/bin/sh
+# Written by labkit: the job's temporary folder goes with it (root's Epilog)
+{guard}rm -rf --one-file-system -- "{base}/$SLURM_JOB_ID"
+exit 0
+"""
+
+
+def job_folders(folder: str) -> dict[str, str]:
+    """The Prolog, TaskProlog and Epilog scripts (name: text) of a confined cluster whose nodes' folders are
+    ``folder/NODE``; each node's jobs' folders are ``folder/NODE/jobs`` (the scripts read the node's name from
+    ``SLURMD_NODENAME``, Slurm's)."""
+    if not re.fullmatch(r"/[A-Za-z0-9_./+-]{1,1000}", folder):
+        raise ValueError(f"the nodes' folder {folder!r} must be an absolute path of letters, digits and _./+-")
+    return {name: text.format(base=f"{folder}/$SLURMD_NODENAME/jobs", guard=GUARD)
+            for name, text in (("prolog.sh", PROLOG), ("task_prolog.sh", TASK_PROLOG), ("epilog.sh", EPILOG))}

@@ -13,7 +13,8 @@ Names: the hostfile lists the nodes' addresses, which resolve everywhere without
 name service; the ssh config answers to names and addresses; inside the nodes a hosts
 file bind-mounted over ``/etc/hosts`` (in the nodes' mount namespaces only) names every
 node and ``head`` (this machine on the bridge). Launchers see a virtual-nodes host list
-(:func:`mpirun_args`, :func:`ssh_args`) and use the cluster's ssh config and subnet.
+(:func:`labkit.nodes.access.mpirun_args`, :func:`labkit.nodes.access.ssh_args`) and use the cluster's ssh
+config and subnet.
 State lives in ``$LABKIT_NODES_STATE`` (default ``/run/labkit-nodes``); :meth:`VirtualNodes.down`
 removes every namespace, link, daemon and file that ``up`` made, and can run twice.
 """

@@ -184,6 +184,33 @@ def test_a_learner_submits_from_their_own_world_through_its_firewall(workshop: W
     assert done.returncode == 0 and done.stdout.strip().isdigit(), (done.stdout, done.stderr)
 
 
+# What a job says of its temporary folder: TMPDIR, where Python puts temporary files, and where OpenMPI keeps its
+# session folder (the name another learner could take first in a shared /tmp).
+TMP_REPORT = (f"echo TMP $TMPDIR $(stat -c '%U %a' $TMPDIR) "
+              f"$({PYTHON} -c 'import tempfile; print(tempfile.gettempdir())'); "
+              "mpirun --oversubscribe -np 1 sh -c 'ls -d $TMPDIR/ompi.*' | sed 's/^/OMPI /'")
+
+
+def test_each_job_has_a_temporary_folder_of_its_own(workshop: Workshop) -> None:
+    """TMPDIR is the job's own folder on its node (made by root's Prolog, the learner's, closed to others),
+    Python and OpenMPI keep their files there, and it is gone when the job ends (root's Epilog)."""
+    home = pwd.getpwnam(LEARNER).pw_dir
+    out = workshop.submit("-o", "tmp-%j.out", f"--chdir={home}", "--wrap", TMP_REPORT)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip()
+    assert workshop.wait(job)["JobState"] == "COMPLETED"
+    text = workshop.output(f"tmp-{job}.out")
+    said = next((line.split()[1:] for line in text.splitlines() if line.startswith("TMP ")), [])
+    assert len(said) == 4, text
+    folder, owner, mode, python_tmp = said
+    assert folder.endswith(f"/jobs/{job}") and folder.startswith(str(workshop.conf.parent)), text
+    assert (owner, mode, python_tmp) == (LEARNER, "700", folder), text
+    assert any(line.startswith(f"OMPI {folder}/ompi.") for line in text.splitlines()), text
+    assert not Path(folder).exists()  # removed with the job
+    jobs = Path(folder).parent
+    assert jobs.stat().st_uid == 0 and (jobs.stat().st_mode & 0o777) == 0o711
+
+
 def test_a_learner_cannot_fill_the_queue(workshop: Workshop) -> None:
     """Held jobs up to the per-user hourly cap are taken; the next is refused (job_submit/throttle). Last in the
     module: the learner's cap is spent for the hour."""
