@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+
+from labkit.workshop.worlds import NETNS_DIR, left_over, run
 
 NETWORK = ipaddress.ip_network("198.18.0.0/16")  # the nodes' own 198.18.0.0/24 and one /24 per node after it
 PREFIX = "lkn-"  # each account's namespace on a node (the nodes' are labkit-*, one machine's lkw-*)
 LINK = "lkn"  # the node's end of each account's link: lkn0001...
 CHAIN = "LKN-SERVERS"  # iptables chains: CHAIN-in, CHAIN-out, CHAIN-fwd in each node; CHAIN-out on this machine
-NETNS_DIR = Path("/run/netns")
 NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 MAX_ACCOUNTS = 253  # 198.18.i.2 ... 198.18.i.254
 
@@ -180,25 +179,9 @@ def host_remove_commands(nodes: list[Node]) -> list[list[str]]:
             [*ipt, "-F", f"{CHAIN}-out"], [*ipt, "-X", f"{CHAIN}-out"]]
 
 
-def _run(argv: list[str]) -> None:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        raise OSError(f"`{' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()[:300]}")
-
-
 def taken() -> str | None:
     """Why the servers' networks cannot be made here (a workshop's left, or iptables missing), or None."""
-    try:
-        rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"`iptables` cannot be run ({e}); install iptables"
-    if rules.returncode != 0:
-        return f"`iptables -S` failed: {(rules.stderr or rules.stdout).strip()[:200]}"
-    if CHAIN in rules.stdout:
-        return f"the firewall's chain {CHAIN}-out exists: a workshop is up, or one was not taken down"
-    if any(p.name.startswith(PREFIX) for p in (NETNS_DIR.iterdir() if NETNS_DIR.is_dir() else [])):
-        return f"network namespaces {PREFIX}* exist in {NETNS_DIR}: a workshop's, not taken down"
-    return None
+    return left_over(CHAIN, PREFIX)
 
 
 def make(seats: list[Seat], hub: str, ports: tuple[int, ...]) -> None:
@@ -207,12 +190,12 @@ def make(seats: list[Seat], hub: str, ports: tuple[int, ...]) -> None:
     nodes = list({s.node.name: s.node for s in seats}.values())
     for node in nodes:
         for argv in node_commands(node, hub, ports):
-            _run(argv)
+            run(argv)
     for s in seats:
         for argv in seat_commands(s, hub):
-            _run(argv)
+            run(argv)
     for argv in host_commands(nodes):
-        _run(argv)
+        run(argv)
 
 
 def remove(seats: list[Seat]) -> list[str]:
@@ -221,7 +204,7 @@ def remove(seats: list[Seat]) -> list[str]:
     for s in seats:
         if (NETNS_DIR / s.netns).exists():
             try:
-                _run(["ip", "netns", "delete", s.netns])  # the link goes with it
+                run(["ip", "netns", "delete", s.netns])  # the link goes with it
                 removed.append(f"{s.name}'s network on {s.node.name}")
             except OSError:
                 continue
@@ -231,7 +214,7 @@ def remove(seats: list[Seat]) -> list[str]:
     gone = 0
     for argv in tried:
         try:
-            _run(argv)
+            run(argv)
             gone += 1
         except OSError:
             continue  # already gone (or the node with it)

@@ -213,7 +213,7 @@ def down_commands(n: Network) -> list[list[str]]:
     return [["ip", "netns", "delete", n.netns], ["ip", "link", "delete", n.outer]]
 
 
-def _run(argv: list[str]) -> None:
+def run(argv: list[str]) -> None:
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         raise OSError(f"`{' '.join(argv)}` failed: {(done.stderr or done.stdout).strip()[:300]}")
@@ -222,9 +222,25 @@ def _run(argv: list[str]) -> None:
 def _write_sysctl(n: Network, file: str, value: str, inside: bool) -> None:
     path = f"/proc/sys/{file}"
     if inside:  # /proc/sys/net is the opener's network namespace: write it from a process inside
-        _run(["nsenter", f"--net={n.path}", "/bin/sh", "-c", f"[ ! -e {path} ] || echo {value} > {path}"])
+        run(["nsenter", f"--net={n.path}", "/bin/sh", "-c", f"[ ! -e {path} ] || echo {value} > {path}"])
     elif Path(path).exists():
         Path(path).write_text(value)
+
+
+def left_over(chain: str, prefix: str) -> str | None:
+    """Why a workshop's networks cannot be made here: iptables missing, or its chains ``chain-*`` or namespaces
+    ``prefix*`` left by a workshop not taken down; None when nothing is in the way."""
+    try:
+        rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`iptables` cannot be run ({e}); install iptables"
+    if rules.returncode != 0:
+        return f"`iptables -S` failed: {(rules.stderr or rules.stdout).strip()[:200]}"
+    if chain in rules.stdout:
+        return f"the firewall's chains {chain}-* exist: a workshop is up, or one was not taken down"
+    if any(p.name.startswith(prefix) for p in (NETNS_DIR.iterdir() if NETNS_DIR.is_dir() else [])):
+        return f"network namespaces {prefix}* exist in {NETNS_DIR}: a workshop's, not taken down"
+    return None
 
 
 def taken() -> str | None:
@@ -233,30 +249,20 @@ def taken() -> str | None:
         shown = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return f"`ip` cannot be run ({e}); install iproute2"
-    try:
-        rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"`iptables` cannot be run ({e}); install iptables"
-    if rules.returncode != 0:
-        return f"`iptables -S` failed: {(rules.stderr or rules.stdout).strip()[:200]}"
-    if CHAIN in rules.stdout:
-        return f"the firewall's chains {CHAIN}-* exist: a workshop is up, or one was not taken down"
     if f" {HUB}/" in shown or f"{HUB_LINK}:" in shown:
         return f"{HUB} or the interface {HUB_LINK} is in use: a workshop is up, or one was not taken down"
-    if any(p.name.startswith(PREFIX) for p in (NETNS_DIR.iterdir() if NETNS_DIR.is_dir() else [])):
-        return f"network namespaces {PREFIX}* exist in {NETNS_DIR}: a workshop's, not taken down"
-    return None
+    return left_over(CHAIN, PREFIX)
 
 
 def make(networks: list[Network], hub_port: int, also_reach: tuple[tuple[str, int], ...] = ()) -> None:
     """The hub's address, the firewall's rules and every account's network (OSError says which command failed)."""
     for argv_ in hub_commands():
-        _run(argv_)
+        run(argv_)
     for argv_ in firewall_commands(hub_port, also_reach):
-        _run(argv_)
+        run(argv_)
     for n in networks:
         for argv_ in up_commands(n, tuple(ip for ip, _ in also_reach)):
-            _run(argv_)
+            run(argv_)
         for file, value, inside in sysctls(n):
             _write_sysctl(n, file, value, inside)
 
@@ -268,19 +274,19 @@ def remove(networks: list[Network]) -> list[str]:
         if Path(n.path).exists():
             for argv_ in down_commands(n):
                 try:
-                    _run(argv_)
+                    run(argv_)
                 except OSError:
                     continue  # the link goes with the namespace
             removed.append(f"{n.name}'s network namespace")
     try:
-        _run(["ip", "link", "delete", HUB_LINK])
+        run(["ip", "link", "delete", HUB_LINK])
         removed.append(f"the hub's address {HUB}")
     except OSError:
         pass
     gone = 0
     for argv_ in firewall_remove_commands():
         try:
-            _run(argv_)
+            run(argv_)
             gone += 1
         except OSError:
             continue  # already gone
