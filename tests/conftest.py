@@ -111,16 +111,24 @@ def _horovod_problem() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     browser_dir = paths.TESTS / "browser"
-    horovod_problem: list[str | None] = []
     for item in items:
         if browser_dir in Path(item.fspath).parents:
             item.add_marker(pytest.mark.browser)
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("horovod") is not None:
-            if not horovod_problem:
-                horovod_problem.append(_horovod_problem())
-            if horovod_problem[0]:
-                item.add_marker(pytest.mark.skip(reason=horovod_problem[0]))
+
+
+_HOROVOD: list[str | None] = []  # whether Horovod imports, asked once, when the first horovod test is about to run
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a ``horovod`` test, saying why, where Horovod does not import. Asked at run time, not at collection:
+    importing Horovod imports TensorFlow (seconds), which a run of tests without Horovod need not wait for."""
+    if item.get_closest_marker("horovod") is None:
+        return
+    if not _HOROVOD:
+        _HOROVOD.append(_horovod_problem())
+    if _HOROVOD[0]:
+        pytest.skip(_HOROVOD[0])
 
 
 _STARTED = pytest.StashKey[float]()

@@ -132,14 +132,15 @@ def node_commands(node: Node, hub: str, ports: tuple[int, ...]) -> list[list[str
     links = f"{LINK}+"
     est = ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]
     rules = [[*ipt, "-N", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd")]
-    rules += [[*ipt, "-A", f"{CHAIN}-in", *est], [*ipt, "-A", f"{CHAIN}-in", "-j", "DROP"],
+    # refused at once (REJECT): a learner's connection that goes nowhere says so instead of hanging
+    rules += [[*ipt, "-A", f"{CHAIN}-in", *est], [*ipt, "-A", f"{CHAIN}-in", "-j", "REJECT"],
               [*ipt, "-A", f"{CHAIN}-out", *est], [*ipt, "-A", f"{CHAIN}-out", "-j", "REJECT"],
               [*ipt, "-A", f"{CHAIN}-fwd", *est]]
     rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-i", links, "-d", hub, "-p", "tcp", "--dport", str(int(port)), "-j",
                "ACCEPT"] for port in ports]
     rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-o", links, "-s", hub, "-p", "tcp", "-m", "conntrack", "--ctstate",
                "NEW", "-j", "ACCEPT"],
-              [*ipt, "-A", f"{CHAIN}-fwd", "-j", "DROP"],
+              [*ipt, "-A", f"{CHAIN}-fwd", "-j", "REJECT"],
               [*ipt, "-I", "INPUT", "1", "-i", links, "-j", f"{CHAIN}-in"],
               [*ipt, "-I", "OUTPUT", "1", "-o", links, "-j", f"{CHAIN}-out"],
               [*ipt, "-I", "FORWARD", "1", "-j", f"{CHAIN}-fwd"]]

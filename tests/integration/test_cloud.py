@@ -24,9 +24,10 @@ REPO = paths.ROOT
 
 
 def sdk(provider: str):
+    """Skipped without the provider's SDK; slow with it (importing an SDK takes seconds: out of make test-fast)."""
     if not cli.sdk_installed(provider):
         return pytest.mark.skip(reason=f"{SDKS[provider]} not installed (pip install 'labkit[cloud]')")
-    return pytest.mark.usefixtures()
+    return pytest.mark.slow
 
 
 def spec(provider: str, solution: str, **kw) -> dict:

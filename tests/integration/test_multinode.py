@@ -213,9 +213,12 @@ def test_parameter_server_cluster_has_tasks_on_both_nodes(cluster: nodes.Virtual
 
 
 @pytest.mark.horovod
-# Each start once in make test (1 or 2 tasks per node); the other task count of each in make test-heavy.
+# mpirun and srun once each in make test (one task per node); every other start and task count in make
+# test-heavy (make test's budget: TF_CONFIG across the nodes runs in
+# test_multiworker_cluster_runs_a_worker_on_each_node, two tasks per node in
+# test_horovod_solution_runs_on_two_nodes_and_records_where_each_rank_ran).
 @pytest.mark.parametrize(("start", "tasks"), [
-    pytest.param(s, t, marks=[] if (s, t) in {("mpirun", 1), ("srun", 2), ("tf_config", 1)} else [pytest.mark.heavy])
+    pytest.param(s, t, marks=[] if (s, t) in {("mpirun", 1), ("srun", 1)} else [pytest.mark.heavy])
     for s in ("mpirun", "srun", "tf_config") for t in (1, 2)])
 def test_slurm_runs_across_both_nodes(cluster: nodes.VirtualNodes, work: Path, start: str, tasks: int) -> None:
     script = MULTIWORKER if start == "tf_config" else SOLUTION
@@ -268,6 +271,7 @@ def test_engines_on_both_nodes_allreduce_with_horovod(cluster: nodes.VirtualNode
 
 
 @pytest.mark.horovod
+@pytest.mark.heavy  # 17 s, make test's budget: bench runs in make test on one machine (test_bench.py)
 def test_bench_across_nodes(cluster: nodes.VirtualNodes, work: Path) -> None:
     hostfile = work / "hostfile"
     hosts.write_hostfile([hosts.Host(n.address, 1) for n in cluster.nodes], hostfile)
@@ -412,6 +416,7 @@ def test_an_elastic_job_shrinks_when_a_node_leaves_and_grows_when_it_returns(clu
     assert report.completed() == set(range(18)), "an epoch was lost"
 
 
+@pytest.mark.heavy  # 34 s, make test's budget: the lab's check kills and restarts a worker on one machine
 def test_multiworker_resumes_when_the_node_comes_back(cluster: nodes.VirtualNodes, work: Path) -> None:
     placed = [hosts.Host(n.address, 1) for n in cluster.nodes]
     report = faults.kill_and_resume(["python", str(MULTIWORKER), "--epochs", "3", "--train-size", "256",

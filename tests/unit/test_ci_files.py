@@ -63,6 +63,7 @@ def test_zizmor_still_flags_what_it_did_before(tmp_path: Path) -> None:
     assert {f["ident"] for f in json.loads(done.stdout)} >= {"unpinned-uses", "artipacked"}
 
 
+@pytest.mark.slow  # check-jsonschema builds its schema parser: seconds, out of make test-fast
 @pytest.mark.parametrize(("rel", "schema"), [(".github/workflows/grade.yml", "vendor.github-workflows"),
                                              (".gitlab-ci.yml", "vendor.gitlab-ci")])
 def test_valid_against_the_ci_schema(released: Path, tmp_path: Path, rel: str, schema: str) -> None:

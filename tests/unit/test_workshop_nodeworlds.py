@@ -52,9 +52,9 @@ def test_a_node_forwards_only_to_the_hub_s_ports_and_only_the_hub_opens_connecti
     assert all(r[r.index("-d") + 1] == "198.18.0.1" for r in accepted if "--dport" in r)
     inward = [r for r in fwd if "-o" in r]
     assert inward and all(r[r.index("-s") + 1] == "198.18.0.1" for r in inward)
-    assert fwd[-1][-2:] == ["-j", "DROP"]
+    assert fwd[-1][-2:] == ["-j", "REJECT"]
     assert [r for r in rules if r[2:4] == ["-A", "LKN-SERVERS-out"]][-1][-1] == "REJECT"  # the node's own processes
-    assert [r for r in rules if r[2:4] == ["-A", "LKN-SERVERS-in"]][-1][-1] == "DROP"
+    assert [r for r in rules if r[2:4] == ["-A", "LKN-SERVERS-in"]][-1][-1] == "REJECT"
     assert ["iptables", "-w", "-I", "FORWARD", "1", "-j", "LKN-SERVERS-fwd"] in rules
 
 
