@@ -198,7 +198,8 @@ def _run_check(lab: labs.Lab, script: Path, timeout: float, scratch: Path) -> tu
     with tempfile.TemporaryDirectory(prefix="labkit-grade-log-") as logs:
         log = Path(logs) / f"check-{lab.name}.log"
         with proc.Job() as job:
-            p = job.spawn(argv, cwd=scratch, log=log, name=f"check {lab.name}")
+            # The check's temporary folders go in this one, removed here even when a script kills the check.
+            p = job.spawn(argv, env={"TMPDIR": logs}, cwd=scratch, log=log, name=f"check {lab.name}")
             code = p.wait(timeout + 60)  # the check stops its own runs at ``timeout``; this is the backstop
         out = log.read_text(errors="replace") if log.exists() else ""
     report = _report_of(out, code, lab)

@@ -4,14 +4,16 @@ points, outputs CI systems read, and grading that survives hostile scripts."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from helpers import paths
+from helpers import judge, paths
 
 from labkit.course import labs
 from labkit.course import release as course
@@ -135,6 +137,8 @@ def test_hostile_scripts_fail_step_one_with_nothing_left_running(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     mark = f"{kind}-{time.time()}"
     monkeypatch.setenv("GRADE_TEST_MARK", mark)  # inherited by every process the grading starts
+    temporary = Path(tempfile.gettempdir())
+    before = set(os.listdir(temporary))
     source, expect = HOSTILE[kind]
     folder = tmp_path / "labs"
     folder.mkdir()
@@ -147,6 +151,8 @@ def test_hostile_scripts_fail_step_one_with_nothing_left_running(tmp_path: Path,
     assert len(first.message) < 20000
     assert result.score == 0
     assert _left_behind(mark) == []
+    left = {n for n in set(os.listdir(temporary)) - before if n.startswith(judge.TEMPORARY)}
+    assert not left, f"the grading left temporary files: {sorted(left)[:5]}"  # a check it killed too
 
 
 def _workspace(tmp_path: Path) -> Path:
