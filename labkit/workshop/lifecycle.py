@@ -9,11 +9,9 @@ the state folder. A second ``down`` finds nothing and does nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import grp
 import os
 import pwd
-import subprocess
 import sys
 import time
 import uuid
@@ -34,74 +32,19 @@ from labkit.workshop import (
     hubconfig,
     limits,
     nodeworlds,
+    onnodes,
     passwords,
     readonly,
     reveal,
     scopes,
     slurmlimits,
-    slurmservers,
     worlds,
 )
-from labkit.workshop.state import State, state_folder
+from labkit.workshop.state import State, WorkshopError, state_folder
 
 NEEDS_ROOT = ("a workshop needs root: it creates Unix users and groups, runs JupyterHub as root so that each "
               "learner's server runs as that learner, and sets per-learner limits. Run it as root, e.g. "
               "`sudo .venv/bin/labkit workshop up --learners 3`.")
-
-
-class WorkshopError(RuntimeError):
-    """The workshop cannot start or stop; the message says what to do."""
-
-
-def node_count(learners: int, spawner: str) -> int:
-    """Virtual nodes a workshop starts: two, or one per learner (up to 8) when each server is a job on a node."""
-    return max(2, min(learners, 8)) if spawner == "slurm" else 2
-
-
-def fits_on_nodes(asked: limits.Limits, count: int) -> None:
-    """A learner's server and one job of theirs, each given the learner's memory, fit on one virtual node; else
-    :class:`WorkshopError` saying what would fit."""
-    node = nodes_slurm.node_memory_mib(count)
-    if asked.memory and 2 * (asked.memory // 2**20) > node:
-        raise WorkshopError(f"--memory {asked.memory // 2**20} MiB per learner: a learner's server (a Slurm job) and "
-                            f"one job of theirs need twice that on a node, and each of the {count} virtual nodes "
-                            f"offers {node} MiB (half this machine's memory, shared out). Give at most "
-                            f"--memory {node // 2 // 1024}G, or fewer learners")
-
-
-def _slurm(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits.Limits) -> virtual.VirtualNodes:
-    """Virtual nodes with Slurm (started unless up already); learners reach their Slurm config by name. Each job
-    may run at most ``job_minutes`` and, with limits, is held to its CPUs and the learner's memory per node
-    (control groups of Slurm's own, and the partition's limits set live: the nodes' own file is unchanged).
-    With the Slurm spawner, the servers' own partition too (:mod:`labkit.workshop.slurmservers`)."""
-    confine = bool(asked.asked())
-    cluster = virtual.VirtualNodes.load()
-    if cluster is None:
-        st.made["nodes"] = True
-        st.save()
-        cluster = virtual.VirtualNodes(count=node_count(len(st.learners), st.spawner), slots=2, slurm=True,
-                                       confined=confine, task_cap=asked.pids).up()
-    elif not cluster.slurm:
-        raise WorkshopError("virtual nodes without Slurm are up: `labkit nodes down` first, or run without --slurm")
-    elif confine and (not cluster.confined or cluster.task_cap != asked.pids):
-        raise WorkshopError("virtual nodes are up whose Slurm jobs are not held to their cores, memory and this "
-                            "workshop's task cap (`labkit nodes up --slurm`): `labkit nodes down` first, so that "
-                            "`workshop up --slurm` starts them with these job limits, or run with --no-limits")
-    if st.spawner == "slurm":
-        fits_on_nodes(asked, cluster.count)  # nodes up before the workshop may be more (or fewer) than it starts
-    st.made["nodes_mode"] = cluster.folder.stat().st_mode & 0o777
-    st.save()
-    cluster.folder.chmod(0o711)  # learners' sbatch reads slurm/slurm.conf and the munge socket below it
-    extra_env["SLURM_CONF"] = str(cluster.slurm_conf)
-    st.made["slurm_partition"] = slurmlimits.current(cluster.slurm_conf)
-    st.save()
-    slurmlimits.apply(cluster.slurm_conf, slurmlimits.for_jobs(job_minutes, asked.memory))
-    if st.spawner == "slurm":
-        st.made["servers_partition"] = True
-        st.save()
-        memory = max(1, asked.memory // 2**20) if asked.memory else None
-        slurmservers.create(cluster.slurm_conf, [n.name for n in cluster.nodes], memory)
-    return cluster
 
 
 def ask_limits(cores: float | None, memory: str | None, pids: int | None, no_limits: bool) -> limits.Limits:
@@ -167,7 +110,7 @@ def up(plan: Plan, say: Callable[[str], None] = print) -> tuple[State, dict[str,
     slurm = plan.slurm or spawner == "slurm"
     asked = ask_limits(plan.cores, plan.memory, plan.pids, plan.no_limits)
     if spawner == "slurm":
-        fits_on_nodes(asked, node_count(len(names), spawner))
+        onnodes.fits_on_nodes(asked, onnodes.node_count(len(names), spawner))
     note = enforceable(asked, plan.no_limits)
     if plan.disk:
         try:
@@ -277,11 +220,11 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
         passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
     extra_env = {contract.SOLUTIONS_DIR: str(reveal.prepare(st.revealed_dir))}  # `labkit solution`: revealed steps
     extra_env.update(check_queue(st.folder / "queue", st.instructor))
-    nodes = _slurm(st, extra_env, job_minutes, asked) if st.slurm else None
+    nodes = onnodes.start(st, extra_env, job_minutes, asked) if st.slurm else None
     on_nodes: dict[str, object] = {}
     hub_port, api_port, service_port = tfconfig.free_ports(3)
     if st.spawner == "slurm" and nodes is not None:
-        on_nodes = _server_networks(st, acc.users, nodes, hub_port)
+        on_nodes = onnodes.server_networks(st, acc.users, nodes, hub_port)
     if st.spawner == "local":
         controller = ((net.gateway(), nodes_slurm.controller_port(nodes.slurm_conf)),) if nodes is not None else ()
         on_nodes = _own_networks(st, acc.users, hub_port, controller)
@@ -316,31 +259,6 @@ def _own_networks(st: State, names: list[str], hub_port: int,
                             "CAP_NET_ADMIN and iproute2 (`ip`): in a container, run it with "
                             "--cap-add NET_ADMIN,SYS_ADMIN or --privileged") from e
     return {"hub_ip": worlds.HUB, "addresses": {n.name: n.address for n in networks}}
-
-
-def server_seats(made: dict) -> list[nodeworlds.Seat]:
-    """Each account's network on each node, as ``up`` recorded them in the state (none without the Slurm spawner)."""
-    recorded = made.get("server_networks") or {}
-    nodes = [nodeworlds.Node(**n) for n in recorded.get("nodes", [])]
-    return nodeworlds.plan(list(recorded.get("names", [])), nodes) if nodes else []
-
-
-def _server_networks(st: State, names: list[str], cluster: virtual.VirtualNodes,
-                     hub_port: int) -> dict[str, object]:
-    """With the Slurm spawner: each account's network on every node (:mod:`labkit.workshop.nodeworlds`), recorded
-    before it is made; the hub's settings that reach each server in its own."""
-    problem = nodeworlds.taken()
-    if problem:
-        raise WorkshopError(f"the servers' own networks on the nodes cannot be made: {problem}")
-    nodes = [nodeworlds.Node(n.name, k, n.address, n.netns) for k, n in enumerate(cluster.nodes, start=1)]
-    st.made["server_networks"] = {"names": list(names), "nodes": [dataclasses.asdict(n) for n in nodes]}
-    st.save()
-    seats = server_seats(st.made)
-    try:
-        nodeworlds.make(seats, net.gateway(), (hub_port, nodes_slurm.controller_port(cluster.slurm_conf)))
-    except OSError as e:
-        raise WorkshopError(f"the servers' own networks on the nodes cannot be made here ({e})") from e
-    return {"spawner": "slurm", "hub_ip": net.gateway(), "server_addresses": nodeworlds.addresses(seats)}
 
 
 def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
@@ -394,7 +312,7 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         return said
 
     def server_networks() -> list[str]:  # after the jobs: a namespace no process holds goes with its link
-        said = nodeworlds.remove(server_seats(st.made))
+        said = nodeworlds.remove(onnodes.server_seats(st.made))
         st.made["server_networks"] = None
         st.save()
         return said
@@ -414,7 +332,7 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     if hub.alive(st.hub):
         removed.append(f"JupyterHub (pid {st.hub.pid}) and its proxy")
     step("stopping JupyterHub", lambda: hub.stop(st.hub, st.job_id))
-    step("ending the Slurm jobs", lambda: _end_jobs(st))
+    step("ending the Slurm jobs", lambda: onnodes.end_jobs(st))
     groups = list(st.made.get("cgroups", []))
     if groups and scopes.available():
         step("ending the learners' systemd scopes", scope_ends)
@@ -447,23 +365,6 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
     except OSError as e:
         removed.append(f"{where} not all removed ({e.strerror}: {e.filename}); run `labkit workshop down` again")
     return removed
-
-
-def _end_jobs(st: State) -> list[str]:
-    """Cancel the workshop's users' Slurm jobs (their servers' too), and delete the servers' partition."""
-    cluster = virtual.VirtualNodes.load() if st.slurm else None
-    if cluster is None or not cluster.slurm_conf.exists():
-        return []
-    try:
-        ended = slurmservers.cancel(cluster.slurm_conf, [*st.learners, st.instructor])
-        if st.made.get("servers_partition"):
-            ended += slurmservers.remove(cluster.slurm_conf)
-            st.made["servers_partition"] = False
-            st.save()
-            ended.append(f"the Slurm partition {slurmservers.PARTITION}")
-    except (OSError, subprocess.SubprocessError, slurmlimits.SlurmLimitError) as e:
-        ended.append(f"Slurm could not be asked to end the workshop's jobs ({e}); the nodes' down ends them")
-    return ended
 
 
 def status(folder: str | os.PathLike[str] | None = None) -> dict:

@@ -9,8 +9,9 @@ its node the job becomes the learner at once (``setpriv``: the learner's uid, gr
 privileges) and execs the server, with the hub's environment (``--export`` names exactly the variables of
 :meth:`get_env`), inside the job's CPUs and memory. As root the job touches nothing of the learner's: it starts
 in ``/`` (the learner's home only once it is the learner) and its output goes to a folder of root's
-(:attr:`WorkshopSlurmSpawner.req_log_dir`). The server listens on a free port of its node and tells the hub that
-port; the proxy reaches it at the node's address on the nodes' network (:attr:`WorkshopSlurmSpawner.node_addresses`,
+(:attr:`WorkshopSlurmSpawner.req_log_dir`, through root's bounded copier). The server runs in the learner's own
+network on its node (:mod:`labkit.workshop.nodeworlds`), listens on a free port there and tells the hub that port;
+the proxy reaches it at the learner's address on that node (:attr:`WorkshopSlurmSpawner.server_addresses`,
 written by ``up``), and the server reaches the hub at the bridge's address. Stopping a server cancels its job
 (``scancel``, run by root).
 

@@ -33,6 +33,10 @@ UID_RECORD = "labkit-workshop-uids"  # beside the state folder: /var/lib/labkit-
 RECORD_BYTES = 64
 
 
+class WorkshopError(RuntimeError):
+    """The workshop cannot start or stop; the message says what to do."""
+
+
 def state_folder(folder: str | os.PathLike[str] | None = None) -> Path:
     return Path(folder or os.environ.get(contract.WORKSHOP_STATE) or DEFAULT_STATE)
 

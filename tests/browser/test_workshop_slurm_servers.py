@@ -25,7 +25,7 @@ from labkit.core import proc, tfconfig
 from labkit.nodes import net, virtual
 from labkit.nodes import slurm as nodes_slurm
 from labkit.records import classlog
-from labkit.workshop import accounts, hub, lifecycle, nodeworlds, slurmservers
+from labkit.workshop import accounts, hub, lifecycle, nodeworlds, onnodes, slurmservers
 
 ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_after_step_01.py"
@@ -150,7 +150,7 @@ def test_servers_are_slurm_jobs_on_the_nodes(workshop: tuple[lifecycle.State, di
         assert "denied" in out.lower() or "not available" in out.lower(), out
         # apart on the network: learner02's listener on 0.0.0.0 answers learner02 and root (the hub's side) only;
         # learner01's server and learner01's batch job reach it at no address, on either node
-        on_nodes = nodeworlds.addresses(lifecycle.server_seats(st.made))
+        on_nodes = nodeworlds.addresses(onnodes.server_seats(st.made))
         seats = {who: {node: per[who] for node, per in on_nodes.items()} for who in LEARNERS}
         node_of = {who: h[0] for who, h in hosts.items()}
         out = hubpage.terminal(two, "learner02", LISTEN, timeout=60)

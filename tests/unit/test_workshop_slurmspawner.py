@@ -17,7 +17,7 @@ from batchspawner import api as batch_api  # noqa: E402
 from jupyterhub import apihandlers  # noqa: E402
 from tornado import web  # noqa: E402
 
-from labkit.workshop import hubconfig, lifecycle, slurmservers, slurmspawner  # noqa: E402
+from labkit.workshop import hubconfig, lifecycle, onnodes, slurmservers, slurmspawner  # noqa: E402
 
 NODES = {"node1": {"root": "198.18.1.2", "nobody": "198.18.1.3"},
          "node2": {"root": "198.18.2.2", "nobody": "198.18.2.3"}}
@@ -163,11 +163,11 @@ def test_the_servers_partition_is_root_only_and_spreads_servers() -> None:
 
 def test_a_memory_limit_the_nodes_cannot_hold_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lifecycle.nodes_slurm, "node_memory_mib", lambda count: 6000)
-    lifecycle.fits_on_nodes(lifecycle.limits.Limits(memory=2 * 2**30), 2)
+    onnodes.fits_on_nodes(onnodes.limits.Limits(memory=2 * 2**30), 2)
     with pytest.raises(lifecycle.WorkshopError, match="at most --memory 2G"):
-        lifecycle.fits_on_nodes(lifecycle.limits.Limits(memory=3 * 2**30), 2)
+        onnodes.fits_on_nodes(onnodes.limits.Limits(memory=3 * 2**30), 2)
 
 
 def test_nodes_for_a_class_whose_servers_are_jobs() -> None:
-    assert [lifecycle.node_count(n, "slurm") for n in (1, 2, 5, 40)] == [2, 2, 5, 8]
-    assert lifecycle.node_count(40, "local") == 2
+    assert [onnodes.node_count(n, "slurm") for n in (1, 2, 5, 40)] == [2, 2, 5, 8]
+    assert onnodes.node_count(40, "local") == 2
