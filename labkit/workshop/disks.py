@@ -25,6 +25,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from labkit.records import classlog
+
 SIZE = re.compile(r"[1-9][0-9]{0,5}[MGT]")
 DEFAULT = "5G"
 MIN_BYTES = 256 * 2**20
@@ -94,19 +96,24 @@ def mounted(home: Path) -> bool:
 def make(folder: Path, name: str, home: Path, size: str) -> None:
     """``name``'s disk, mounted on their fresh ``home`` (made by useradd, not yet touched by the learner)."""
     info = os.stat(home, follow_symlinks=False)
+    _mount_new(folder, name, home, make_commands(image(folder, name), size, info.st_uid, info.st_gid))
+
+
+def _mount_new(folder: Path, name: str, where: Path, commands: list[list[str]]) -> None:
+    """Make ``name``'s image in ``folder`` with ``commands`` (root's, ``rw-------``) and mount it on ``where``,
+    whose top folder is then ``rwx------`` and without mkfs's ``lost+found``."""
     folder.mkdir(mode=0o700, exist_ok=True)
-    img = image(folder, name)
-    for argv in make_commands(img, size, info.st_uid, info.st_gid):
+    for argv in commands:
         _run(argv)
-    img.chmod(0o600)
-    _run(mount_command(img, home))
-    os.chmod(home, 0o700, follow_symlinks=False)  # the new file system's top folder, the account's
-    lost = home / "lost+found"  # mkfs's, root's: not the learner's to see
+    image(folder, name).chmod(0o600)
+    _run(mount_command(image(folder, name), where))
+    os.chmod(where, 0o700, follow_symlinks=False)  # the new file system's top folder (a home: the account's)
+    lost = where / "lost+found"  # mkfs's, root's: not the learner's to see
     if lost.is_dir() and not lost.is_symlink():
         lost.rmdir()
 
 
-RECORDS = "records-"  # each learner's class records' disk: STATE/disks/records-NAME.img, mounted on STATE/disks/NAME
+RECORDS = "records-"  # each learner's class records' disk: STATE/disks/records-NAME.img on STATE/disks/records-NAME
 RECORDS_SIZE = "8M"  # room for about 6 MiB of records (the class view reads 2 MiB of each file at most)
 
 
@@ -120,24 +127,11 @@ def make_records(folder: Path, learner: str, target: Path, owner: tuple[int, int
     """``learner``'s class file (``target``, an empty file of theirs in the class folder) on a disk of its own: the
     disk is mounted on a folder of root's (``rwx------``), the file made there is ``owner``'s (uid, gid;
     ``rw-r-----``), and it is bound onto ``target``, the one way anyone reaches it."""
+    where = folder / (RECORDS + learner)
     folder.mkdir(mode=0o700, exist_ok=True)
-    img, where = image(folder, RECORDS + learner), folder / (RECORDS + learner)
-    for argv in records_commands(img):
-        _run(argv)
-    img.chmod(0o600)
     where.mkdir(mode=0o700)
-    _run(mount_command(img, where))
-    os.chmod(where, 0o700, follow_symlinks=False)
-    lost = where / "lost+found"
-    if lost.is_dir() and not lost.is_symlink():
-        lost.rmdir()
-    source = where / target.name
-    fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
-    try:
-        os.fchown(fd, *owner)
-        os.fchmod(fd, 0o640)
-    finally:
-        os.close(fd)
+    _mount_new(folder, RECORDS + learner, where, records_commands(image(folder, RECORDS + learner)))
+    source = classlog.prepare(where, learner, *owner)
     _run(["mount", "--bind", str(source), str(target)])
 
 

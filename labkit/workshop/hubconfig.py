@@ -144,13 +144,9 @@ def _slurm_lines(s: HubSettings, spawner: str) -> list[str]:
     if s.spawner != "slurm":
         return []
     return ["import labkit.workshop.slurmspawner\nlabkit.workshop.slurmspawner.install()",
-            f"{spawner}.server_addresses = {_plain(s.server_addresses)!r}",
+            f"{spawner}.server_addresses = {s.server_addresses!r}",
             f"{spawner}.req_log_dir = {str(s.state / 'servers')!r}",
             f"{spawner}.slurm_conf = {s.extra_env.get('SLURM_CONF', '')!r}"]
-
-
-def _plain(addresses: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    return {str(node): {str(n): str(a) for n, a in per.items()} for node, per in addresses.items()}
 
 
 def _local_lines(s: HubSettings, spawner: str) -> list[str]:
