@@ -10,6 +10,7 @@ from pathlib import Path
 from labkit.cli import assess as assess_cli
 from labkit.cli import bench as bench_cli
 from labkit.cli import check as check_cli
+from labkit.cli import classes as classes_cli
 from labkit.cli import cloud as cloud_cli
 from labkit.cli import cluster as cluster_cli
 from labkit.cli import doctor
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # The modules of this package that add their own sub-commands (run, check, bench, ...), in --help's order.
 COMMANDS = (run_cli, check_cli, solution_cli, lab_cli, grade_cli, release_cli, bench_cli, plot_cli, cluster_cli,
-            k8s_cli, cloud_cli, image_cli, assess_cli, nodes_cli, workshop_cli)
+            k8s_cli, cloud_cli, image_cli, assess_cli, nodes_cli, workshop_cli, classes_cli)
 
 
 def _extra() -> list:

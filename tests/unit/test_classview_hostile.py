@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cli import workshop as workshop_cli
+from labkit.cli import classes as classes_cli
 from labkit.core.cliargs import Parser
 from labkit.records import classlog
 from labkit.workshop import classpage, classview
@@ -76,9 +76,9 @@ def _shown(tmp_path: Path, bad: bytes | str, why: str) -> classview.View:
 def _status(tmp_path: Path, folder: Path, capsys: pytest.CaptureFixture[str], *more: str) -> tuple[str, str]:
     """``labkit class status --from FOLDER --html OUT [MORE]``: its exit status 0, and what it printed (out, err)."""
     parser = Parser(prog="labkit")
-    workshop_cli.add_parser(parser.add_subparsers(dest="subcommand", required=True))
+    classes_cli.add_cli(parser.add_subparsers(dest="subcommand", required=True))
     args = parser.parse_args(["class", "status", "--html", str(tmp_path / "view.html"), "--from", str(folder), *more])
-    assert workshop_cli.run(args) == 0
+    assert args.func(args) == 0
     said = capsys.readouterr()
     return said.out, said.err
 

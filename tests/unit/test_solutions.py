@@ -15,7 +15,6 @@ import pytest
 from labkit.check import offer
 from labkit.check.report import Report, StepResult
 from labkit.cli import main as cli_main
-from labkit.cli import workshop as workshop_cli
 from labkit.core import contract
 from labkit.course import labs, release, solutions, sources
 from labkit.records import checklog, classlog
@@ -230,7 +229,8 @@ def test_a_reveal_publishes_one_step_read_only_and_is_recorded(tmp_path: Path, c
     assert view.to_dict()["revealed"] == [done.to_dict()] and "revealed by alice" in classpage.html_page(view)
     monkeypatch.setenv(contract.WORKSHOP_STATE, str(st.folder))
     parser = cli_main.build_parser()
-    assert workshop_cli.run(parser.parse_args(["class", "status"])) == 0
+    args = parser.parse_args(["class", "status"])
+    assert args.func(args) == 0
     assert "solutions revealed to the class:" in capsys.readouterr().out
 
 

@@ -14,6 +14,7 @@ import pytest
 from helpers import aio, hubconf, paths
 
 from labkit.check.report import Report, StepResult
+from labkit.cli import classes as classes_cli
 from labkit.cli import workshop as cli
 from labkit.core import contract
 from labkit.core.cliargs import Parser
@@ -355,8 +356,16 @@ def test_limits_and_addresses_are_checked() -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="labkit")
-    cli.add_parser(p.add_subparsers(dest="subcommand", required=True))
+    sub = p.add_subparsers(dest="subcommand", required=True)
+    cli.add_parser(sub)
+    classes_cli.add_cli(sub)
     return p
+
+
+def run_class(argv: list[str]) -> int:
+    """``labkit class ...`` as the command line runs it (the parser's ``func``)."""
+    args = _parser().parse_args(argv)
+    return args.func(args)
 
 
 def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -367,16 +376,16 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkey
             _parser().parse_args(bad)
         assert e.value.code == 2
     monkeypatch.setenv(contract.WORKSHOP_STATE, str(tmp_path / "none"))
-    assert cli.run(_parser().parse_args(["class", "status"])) == 2
+    assert run_class(["class", "status"]) == 2
     assert "no workshop is up" in capsys.readouterr().err
     assert cli.run(_parser().parse_args(["workshop", "status", "--json"])) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "down"
     assert cli.run(_parser().parse_args(["workshop", "down"])) == 0 and "nothing was up" in capsys.readouterr().out
     out = tmp_path / "view.html"
-    assert cli.run(_parser().parse_args(["class", "status", "--from", str(tmp_path / "nope")])) == 2
+    assert run_class(["class", "status", "--from", str(tmp_path / "nope")]) == 2
     shutil.copytree(FIXTURES, tmp_path / "records")
-    assert cli.run(_parser().parse_args(["class", "status", "--json", "--html", str(out), "--from",
-                                         str(tmp_path / "records")])) == 0
+    assert run_class(["class", "status", "--json", "--html", str(out), "--from",
+                                         str(tmp_path / "records")]) == 0
     assert "stuck at horovod/3" in out.read_text()  # a copy of a class folder reads as records
     said = capsys.readouterr()
     shown = json.loads(said.out)
