@@ -46,7 +46,7 @@ hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 step "System packages"
 APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
 # Labs 7 and 8 (virtual nodes, Slurm) need root to run; as root they get what they use.
-[ "$(id -u)" -eq 0 ] && APT_PKGS+=(iproute2 slurm-wlm munge openssh-server openssh-client)
+[ "$(id -u)" -eq 0 ] && APT_PKGS+=(iproute2 slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client)
 if [ "${LABKIT_TEST_TOOLS:-0}" = "1" ]; then
   [ "$(id -u)" -eq 0 ] || APT_PKGS+=(slurm-wlm munge openssh-server openssh-client)
   APT_PKGS+=(chromium nodejs mmdebstrap podman runc uidmap)

@@ -24,6 +24,7 @@ from labkit.workshop import (
     lifecycle,
     limits,
     passwords,
+    slurmlimits,
 )
 from labkit.workshop import reveal as reveals
 
@@ -186,6 +187,12 @@ def add_parser(sub) -> None:
     u.add_argument("--job-minutes", type=positive_int, default=None, metavar="MIN",
                    help="with --slurm: the longest a learner's Slurm job may run (the partition's MaxTime; "
                    "default: 30)")
+    u.add_argument("--jobs-per-learner", type=positive_int, default=None, metavar="N",
+                   help="with --slurm and limits: Slurm jobs a learner may have running at once (default: "
+                   f"{slurmlimits.DEFAULT_RUNNING}; {slurmlimits.QUEUED_PER_RUNNING} times as many in the queue)")
+    u.add_argument("--nodes-per-learner", type=positive_int, default=None, metavar="N",
+                   help="with --slurm and limits: nodes a learner's running jobs may hold at once (default: "
+                   f"{slurmlimits.DEFAULT_NODES})")
     u.add_argument("--json", action="store_true", help="print the status and passwords as JSON")
     s = acts.add_parser("status", help="is the hub up; each learner's course and processes")
     s.add_argument("--json", action="store_true", help="print one JSON object")
@@ -214,9 +221,14 @@ def _up(a: argparse.Namespace) -> int:
     if a.no_limits and (a.cores or a.memory or a.pids):
         print("labkit workshop up: --no-limits and --cores/--memory/--pids: choose one", file=sys.stderr)
         return 2
-    if a.job_minutes and not (a.slurm or a.spawner == "slurm"):
-        print("labkit workshop up: --job-minutes limits Slurm jobs: give it with --slurm", file=sys.stderr)
-        return 2
+    for given, flag in ((a.job_minutes, "--job-minutes"), (a.jobs_per_learner, "--jobs-per-learner"),
+                        (a.nodes_per_learner, "--nodes-per-learner")):
+        if given and not (a.slurm or a.spawner == "slurm"):
+            print(f"labkit workshop up: {flag} limits Slurm jobs: give it with --slurm", file=sys.stderr)
+            return 2
+        if given and a.no_limits and flag != "--job-minutes":
+            print(f"labkit workshop up: {flag} and --no-limits: choose one", file=sys.stderr)
+            return 2
     pids = None if a.no_limits else (a.pids or limits.DEFAULT_PIDS)
     memory = a.memory
     if memory is None and not a.no_limits and a.spawner == "local":  # a safe default: no learner takes all memory
@@ -227,7 +239,8 @@ def _up(a: argparse.Namespace) -> int:
                           auth="shared" if a.shared_password else "hub", cores=a.cores, memory=memory, pids=pids,
                           no_limits=a.no_limits, subdomain_host=a.subdomain_host or "",
                           disk=None if a.no_disk_limit else a.disk,
-                          **({"job_minutes": a.job_minutes} if a.job_minutes else {}))
+                          **{k: v for k in ("job_minutes", "jobs_per_learner", "nodes_per_learner")
+                             if (v := getattr(a, k))})
     st, pw = lifecycle.up(plan, say=lambda text: print(text, file=sys.stderr))
     status = lifecycle.status()
     if a.json:

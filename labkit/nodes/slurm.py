@@ -21,6 +21,7 @@ import psutil
 from labkit.core import proc
 from labkit.core.tfconfig import free_ports
 from labkit.nodes import net
+from labkit.nodes import slurm_accounting as accounting
 from labkit.nodes.slurm_conf import CGROUP_CONF, SETTINGS, job_folders, tracking
 
 if TYPE_CHECKING:
@@ -59,13 +60,15 @@ def controller_port(conf: Path) -> int:
     return 6817
 
 
-def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path) -> str:
-    """``slurm.conf`` for the cluster: controller ``head`` on the bridge, every node's CPUs = its slots."""
+def conf_text(cluster: VirtualNodes, folder: Path, ports: tuple[int, int], munge_socket: Path) -> str:
+    """``slurm.conf`` for the cluster: controller ``head`` on the bridge (``ports``: its own and, for a confined
+    cluster, slurmdbd's), every node's CPUs = its slots."""
+    port, dbd_port = ports
     memory = node_memory_mib(cluster.count)
     names = ",".join(n.name for n in cluster.nodes)
     return "\n".join([
         "# Written by labkit nodes up --slurm: Slurm on labkit's virtual nodes",
-        "ClusterName=labkit-nodes",
+        f"ClusterName={accounting.CLUSTER}",
         f"SlurmctldHost=head({net.gateway()})",
         f"SlurmctldPort={port}",
         "SlurmdPort=6818",  # each slurmd listens in its own node
@@ -81,6 +84,7 @@ def conf_text(cluster: VirtualNodes, folder: Path, port: int, munge_socket: Path
         f"TmpFS={folder / '%n' / 'tmp'}",  # job steps of different nodes must not share /tmp (pmix files)
         *SETTINGS,
         *tracking(cluster.confined),
+        *(accounting.conf_lines(dbd_port, munge_socket) if cluster.confined else []),
         *([f"Prolog={folder / 'prolog.sh'}", f"TaskProlog={folder / 'task_prolog.sh'}",
            f"Epilog={folder / 'epilog.sh'}"] if cluster.confined else []),  # each job's own TMPDIR
         *([f"DefMemPerCPU={memory // cluster.slots}"] if cluster.confined else []),
@@ -107,7 +111,8 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
     sock = munge / "munge.socket.2"
-    conf.write_text(conf_text(cluster, folder, free_ports(1, net.gateway())[0], sock))
+    ports = (free_ports(1, net.gateway())[0], free_ports(1, "127.0.0.1")[0])
+    conf.write_text(conf_text(cluster, folder, ports, sock))
     if cluster.confined:
         (folder / "cgroup.conf").write_text(CGROUP_CONF)
         for name, text in job_folders(str(folder)).items():
@@ -124,6 +129,8 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     cluster.children.append(p)
     pids["munged"] = p.pid
     _wait(sock.exists, "munged", timeout, [munge / "out.log"])
+    if cluster.confined:  # per-user caps need Slurm's accounting, registered before slurmctld starts
+        pids.update(_start_accounting(cluster, ports[1], sock, env, timeout))
     p = net.daemon(["unshare", "--uts", "--", "sh", "-c",
                     f"hostname head && exec {_find('slurmctld')} -D -i -f {conf}"], folder / "slurmctld.out", env)
     cluster.children.append(p)
@@ -137,6 +144,29 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
     logs = [folder / "slurmctld.out", folder / "slurmctld.log", *(folder / n.name / "slurmd.out"
                                                                 for n in cluster.nodes)]
     _wait(lambda: _idle(env, cluster.count), "slurmd on every node", timeout, logs)
+    return pids
+
+
+def _start_accounting(cluster: VirtualNodes, port: int, munge_socket: Path, env: dict[str, str],
+                      timeout: float) -> dict[str, int]:
+    folder = cluster.slurm_conf.parent
+    try:
+        accounting.prepare(folder, port, munge_socket)
+    except accounting.AccountingError as e:
+        raise SlurmError(str(e)) from e
+    pids = {}
+    for name, argv, extra in (("mariadbd", accounting.mariadb_argv(folder), {}),
+                              ("slurmdbd", accounting.slurmdbd_argv(), accounting.slurmdbd_env(folder))):
+        p = net.daemon(argv, folder / f"{name}.out", {**env, **extra})
+        cluster.children.append(p)
+        pids[name] = p.pid
+        ready = (lambda: accounting.db_socket(folder).exists()) if name == "mariadbd" else (
+            lambda: accounting.answers(port))
+        _wait(ready, name, timeout, [folder / f"{name}.out", folder / "mariadb.log", folder / "slurmdbd.log"])
+    try:
+        accounting.register(cluster.slurm_conf)
+    except accounting.AccountingError as e:
+        raise SlurmError(str(e)) from e
     return pids
 
 

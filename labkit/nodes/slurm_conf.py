@@ -7,11 +7,10 @@ control groups of its own that hold it to its CPUs and memory, ``cgroup.conf`` n
 
 import re
 
-# What every labkit Slurm cluster sets: no accounting, root daemons, and finished jobs
+# What every labkit Slurm cluster sets: root daemons, and finished jobs
 # listed for 30 s (300 s by default): long enough for labkit.launching.slurm_wait to read their exit code.
 SETTINGS = (
     "JobAcctGatherType=jobacct_gather/none",
-    "AccountingStorageType=accounting_storage/none",
     "JobCompType=jobcomp/none",
     "SchedulerType=sched/builtin",
     "SelectType=select/cons_tres",
@@ -26,10 +25,11 @@ SETTINGS = (
 # Unconfined: CPUs are the only consumable. Confined: memory too, so that each job is given (and held to) its
 # share: the default share is set per CPU where the nodes are described (DefMemPerCPU).
 # A confined cluster (a workshop's, with strangers as users) also takes at most JOBS_PER_USER_PER_HOUR jobs of each
-# user an hour (job_submit/throttle: Slurm's per-user limits on jobs and nodes need accounting, slurmdbd, which
-# labkit's clusters do not run), so that one learner cannot fill the queue for the others.
+# user an hour (job_submit/throttle), so that one learner cannot fill the queue for the others; its caps on each
+# user's running jobs, nodes and CPUs are a QOS in Slurm's accounting (labkit.nodes.slurm_accounting).
 JOBS_PER_USER_PER_HOUR = 60
-UNCONFINED = ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectTypeParameters=CR_CPU")
+UNCONFINED = ("AccountingStorageType=accounting_storage/none", "ProctrackType=proctrack/linuxproc",
+              "TaskPlugin=task/none", "SelectTypeParameters=CR_CPU")
 CONFINED = ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup", "SelectTypeParameters=CR_CPU_Memory",
             "JobSubmitPlugins=throttle", f"SchedulerParameters=jobs_per_user_per_hour={JOBS_PER_USER_PER_HOUR}")
 

@@ -254,7 +254,8 @@ class VirtualNodes:
         """Stop and remove everything ``up`` made (also leftovers of a failed start); what was removed."""
         netnses = sorted({n.netns for n in self.nodes if net.netns_path(n.netns).exists()} | set(net.netns_names()))
         removed = [ns[len(net.PREFIX):] for ns in netnses]
-        net.kill_inside(netnses, [*self.daemons.values(), *(n.holder or 0 for n in self.nodes if n.holder)])
+        net.kill_inside(netnses, [*self.daemons.values(), *(p.pid for p in self.children if p.poll() is None),
+                                  *(n.holder or 0 for n in self.nodes if n.holder)])
         for p in self.children:
             p.wait(5)
         self.children = []

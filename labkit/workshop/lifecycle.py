@@ -88,6 +88,8 @@ class Plan:
     pids: int | None = limits.DEFAULT_PIDS
     no_limits: bool = False
     job_minutes: int = slurmlimits.DEFAULT_MINUTES
+    jobs_per_learner: int = slurmlimits.DEFAULT_RUNNING  # running at once; Slurm's accounting holds them
+    nodes_per_learner: int = slurmlimits.DEFAULT_NODES
     subdomain_host: str = ""
     folder: str | None = None  # the state folder ($LABKIT_WORKSHOP_STATE)
     disk: str | None = disks.DEFAULT  # each home's size (a file system of its own); None: homes share the disk
@@ -182,7 +184,8 @@ def check_queue(folder: Path, owner: str, cores: int | None = None) -> dict[str,
 
 def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits,
            say: Callable[[str], None]) -> dict[str, str]:
-    job_minutes, subdomain_host = plan.job_minutes, plan.subdomain_host
+    subdomain_host = plan.subdomain_host
+    jobs = slurmlimits.JobLimits(plan.job_minutes, plan.jobs_per_learner, plan.nodes_per_learner)
     _open_exactly(st, readonly.plan_access(source, [*readonly.env_paths(), st.folder]))
     st.private.mkdir(mode=0o700)
     if st.spawner == "slurm":
@@ -220,7 +223,7 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
         passwords.save_hashes(pw, st.logins)  # the hub's own login; the Unix accounts have none
     extra_env = {contract.SOLUTIONS_DIR: str(reveal.prepare(st.revealed_dir))}  # `labkit solution`: revealed steps
     extra_env.update(check_queue(st.folder / "queue", st.instructor))
-    nodes = onnodes.start(st, extra_env, job_minutes, asked) if st.slurm else None
+    nodes = onnodes.start(st, extra_env, jobs, asked) if st.slurm else None
     on_nodes: dict[str, object] = {}
     hub_port, api_port, service_port = tfconfig.free_ports(3)
     if st.spawner == "slurm" and nodes is not None:

@@ -31,10 +31,12 @@ def fits_on_nodes(asked: limits.Limits, count: int) -> None:
                             f"--memory {node // 2 // 1024}G, or fewer learners")
 
 
-def start(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits.Limits) -> virtual.VirtualNodes:
+def start(st: State, extra_env: dict[str, str], jobs: slurmlimits.JobLimits,
+          asked: limits.Limits) -> virtual.VirtualNodes:
     """Virtual nodes with Slurm (started unless up already); learners reach their Slurm config by name. Each job
-    may run at most ``job_minutes`` and, with limits, is held to its CPUs and the learner's memory per node
-    (control groups of Slurm's own, and the partition's limits set live: the nodes' own file is unchanged).
+    may run at most ``jobs.minutes`` and, with limits, is held to its CPUs and the learner's memory per node
+    (control groups of Slurm's own, and the partition's limits set live: the nodes' own file is unchanged), and
+    each learner to ``jobs``' running jobs and nodes at once (Slurm's accounting, :func:`slurmlimits.hold`).
     With the Slurm spawner, the servers' own partition too (:mod:`labkit.workshop.slurmservers`)."""
     confine = bool(asked.asked())
     cluster = virtual.VirtualNodes.load()
@@ -57,7 +59,11 @@ def start(st: State, extra_env: dict[str, str], job_minutes: int, asked: limits.
     extra_env["SLURM_CONF"] = str(cluster.slurm_conf)
     st.made["slurm_partition"] = slurmlimits.current(cluster.slurm_conf)
     st.save()
-    slurmlimits.apply(cluster.slurm_conf, slurmlimits.for_jobs(job_minutes, asked.memory))
+    slurmlimits.apply(cluster.slurm_conf, slurmlimits.for_jobs(jobs.minutes, asked.memory))
+    if cluster.confined:
+        st.made["slurm_users"] = [*st.learners, st.instructor]
+        st.save()
+        slurmlimits.hold(cluster.slurm_conf, st.learners, st.instructor, jobs)
     if st.spawner == "slurm":
         st.made["servers_partition"] = True
         st.save()
@@ -98,6 +104,10 @@ def end_jobs(st: State) -> list[str]:
         return []
     try:
         ended = slurmservers.cancel(cluster.slurm_conf, [*st.learners, st.instructor])
+        if st.made.get("slurm_users"):
+            slurmlimits.release(cluster.slurm_conf, st.made["slurm_users"])
+            st.made["slurm_users"] = []
+            st.save()
         if st.made.get("servers_partition"):
             ended += slurmservers.remove(cluster.slurm_conf)
             st.made["servers_partition"] = False

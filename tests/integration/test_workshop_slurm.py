@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from helpers.learner import BOMB, HOG, PYTHON, run_as, skip_unless_a_workshop_can_start, without_hub
 
+from labkit.core.proc import wait_until as proc_wait
 from labkit.nodes import net, slurm_conf, virtual
 from labkit.nodes import slurm as nodes_slurm
-from labkit.workshop import accounts, lifecycle, limits
+from labkit.workshop import accounts, lifecycle, limits, slurmlimits
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None or nodes_slurm.missing() is not None,
@@ -35,6 +36,7 @@ LEARNER = "learner01"
 PIDS = 64
 MEMORY = "256M"
 MINUTES = 2
+RUNNING, NODES = 1, 1  # the learner's caps at once (Slurm's accounting)
 # What a hostile learner's job does first: raise its soft task limit as far as the hard one lets it.
 RAISE_SOFT_CAP = "import resource; _, hard = resource.getrlimit(resource.RLIMIT_NPROC); " \
                  "resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))\n"
@@ -92,7 +94,8 @@ def workshop() -> Iterator[Workshop]:
         try:
             start = time.monotonic()
             st, _ = lifecycle.up(lifecycle.Plan(1, port=1, folder=str(state), slurm=True, memory=MEMORY, pids=PIDS,
-                                 job_minutes=MINUTES), say=print)
+                                 job_minutes=MINUTES, jobs_per_learner=RUNNING, nodes_per_learner=NODES),
+                                 say=print)
             print(f"\nworkshop up --slurm: {time.monotonic() - start:.1f} s")
             uids = accounts.uids_of(st.made["users"])
             cluster = virtual.VirtualNodes.load()
@@ -211,18 +214,53 @@ def test_each_job_has_a_temporary_folder_of_its_own(workshop: Workshop) -> None:
     assert jobs.stat().st_uid == 0 and (jobs.stat().st_mode & 0o777) == 0o711
 
 
-def test_a_learner_cannot_fill_the_queue(workshop: Workshop) -> None:
-    """Held jobs up to the per-user hourly cap are taken; the next is refused (job_submit/throttle). Last in the
-    module: the learner's cap is spent for the hour."""
-    taken, refused = [], None
+def _submit_until_refused(workshop: Workshop, most: int, *args: str, cancel: bool = False) -> tuple[list[str], str]:
+    """Submit held jobs (each cancelled at once with ``cancel``) until Slurm refuses one; the ids taken and the
+    refusal ("" when none of ``most`` was refused)."""
+    taken: list[str] = []
+    for _ in range(most):
+        out = workshop.submit("--hold", "-o", "/dev/null", "--wrap", "true")
+        if out.returncode != 0:
+            return taken, out.stderr
+        taken.append(out.stdout.strip())
+        if cancel:
+            run_as(LEARNER, ["scancel", taken[-1]], env={"SLURM_CONF": str(workshop.conf)})
+    return taken, ""
+
+
+def test_a_learner_holds_at_most_their_jobs_and_nodes_at_once(workshop: Workshop) -> None:
+    """The fixture's caps (one running job, one node, four in the queue): a second job waits for the first, a
+    two-node job never starts, a submission past the queue's cap is refused; a user the workshop did not add
+    cannot submit at all."""
+    env = {"SLURM_CONF": str(workshop.conf)}
+    taken: list[str] = []
     try:
-        for _ in range(slurm_conf.JOBS_PER_USER_PER_HOUR + 1):
-            out = workshop.submit("--hold", "-o", "/dev/null", "--wrap", "true")
-            if out.returncode != 0:
-                refused = out.stderr
-                break
+        first = workshop.submit("-o", "/dev/null", "--wrap", "sleep 120")
+        assert first.returncode == 0, first.stderr
+        taken.append(first.stdout.strip())
+        assert proc_wait(lambda: workshop.job(taken[0]).get("JobState") == "RUNNING", 30), workshop.job(taken[0])
+        for ask in ([], ["-N", "2"]):
+            out = workshop.submit(*ask, "-o", "/dev/null", "--wrap", "true")
+            if out.returncode != 0:  # Slurm may refuse at once a job no cap lets run
+                assert ask and "QOS" in out.stderr, out.stderr
+                continue
             taken.append(out.stdout.strip())
+            reason, job = "QOSMaxJobsPerUserLimit" if not ask else "QOSMax", taken[-1]
+            assert proc_wait(lambda r=reason, j=job: r in workshop.job(j).get("Reason", ""), 15), workshop.job(job)
+            assert workshop.job(taken[-1])["JobState"] == "PENDING"
+        more, refused = _submit_until_refused(workshop, 10)
+        taken += more
+        assert len(taken) == RUNNING * slurmlimits.QUEUED_PER_RUNNING and "QOSMaxSubmitJobPerUserLimit" in refused, \
+            (taken, refused)
     finally:
         if taken:
-            run_as(LEARNER, ["scancel", *taken], env={"SLURM_CONF": str(workshop.conf)})
-    assert len(taken) <= slurm_conf.JOBS_PER_USER_PER_HOUR and refused is not None, (len(taken), refused)
+            run_as(LEARNER, ["scancel", *taken], env=env)
+    stranger = run_as("nobody", ["sbatch", "--parsable", "-D", "/", "-o", "/dev/null", "--wrap", "true"], env=env)
+    assert stranger.returncode != 0 and "Invalid account" in stranger.stderr, stranger
+
+
+def test_a_learner_cannot_fill_the_queue(workshop: Workshop) -> None:
+    """Jobs submitted and cancelled at once, up to the per-user hourly cap, are taken; the next is refused
+    (job_submit/throttle). Last in the module: the learner's cap is spent for the hour."""
+    taken, refused = _submit_until_refused(workshop, slurm_conf.JOBS_PER_USER_PER_HOUR + 1, cancel=True)
+    assert len(taken) <= slurm_conf.JOBS_PER_USER_PER_HOUR and refused, (len(taken), refused)
