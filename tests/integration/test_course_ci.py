@@ -41,12 +41,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import paths
-from helpers.browser import final_solutions
+from helpers import course_repo, paths
 from helpers.podman import HOST_PIP, LENT_CA, Store, lent_pip, skip_unless_served
 
 from labkit.course import labs
-from labkit.course import release as course
 from labkit.deploy.image import build, recipe
 from labkit.instrument import data
 
@@ -175,7 +173,7 @@ def test_the_workflow_is_read_in_its_order_with_its_cache() -> None:
     assert runs[0][1] == "grader" and path == "~/.cache/labkit"
     assert globs == ["grader/patches/**", "grader/scripts/setup.sh", "grader/pyproject.toml"]
     compile(TAMPER, "tamper", "exec")
-    compile(with_tamper(labs.get("horovod").solution(2).read_text()), "hostile", "exec")
+    compile(course_repo.run_first(TAMPER, labs.get("horovod").solution(2).read_text()), "hostile", "exec")
 
 
 def _cache_key_script(globs: list[str]) -> str:
@@ -184,41 +182,6 @@ def _cache_key_script(globs: list[str]) -> str:
     finds = " ".join(f"'{g.replace('/**', '')}'" for g in globs)
     return (f"cd {WORK}/course && find {finds} -type f 2>/dev/null | LC_ALL=C sort | xargs sha256sum "
             "| cut -d' ' -f1 | sha256sum | cut -c1-64 | sed 's/^/labkit-Linux-/'\n")
-
-
-def with_tamper(script: str) -> str:
-    """``script`` with :data:`TAMPER` run first, after its ``from __future__`` imports (which must come first)."""
-    lines = script.splitlines(keepends=True)
-    at = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
-    return "".join(lines[:at]) + TAMPER + "".join(lines[at:])
-
-
-def _commit(repo: Path, message: str) -> str:
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, timeout=60)
-    subprocess.run(["git", "-c", "user.name=learner", "-c", "user.email=learner@example.org", "commit", "-q",
-                    "-m", message], cwd=repo, check=True, timeout=60)
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True,
-                          timeout=60).stdout.strip()
-
-
-def _course_with_commits(folder: Path) -> tuple[Path, dict[str, str]]:
-    """A released course as a bare git repository and the learners' commits on it: name -> sha."""
-    repo = folder / "course"
-    course.release(repo, root=ROOT)
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True, timeout=60)
-    _commit(repo, "the course as handed out")
-    for starter, solution in final_solutions().items():
-        (repo / "labs" / starter).write_bytes(solution.read_bytes())
-    commits = {"finished": _commit(repo, "every lab finished")}
-    horovod = labs.get("horovod")
-    broken = horovod.solution(2).read_text()
-    (repo / "labs" / horovod.starter).write_text(broken)
-    commits["broken"] = _commit(repo, "the Horovod lab stopped after step 2")
-    (repo / "labs" / horovod.starter).write_text(with_tamper(broken))
-    commits["hostile"] = _commit(repo, "the broken script, raising its own grade")
-    bare = folder / "course.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True, timeout=120)
-    return bare, commits
 
 
 def _outputs(folder: Path) -> dict[str, list[str]]:
@@ -249,7 +212,7 @@ def test_the_released_workflow_grades_finished_broken_and_hostile_commits(tmp_pa
     outbox.mkdir()
     outbox.chmod(0o777)
     shutil.copytree(found, inbox / "data")
-    bare, commits = _course_with_commits(tmp_path)
+    bare, commits = course_repo.with_commits(tmp_path, TAMPER)
     shutil.copytree(bare, inbox / "course.git")
     (inbox / "commits").write_text(" ".join(f"{k}:{v}" for k, v in commits.items()) + "\n")
     for i, (step_id, where, text) in enumerate(runs):
