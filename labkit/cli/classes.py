@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from labkit.records import classlog
+from labkit.records import boundedjson, classlog
 from labkit.workshop import accounts, classpage, classview, results
 from labkit.workshop import gradebook as gradebooks
 from labkit.workshop.state import State, state_folder
@@ -80,11 +80,11 @@ def _class(a: argparse.Namespace) -> int:
         reading = classlog.read(folder, learners=learners)  # each record is its file owner's, whatever it says
         rows, problems, revealed = reading.records, reading.problems, reading.reveals
     for problem in problems:  # learners' text (a line, a file's name): shown, never obeyed by the terminal
-        print(f"labkit class: skipped {classlog.for_terminal(problem)}", file=sys.stderr)
+        print(f"labkit class: skipped {boundedjson.for_terminal(problem)}", file=sys.stderr)
     view = classview.build(rows, learners, problems, revealed)
     if a.html:
         Path(a.html).write_text(classpage.html_page(view), encoding="utf-8")
-    # text() shows learners' text through classlog.for_terminal; JSON escapes non-ASCII and controls (DEL is inert)
+    # text() shows learners' text through boundedjson.for_terminal; JSON escapes non-ASCII and controls (DEL is inert)
     print(json.dumps(view.to_dict(), indent=1) if a.json else view.text())
     return 0
 
@@ -106,7 +106,7 @@ def _gradebook(a: argparse.Namespace) -> int:
         print(f"labkit class gradebook: {e}", file=sys.stderr)
         return 2
     for note in [*(f"skipped {p}" for p in problems), *book.notes]:  # learners' text: shown, never obeyed
-        print(f"labkit class gradebook: {classlog.for_terminal(note)}", file=sys.stderr)
+        print(f"labkit class gradebook: {boundedjson.for_terminal(note)}", file=sys.stderr)
     if a.output:
         Path(a.output).write_text(text, encoding="utf-8", newline="")
         print(f"wrote {a.output}: {len(book.learners)} learners x {len(cols)} labs ({a.format})", file=sys.stderr)

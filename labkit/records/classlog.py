@@ -14,12 +14,12 @@ record never fails a check: a problem is returned, not raised.
 Reading trusts nothing in a file (the class view runs as the instructor, the files are the learners'):
 each file is opened without following a symbolic link and read only when it is a regular file, at most
 :data:`MAX_BYTES` of it; a record's learner is the file's owner (or, for a copied folder, the file's
-name), never the record's own field. Each line is bounded before it is decoded (:func:`loads`: at most
-:data:`LINE_LIMIT` bytes of UTF-8, arrays and objects at most :data:`MAX_DEPTH` deep, no integer of more
-than :data:`NUMBER_DIGITS` digits, no NaN or Infinity), then checked (:meth:`Record.parse`: every field's
+name), never the record's own field. Each line is bounded before it is decoded
+(:mod:`labkit.records.boundedjson`: at most 8 KiB of UTF-8, arrays and objects at most 16 deep, no integer of
+more than 20 digits, no NaN or Infinity), then checked (:meth:`Record.parse`: every field's
 type and range); whatever goes wrong with a line is named in :attr:`Reading.problems` (the first
 :data:`PROBLEMS_PER_FILE` of a file, then how many in all) and the line skipped, so the view is built from
-what is left and never fails. A learner's text is shown in a terminal only through :func:`for_terminal`.
+what is left and never fails. A learner's text is shown in a terminal only through ``boundedjson.for_terminal``.
 
 The instructor's reveals (``labkit workshop reveal LAB STEP``) are class records too: one line each in
 ``CLASS_DIR/reveals.log`` (:data:`REVEALS`; not ``*.jsonl``, so never taken for a learner's file), written by
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import pwd
 import re
@@ -40,20 +39,16 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate
 from pathlib import Path
 from typing import Any, TypeVar
 
 from labkit.core import contract
+from labkit.records.boundedjson import Refused, decode_line
 
 FIELDS = ("learner", "lab", "step", "passed", "message", "time")
 MESSAGE_LIMIT = 600  # characters of a check's message kept in a record
 T = TypeVar("T")
 MAX_BYTES = 2 * 2**20  # of each learner's file read by the class view (about 3000 records); the rest is named
-LINE_LIMIT = 8 * 1024  # bytes of one line read: twice the longest record labkit writes (600 escaped characters)
-MAX_DEPTH = 16  # arrays and objects inside one another in one line (a record is one flat object)
-MAX_CONTAINERS = 256  # arrays and objects in one line
-NUMBER_DIGITS = 20  # digits of an integer read; a longer one is no step or time, and is never converted
 PROBLEMS_PER_FILE = 20  # bad lines of one file named; the rest are counted
 MAX_STEP = 999
 MAX_TIME = 4102444800.0  # 2100-01-01 UTC: a later time is no record's
@@ -62,83 +57,6 @@ SURROGATE = re.compile("[\ud800-\udfff]")  # a lone half of a UTF-16 pair (JSON'
 ASSESSMENT = "assessment"  # the lab name of the final assessment's records (one step)
 SUFFIX = ".jsonl"
 REVEALS = "reveals.log"  # in the class folder: the steps the instructor revealed to the class
-
-
-class Refused:
-    """What a JSON number no record holds decodes to (NaN, Infinity, an integer of too many digits): never a
-    float or an int, so every field's check refuses it, and :meth:`Record.parse` names it in any other field."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __repr__(self) -> str:
-        return self.what
-
-
-def _int(text: str) -> int | Refused:
-    digits = len(text.lstrip("-"))
-    return int(text) if digits <= NUMBER_DIGITS else Refused(f"a number of {digits} digits")
-
-
-def _float(text: str) -> float | Refused:
-    value = float(text)
-    return value if math.isfinite(value) else Refused("a number beyond a float's range")
-
-
-DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=lambda _: Refused("NaN or Infinity"))
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*\\?(?:"|\Z)', re.DOTALL)  # a JSON string, or one left open
-_BRACKET = re.compile(r"[\[\]{}]")
-_OPENS = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-def nesting(text: str) -> str | None:
-    """What makes the JSON ``text`` too deep to decode, found without decoding it (brackets inside strings do not
-    count): arrays and objects nested deeper than :data:`MAX_DEPTH`, or more than :data:`MAX_CONTAINERS` of them
-    (a record is one object); None when it is neither."""
-    bare = _STRING.sub("", text) if '"' in text else text
-    opened = bare.count("[") + bare.count("{")
-    if opened <= MAX_DEPTH:
-        return None  # nested no deeper than there are arrays and objects
-    if opened > MAX_CONTAINERS:
-        return f"{opened} arrays or objects (more than {MAX_CONTAINERS})"
-    if max(accumulate(map(_OPENS.__getitem__, _BRACKET.findall(bare)))) > MAX_DEPTH:  # the depth after each
-        return f"arrays or objects nested deeper than {MAX_DEPTH}"
-    return None
-
-
-def loads(text: str) -> Any:
-    """The JSON ``text``, bounded: ValueError when it is nested too deep (:func:`nesting`, checked before it is
-    decoded) or is no JSON; an integer longer than :data:`NUMBER_DIGITS` digits, NaN or Infinity decodes to a
-    :class:`Refused`, never a number."""
-    deep = nesting(text)
-    if deep is not None:
-        raise ValueError(f"{deep}: nested too deep, not decoded")
-    try:
-        return DECODER.decode(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON ({e})") from None
-    except RecursionError:  # not reached past the check above; said, never raised
-        raise ValueError("nested too deep, not decoded") from None
-
-
-def decode_line(line: bytes) -> Any:
-    """One line of a class file, bounded (:data:`LINE_LIMIT` bytes, strict UTF-8, then :func:`loads`)."""
-    if len(line) > LINE_LIMIT:
-        raise ValueError(f"longer than {LINE_LIMIT} bytes ({len(line)}), not decoded")
-    try:
-        text = line.decode()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"not UTF-8 text (byte {e.start + 1})") from None
-    return loads(text)
-
-
-def for_terminal(text: str) -> str:
-    """``text`` as a terminal shows it and never obeys it: every character that is not printable (control
-    characters and escape sequences, bidi overrides and other format characters, line and paragraph separators,
-    lone surrogates) written as its Python escape, ``\\x1b``, ``\\u202e``. Printable text is returned as it is."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _time(when: object) -> bool:

@@ -17,7 +17,7 @@ Building the view takes time linear in the number of records (they are grouped b
 Its columns are the course's steps judged so far and, up to :data:`MAX_COLUMNS` in all, any other step a
 record names (a learner writes their own record file): the records of further steps are counted in
 :attr:`View.problems`, not shown. :meth:`View.text` is for a terminal: every learner's text in it (names,
-messages, steps of grade results, skipped lines) goes through :func:`~labkit.records.classlog.for_terminal`.
+messages, steps of grade results, skipped lines) goes through :func:`~labkit.records.boundedjson.for_terminal`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.course import labs
-from labkit.records.classlog import ASSESSMENT, Record, Reveal, for_terminal
+from labkit.records.boundedjson import for_terminal
+from labkit.records.classlog import ASSESSMENT, Record, Reveal
 
 TOP_FAILURES = 3
 PROBLEMS_SHOWN = 20  # skipped lines listed with the view; the rest are counted
@@ -100,7 +101,7 @@ class View:
 
     def text(self) -> str:
         """The view for a terminal: learners' text in it is shown, never obeyed (no escape sequence, control or
-        bidi character of theirs reaches the terminal: :func:`~labkit.records.classlog.for_terminal`)."""
+        bidi character of theirs reaches the terminal: :func:`~labkit.records.boundedjson.for_terminal`)."""
         skipped = [for_terminal(f"skipped: {p}") for p in self.shown_problems()]
         revealed = ["", "solutions revealed to the class:", *(f"    {x}" for x in self.revealed_lines())] \
             if self.reveals else []

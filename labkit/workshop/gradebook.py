@@ -36,7 +36,7 @@ from typing import Any
 from labkit.course import labs
 from labkit.course import release as course
 from labkit.grading import assessment, grade
-from labkit.records import classlog
+from labkit.records import boundedjson, classlog
 from labkit.records.classlog import ASSESSMENT, Record
 from labkit.workshop import results
 from labkit.workshop.state import State, state_folder
@@ -132,7 +132,7 @@ def build(records: list[Record], cols: list[Column], learners: Iterable[str] = (
     book = Gradebook(cols, [], {})
     for who in names:
         if unsafe_name(who):
-            book.notes.append(f"left out {classlog.for_terminal(who)!r}: not a name an LMS login can have")
+            book.notes.append(f"left out {boundedjson.for_terminal(who)!r}: not a name an LMS login can have")
             continue
         book.learners.append(who)
         book.points[who] = {c.name: sum(p for k, p in enumerate(c.steps, 1) if latest.get((who, c.name, k)))

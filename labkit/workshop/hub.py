@@ -5,7 +5,7 @@ session of its own, marked with the workshop's job id (:mod:`labkit.core.proc`):
 carries the mark too, so :func:`stop` finds both. The hub is signalled only while its pid still has the
 start time and command line recorded at start (:class:`~labkit.workshop.started.Started`): after a reboot
 or once the pid is reused, the process with that pid is left alone. The learners' servers and the class view
-service run as the workshop's users and are stopped by user (:func:`labkit.workshop.accounts.stop_processes`).
+service run as the workshop's users and are stopped by user (:func:`labkit.workshop.leftovers.stop_processes`).
 configurable-http-proxy comes from npm (:data:`PROXY_PACKAGE`), installed into labkit's cache once.
 """
 

@@ -30,6 +30,7 @@ from labkit.workshop import (
     homes,
     hub,
     hubconfig,
+    leftovers,
     limits,
     nodeworlds,
     onnodes,
@@ -380,7 +381,7 @@ def status(folder: str | os.PathLike[str] | None = None) -> dict:
     learners = []
     for name in st.learners:
         home = accounts.Accounts(st.learners, st.instructor).home(name)
-        running = bool(accounts.processes_of(accounts.uids_of([name])))
+        running = bool(leftovers.processes_of(accounts.uids_of([name])))
         learners.append({"name": name, "course": (home / homes.COURSE).is_dir(), "processes": running})
     ok = st.phase == "up" and hub.alive(st.hub) and answer is not None
     return {"state": "up" if ok else ("starting" if st.phase == "starting" else "broken"), "folder": str(where),

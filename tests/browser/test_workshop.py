@@ -21,7 +21,7 @@ from helpers.hubconf import hub_missing
 
 from labkit.core import proc, tfconfig
 from labkit.records import classlog
-from labkit.workshop import accounts, lifecycle, limits
+from labkit.workshop import accounts, leftovers, lifecycle, limits
 
 ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_after_step_01.py"
@@ -64,7 +64,7 @@ def workshop() -> Iterator[tuple[lifecycle.State, dict[str, str]]]:
         for kind in ("users", "groups", "homes"):
             assert after[kind] == before[kind], (kind, removed)
         assert after["root_mode"] == before["root_mode"] and not state.exists()
-        assert len(uids) == 4 and accounts.processes_of(uids) == [] and accounts.temp_files(uids) == []
+        assert len(uids) == 4 and leftovers.processes_of(uids) == [] and leftovers.temp_files(uids) == []
         assert [b for b in limits.bases().values() if b.exists()] == []  # no control group left behind
         assert proc.marked(job) == []  # the hub and its proxy
         cmdlines = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
@@ -76,7 +76,7 @@ def _limited(who: str) -> None:
     bases = limits.bases()
     if not bases:
         return  # `up` said so: no writable control groups here
-    for p in accounts.processes_of(accounts.uids_of([who])):
+    for p in leftovers.processes_of(accounts.uids_of([who])):
         lines = Path(f"/proc/{p.pid}/cgroup").read_text()
         assert f"{limits.FOLDER}/{who}" in lines, (p.cmdline(), lines)
     if "v2" in bases:
@@ -92,7 +92,7 @@ def _checking(who: str) -> bool:
     """True while a ``labkit check`` of ``who`` runs (or has not started yet: its output file is missing)."""
     if not (Path(pwd.getpwnam(who).pw_dir) / "course" / "labs" / "check.out").exists():
         return True
-    for p in accounts.processes_of(accounts.uids_of([who])):
+    for p in leftovers.processes_of(accounts.uids_of([who])):
         try:
             line = " ".join(p.cmdline())
         except psutil.Error:

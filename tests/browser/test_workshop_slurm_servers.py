@@ -25,7 +25,7 @@ from labkit.core import proc, tfconfig
 from labkit.nodes import net, virtual
 from labkit.nodes import slurm as nodes_slurm
 from labkit.records import classlog
-from labkit.workshop import accounts, hub, lifecycle, nodeworlds, onnodes, slurmservers
+from labkit.workshop import accounts, hub, leftovers, lifecycle, nodeworlds, onnodes, slurmservers
 
 ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_after_step_01.py"
@@ -80,7 +80,7 @@ def workshop() -> Iterator[tuple[lifecycle.State, dict[str, str]]]:
         for kind in ("users", "groups", "homes", "netns"):
             assert after[kind] == before[kind], kind
         assert not state.exists() and not Path("/run/labkit-nodes").exists()  # the nodes and their Slurm
-        assert len(uids) == 3 and accounts.processes_of(uids) == [] and accounts.temp_files(uids) == []
+        assert len(uids) == 3 and leftovers.processes_of(uids) == [] and leftovers.temp_files(uids) == []
         assert proc.marked(job) == []  # the hub and its proxy
         netns = Path("/run/netns")
         assert not [n for n in (os.listdir(netns) if netns.is_dir() else []) if n.startswith(nodeworlds.PREFIX)]

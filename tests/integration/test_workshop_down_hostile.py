@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from helpers.learner import PYTHON, run_as, skip_unless_a_workshop_can_start, without_hub
 
-from labkit.workshop import accounts, lifecycle, limits
+from labkit.workshop import accounts, leftovers, lifecycle, limits
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("ipcmk") is None,
                                  reason="needs root, useradd and ipcmk"),
@@ -287,10 +287,10 @@ def test_down_ends_and_removes_everything_a_hostile_learner_leaves(canaries: dic
             assert lifecycle.down(str(state)) == []
 
             assert not any(_alive_as(uid) for uid in old), removed
-            assert accounts.processes_of(old) == []
+            assert leftovers.processes_of(old) == []
             assert _ipc(old) == [], removed
             assert not os.path.lexists(deep) and not shm.exists() and not lock.exists()
-            assert accounts.temp_files(old) == [] and accounts.temp_files(old, [Path("/run/lock")]) == []
+            assert leftovers.temp_files(old) == [] and leftovers.temp_files(old, [Path("/run/lock")]) == []
             assert _snapshot() == before and not state.exists()
             assert [b for b in limits.bases().values() if b.exists()] == []
             assert inside.poll() is None and outside.poll() is None  # root's reapers: not the learner's

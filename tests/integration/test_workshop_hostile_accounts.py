@@ -28,7 +28,7 @@ import pytest
 from helpers.learner import BOMB, HOG, PYTHON, becomes, run_as, without_hub
 
 from labkit.records import classlog
-from labkit.workshop import accounts, asuser, hub, lifecycle, limits, passwords, started
+from labkit.workshop import accounts, asuser, hub, leftovers, lifecycle, limits, passwords, started
 from labkit.workshop.started import Started
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -83,8 +83,8 @@ def workshop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workshop]:
                 fake_hub.kill()
             fake_hub.wait()
             assert _snapshot() == before and not state.exists()
-            assert len(uids) == 3 and accounts.processes_of(uids) == [] and accounts.temp_files(uids) == []
-            assert accounts.scheduled_jobs(uids, spools) == []
+            assert len(uids) == 3 and leftovers.processes_of(uids) == [] and leftovers.temp_files(uids) == []
+            assert leftovers.scheduled_jobs(uids, spools) == []
             assert [b for b in limits.bases().values() if b.exists()] == []
 
 
@@ -367,10 +367,10 @@ def test_a_fork_bomb_stops_at_pids_max(workshop: Workshop) -> None:
         born = int(out.stdout.split()[0])
         took = time.monotonic() - start
         assert 0 < born < PIDS, out  # the rest were refused by the kernel
-        assert len(accounts.processes_of({uid})) <= PIDS
+        assert len(leftovers.processes_of({uid})) <= PIDS
     finally:
-        accounts.stop_processes({uid})
-    assert accounts.processes_of({uid}) == []
+        leftovers.stop_processes({uid})
+    assert leftovers.processes_of({uid}) == []
     print(f"\nfork bomb under pids.max={PIDS}: {born} children, then fork failed; {took:.1f} s")
 
 
@@ -381,7 +381,7 @@ def test_a_memory_hog_is_ended_at_the_memory_limit(workshop: Workshop) -> None:
     try:
         out = run_as("learner02", [PYTHON, "-c", HOG], timeout=60, procs=procs)
     finally:
-        accounts.stop_processes({uid})
+        leftovers.stop_processes({uid})
     took = time.monotonic() - start
     assert out.returncode == -signal.SIGKILL and "NOT STOPPED" not in out.stdout, out  # the kernel's OOM killer
     print(f"\nmemory hog under {MEMORY}: killed after {took:.1f} s")

@@ -33,7 +33,7 @@ from helpers.hubconf import hub_missing
 from tornado import httpclient, websocket
 
 from labkit.core import proc, tfconfig
-from labkit.workshop import accounts, asuser, homes, hub, hubconfig, lifecycle, serverlog, worlds
+from labkit.workshop import accounts, asuser, homes, hub, hubconfig, leftovers, lifecycle, serverlog, worlds
 
 SOURCE = paths.ROOT
 ANSWERS = [SOURCE / "solutions" / "fashion_mnist_solution.py", SOURCE / "course" / "INSTRUCTOR.md",
@@ -208,7 +208,7 @@ def workshop() -> Iterator[Workshop]:
             for kind in ("users", "groups", "homes", "modes"):
                 assert after[kind] == before[kind], (kind, removed)
             assert not state.exists() and canaries.state() == canary_state
-            assert accounts.processes_of(uids) == [] and accounts.temp_files(uids) == []
+            assert leftovers.processes_of(uids) == [] and leftovers.temp_files(uids) == []
             assert not job or proc.marked(job) == []
         finally:
             shutil.rmtree(canaries.top)
@@ -242,7 +242,7 @@ def _make_state(c: Canaries) -> dict[str, tuple]:
 
 
 def _server(who: str) -> psutil.Process:
-    for p in accounts.processes_of(accounts.uids_of([who])):
+    for p in leftovers.processes_of(accounts.uids_of([who])):
         if "jupyterhub-singleuser" in " ".join(p.cmdline()):
             return p
     raise AssertionError(f"no server of {who}")
@@ -310,7 +310,7 @@ async def _execute(url: str, token: str, code: str, timeout: float = 60) -> str:
 
 
 def _kernel(kernel_id: str) -> tuple[int, str] | None:
-    for p in accounts.processes_of(accounts.uids_of(["learner02"])):
+    for p in leftovers.processes_of(accounts.uids_of(["learner02"])):
         line = p.cmdline()
         for i, arg in enumerate(line[:-1]):
             if arg == "-f" and kernel_id in line[i + 1]:
@@ -383,7 +383,7 @@ def test_a_child_past_its_timeout_is_killed_with_what_it_started(workshop: Works
         except psutil.Error:  # ended (a zombie) since it was listed
             return False
 
-    assert [p for p in accounts.processes_of(accounts.uids_of(["learner03"])) if sleeping(p)] == []
+    assert [p for p in leftovers.processes_of(accounts.uids_of(["learner03"])) if sleeping(p)] == []
 
 
 RACE = """

@@ -24,7 +24,7 @@ from helpers.learner import BOMB, HOG, PYTHON, run_as, skip_unless_a_workshop_ca
 from labkit.core.proc import wait_until as proc_wait
 from labkit.nodes import net, slurm_conf, virtual
 from labkit.nodes import slurm as nodes_slurm
-from labkit.workshop import accounts, lifecycle, limits, slurmlimits
+from labkit.workshop import accounts, leftovers, lifecycle, limits, slurmlimits
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None or nodes_slurm.missing() is not None,
@@ -104,13 +104,13 @@ def workshop() -> Iterator[Workshop]:
             assert problem is None
             yield Workshop(st, cluster.slurm_conf, asked, procs)
         finally:
-            accounts.stop_processes(uids)
+            leftovers.stop_processes(uids)
             lifecycle.down(str(state))
             fake_hub.kill()
             fake_hub.wait()
     assert virtual.VirtualNodes.load() is None and net.netns_names() == []
     assert {p.pw_name for p in pwd.getpwall()} == users_before and not state.exists()
-    assert accounts.processes_of(uids) == []
+    assert leftovers.processes_of(uids) == []
     assert _slurm_groups() <= groups_before  # Slurm's groups of the nodes are gone with them
 
 

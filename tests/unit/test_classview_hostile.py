@@ -23,7 +23,7 @@ import pytest
 
 from labkit.cli import classes as classes_cli
 from labkit.core.cliargs import Parser
-from labkit.records import classlog
+from labkit.records import boundedjson, classlog
 from labkit.workshop import classpage, classview
 
 T0 = 1764072000.0
@@ -205,11 +205,11 @@ def test_escapes_in_learners_text_never_reach_the_terminal(tmp_path: Path, capsy
 
 
 def test_text_for_a_terminal_shows_what_it_would_obey() -> None:
-    assert classlog.for_terminal("plain text, caf\u00e9, \u65e5\u672c, \U0001f600") == \
+    assert boundedjson.for_terminal("plain text, caf\u00e9, \u65e5\u672c, \U0001f600") == \
         "plain text, caf\u00e9, \u65e5\u672c, \U0001f600"
-    shown = classlog.for_terminal("a\x1b[31mb\x07\x9b\u202e\u2066\u200b\u2028\r\n\t\x00\x7f\ud800z")
+    shown = boundedjson.for_terminal("a\x1b[31mb\x07\x9b\u202e\u2066\u200b\u2028\r\n\t\x00\x7f\ud800z")
     assert shown == "a\\x1b[31mb\\x07\\x9b\\u202e\\u2066\\u200b\\u2028\\r\\n\\t\\x00\\x7f\\ud800z"
-    assert shown.isprintable() and classlog.for_terminal(shown) == shown
+    assert shown.isprintable() and boundedjson.for_terminal(shown) == shown
 
 
 def test_the_page_escapes_learners_html(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.workshop import accounts, state
+from labkit.workshop import accounts, leftovers, state
 
 
 def test_uids_are_fresh_free_and_within_the_range() -> None:
@@ -67,15 +67,15 @@ def test_sysv_ipc_objects_are_read_by_their_header(tmp_path: Path) -> None:
         "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime\n"
         "         0          4   600          2  1006  1006  1006  1006          0          0\n")
     (tmp_path / "msg").write_text("garbage\n")
-    assert accounts.ipc_objects({1005, 1006}, tmp_path) == [("shm", 12, 1005), ("shm", 14, 1005), ("sem", 4, 1006)]
-    assert accounts.ipc_objects({0}, tmp_path / "none") == []
-    accounts.remove_ipc("shm", 2**31 - 1)  # gone already: nothing to do
+    assert leftovers.ipc_objects({1005, 1006}, tmp_path) == [("shm", 12, 1005), ("shm", 14, 1005), ("sem", 4, 1006)]
+    assert leftovers.ipc_objects({0}, tmp_path / "none") == []
+    leftovers.remove_ipc("shm", 2**31 - 1)  # gone already: nothing to do
     with pytest.raises(ValueError):
-        accounts.remove_ipc("pipe", 1)
+        leftovers.remove_ipc("pipe", 1)
 
 
 def test_leftovers_are_found_in_sticky_folders_of_root_too(tmp_path: Path) -> None:
-    places = accounts.places()
+    places = leftovers.places()
     assert len({os.path.realpath(p) for p in places}) == len(places)  # /var/lock as a link to /run/lock: once
     if os.geteuid() != 0:
         pytest.skip("files of another uid: made as root")
@@ -88,5 +88,5 @@ def test_leftovers_are_found_in_sticky_folders_of_root_too(tmp_path: Path) -> No
     (tmp_path / "roots").write_text("x")
     for path in (tmp_path / "mine", sticky / "X7"):
         os.chown(path, learner, learner)
-    found = sorted(str(p.relative_to(tmp_path)) for p in accounts.temp_files({learner}, [tmp_path]))
+    found = sorted(str(p.relative_to(tmp_path)) for p in leftovers.temp_files({learner}, [tmp_path]))
     assert found == [".X11-unix/X7", "mine"]

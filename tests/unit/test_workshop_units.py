@@ -21,7 +21,17 @@ from labkit.core.cliargs import Parser
 from labkit.grading import reports
 from labkit.grading.grade import Case, Result
 from labkit.records import classlog
-from labkit.workshop import accounts, classpage, classview, hubconfig, limits, passwords, results, slurmlimits
+from labkit.workshop import (
+    accounts,
+    classpage,
+    classview,
+    hubconfig,
+    leftovers,
+    limits,
+    passwords,
+    results,
+    slurmlimits,
+)
 from labkit.workshop.state import State
 
 ROOT = paths.ROOT
@@ -228,7 +238,7 @@ def test_account_commands_are_built_without_running() -> None:
     assert [s[2] for s in down] == [["userdel", "--remove", "learner01"], ["userdel", "--remove", "instructor"],
                                     ["groupdel", "g2"], ["groupdel", "g1"]]
     assert accounts.taken(accounts.Accounts(["root"], instructor="nobody-here-x")) [:1] == ["user root"]
-    assert accounts.plan_down({}) == [] and accounts.temp_files({-5}) == []
+    assert accounts.plan_down({}) == [] and leftovers.temp_files({-5}) == []
 
 
 def test_cron_and_at_jobs_of_the_users_are_found(tmp_path: Path) -> None:
@@ -239,9 +249,9 @@ def test_cron_and_at_jobs_of_the_users_are_found(tmp_path: Path) -> None:
     (atjobs / "a0001").write_text("true\n")
     (atjobs / "link").symlink_to(crontabs / "learner01")
     me = os.getuid()
-    assert sorted(p.name for p in accounts.scheduled_jobs({me}, [crontabs, atjobs, tmp_path / "none"])) == [
+    assert sorted(p.name for p in leftovers.scheduled_jobs({me}, [crontabs, atjobs, tmp_path / "none"])) == [
         "a0001", "learner01"]
-    assert accounts.scheduled_jobs({me + 12345}, [crontabs, atjobs]) == []
+    assert leftovers.scheduled_jobs({me + 12345}, [crontabs, atjobs]) == []
 
 
 def test_passwords_are_kept_only_as_salted_scrypt_hashes(tmp_path: Path) -> None:
