@@ -19,6 +19,7 @@ import numpy as np
 from labkit.check import ending
 from labkit.check.judging import Failed
 from labkit.launching import launch
+from labkit.launching.jobspec import JobSpec
 
 NP = 2
 BATCH = 16
@@ -70,11 +71,10 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
     flags += ["--budget", f"{max(5.0, timeout - 10):.0f}"]  # stacks are dumped then, if the rank still runs
     flags += ["--fit-bound", str(FIT_FACTOR)]  # a rank that never gets to fit is stopped and told then
     oom = ending.oom_kills()
-    job = launch.run(
-        [sys.executable, "-m", "labkit.instrument.probe", str(out), *flags, "--", str(script), *args],
-        np=NP, launcher="mpirun", timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
-        env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False,  # probe runs are not the learner's runs
-    )
+    # Probe runs are not the learner's runs: not recorded.
+    job = launch.run([sys.executable, "-m", "labkit.instrument.probe", str(out), *flags, "--", str(script), *args],
+                     job=JobSpec(timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
+                                 env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False), np=NP, launcher="mpirun")
     ev: dict[str, Any] = {"lab": "horovod", "np": NP, "batch": BATCH, "states": {}, "weights": {}, "ranks": {},
                           "timed_out": job.timed_out, "interrupted": job.interrupted,
                           "returncode": job.returncode, "start_error": None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from labkit.core.cliargs import add_script, nonnegative_int, positive_float, positive_int
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.launch import run
 from labkit.launching.launchers import (
     LaunchError,
@@ -50,11 +51,13 @@ def add_cli(sub) -> None:
 def _slurm_options(a) -> SlurmOptions | None:
     given = [a.nodes, a.tasks_per_node, a.gpus_per_task, a.cpus_per_task, a.partition, a.account, a.time]
     if a.launcher != "slurm" and all(v is None for v in given) and a.start == "mpirun" and not a.plain:
+        if a.script_only:
+            raise LaunchError("--script-only writes a Slurm batch script: add --launcher slurm")
         return None
     per_node = a.tasks_per_node or (a.np // (a.nodes or 1) if a.np else 2)
     return SlurmOptions(nodes=a.nodes or 1, tasks_per_node=max(1, per_node), gpus_per_task=a.gpus_per_task,
                         cpus_per_task=a.cpus_per_task, partition=a.partition, account=a.account, time=a.time,
-                        start=a.start, plain=a.plain)
+                        start=a.start, plain=a.plain, script_only=a.script_only)
 
 
 def _cli_run(a) -> int:
@@ -65,8 +68,8 @@ def _cli_run(a) -> int:
         if slurm and a.np and a.np != slurm.nodes * slurm.tasks_per_node:
             raise LaunchError(f"--np {a.np} does not match --nodes {slurm.nodes} x --tasks-per-node "
                               f"{slurm.tasks_per_node}")
-        result = run(command, np=np, launcher=a.launcher, timeout=a.timeout, threads=a.threads, hosts=a.hosts,
-                     hostfile=a.hostfile, log_dir=a.log_dir, slurm=slurm, script_only=a.script_only)
+        job = JobSpec(timeout=a.timeout, threads=a.threads, log_dir=a.log_dir)
+        result = run(command, np=np, launcher=a.launcher, job=job, hosts=a.hosts, hostfile=a.hostfile, slurm=slurm)
     except LaunchError as e:
         print(f"labkit run: {e}", file=sys.stderr)
         return 2

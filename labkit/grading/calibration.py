@@ -48,6 +48,7 @@ from typing import Any
 from labkit.core import contract, files, identity
 from labkit.instrument import calib_workload
 from labkit.launching import launch
+from labkit.launching.jobspec import JobSpec
 
 MULTIPLE = 6.0  # the budget in workload times: see the module's docstring for the measurements
 REPEATS = 3  # the median of three runs is kept
@@ -144,8 +145,9 @@ def measure(np: int, threads: int = 1, repeats: int = REPEATS, say: Any = None) 
             if say:
                 say(f"calibrating this machine: reference workload run {k + 1}/{repeats} ({np} copies x "
                     f"{threads} thread) ...")
-            result = launch.run(command, np=np, threads=threads, quiet=True, record=False, cwd=tmp,
-                                log_dir=Path(tmp) / f"run{k}", timeout=900)
+            result = launch.run(command,
+                                job=JobSpec(threads=threads, quiet=True, record=False, cwd=tmp,
+                                            log_dir=Path(tmp) / f"run{k}", timeout=900), np=np)
             if not result.ok:
                 why = "; ".join(result.rank_errors.values()) or result.summary()
                 raise CalibrationError(f"the reference workload failed on this machine: {why[-1500:]}")

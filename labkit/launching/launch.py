@@ -17,16 +17,17 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.core import contract, proc
 from labkit.core.identity import cpu_count
-from labkit.core.output import TAG, Renderer, Sink, command_line, error_tail, hints
+from labkit.core.output import TAG, Renderer, command_line, error_tail, hints
 from labkit.core.proc import new_log_dir
 from labkit.core.progress import default_sink
 from labkit.launching import hosts
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.launchers import (
     Launcher,
     LaunchError,
@@ -126,17 +127,15 @@ def host_list(hosts_spec: str | None = None, hostfile: str | Path | None = None)
 
 
 def make_launcher(launcher: str | Launcher, np: int, hosts_spec: str | None = None,
-                  hostfile: str | Path | None = None, slurm: SlurmOptions | None = None,
-                  script_only: str | Path | None = None) -> Launcher:
+                  hostfile: str | Path | None = None, slurm: SlurmOptions | None = None) -> Launcher:
     """A launcher object from ``run``'s arguments."""
     if isinstance(launcher, Launcher):
         return launcher
     if launcher == "slurm":
         if hosts_spec or hostfile:
             raise LaunchError("Slurm chooses the hosts: use --nodes and --tasks-per-node instead of --hosts")
-        return get("slurm", np=None if slurm else np, options=slurm or SlurmOptions(tasks_per_node=np),
-                   script_only=script_only)
-    if slurm is not None or script_only:
+        return get("slurm", np=None if slurm else np, options=slurm or SlurmOptions(tasks_per_node=np))
+    if slurm is not None:
         raise LaunchError("--nodes/--tasks-per-node/--script-only are Slurm options: add --launcher slurm")
     return get(launcher, np=np, host_list=host_list(hosts_spec, hostfile))
 
@@ -145,51 +144,46 @@ def run(
     command: Sequence[str] | str,
     np: int = 2,
     launcher: str | Launcher = "mpirun",
-    timeout: float | None = None,
-    threads: int | None = None,
+    job: JobSpec | None = None,
+    *,
     hosts: str | None = None,
-    log_dir: str | Path | None = None,
-    env: dict[str, str] | None = None,
-    show_rank: int = 0,
-    sink: Sink | None = None,
-    quiet: bool = False,
-    cwd: str | Path | None = None,
-    record: bool = True,
-    target: float | None = None,
     hostfile: str | Path | None = None,
     slurm: SlurmOptions | None = None,
-    script_only: str | Path | None = None,
-    stop_when: Callable[[Path], str | None] | None = None,
+    show_rank: int = 0,
 ) -> JobResult:
     """Run ``command`` on ``np`` workers and wait; never leaves a process behind.
 
     ``command`` is a list (``["python", "train.py", "--epochs", "1"]``); a string
     is split like a shell would, but never run through a shell. ``launcher`` is a
     name (``mpirun``, ``horovodrun``, ``gloo``, ``ssh``, ``slurm``) or a
-    :class:`labkit.launching.launchers.Launcher`. With ``record`` the processes are observed
-    and the job's run record is appended when it ends; ``target`` is the validation
-    accuracy its time to target is measured for (default: the script's ``--target-accuracy``).
-    ``stop_when(OBSERVED)`` is asked while the job runs (with the folder of its observations); a reason it
-    returns stops the job then (status ``stopped``, the reason as its error).
+    :class:`labkit.launching.launchers.Launcher`; ``hosts`` (``node1:2,node2:2``) or ``hostfile`` place the
+    ranks, ``slurm`` says what the batch job asks for. ``job`` (:class:`~labkit.launching.jobspec.JobSpec`):
+    its time limit, threads, environment, folders and output; with ``job.record`` the processes are observed
+    and the job's run record is appended when it ends. ``job.stop_when(OBSERVED)`` is asked while the job runs;
+    a reason it returns stops the job then (status ``stopped``, the reason as its error). ``show_rank``: the
+    rank whose output is shown.
     """
+    job = job or JobSpec()
+    timeout, threads, env, log_dir, cwd = job.timeout, job.threads, job.env, job.log_dir, job.cwd
+    sink, quiet, record, target, stop_when = job.sink, job.quiet, job.record, job.target, job.stop_when
     if isinstance(command, str):
         command = shlex.split(command)
     if not command:
         raise LaunchError("nothing to run: give a command, e.g. ['python', 'train.py']")
     command = python_command(command)
-    chosen = make_launcher(launcher, np, hosts, hostfile, slurm, script_only)
+    chosen = make_launcher(launcher, np, hosts, hostfile, slurm)
     np = chosen.np
     chosen.preflight()
-    job = proc.Job()
+    work = proc.Job()
     logs = Path(log_dir) if log_dir else new_log_dir(Path(cwd or ".") / "runs" / "logs")
     logs.mkdir(parents=True, exist_ok=True)
     logs = logs.resolve()
     wenv = worker_env(np, threads)
-    wenv.update(env or {})
+    wenv.update(dict(env or {}))
     given = contract.JobEnv.from_env(wenv)
     records = (Path(cwd or ".") / (given.runs_file or runs.runs_file())).resolve()
     job_env = contract.JobEnv(
-        job_id=job.id, run_id=given.run_id or time.strftime("%Y%m%d-%H%M%S-") + job.id[:6],
+        job_id=work.id, run_id=given.run_id or time.strftime("%Y%m%d-%H%M%S-") + work.id[:6],
         launcher=given.launcher or chosen.name, log_dir=str(logs), show_rank=show_rank, np=np,
         threads=given.threads, observe=str(logs / "observed") if record else None,
         runs_file=str(records) if record else given.runs_file,
@@ -218,7 +212,7 @@ def run(
     first_failure: int | None = None  # before the rest are stopped (their SIGTERM is not the cause)
     watch = HostWatch(chosen.hosts).start()  # a host that stops answering ends the job, named
     try:
-        procs = chosen.start(job, wrapped, wenv, logs, on_output=feed,
+        procs = chosen.start(work, wrapped, wenv, logs, on_output=feed,
                              on_end=renderer.close if renderer else None, cwd=cwd)
         if not procs:  # only a script was written
             if sink:
@@ -243,7 +237,7 @@ def run(
     finally:
         watch.stop()
         chosen.stop()
-        job.stop()
+        work.stop()
     duration = time.perf_counter() - start
     exits, errors = collect_rank_results(logs, np)
     code = exit_code([p.returncode for p in procs], first_failure)

@@ -31,6 +31,7 @@ class SlurmOptions:
     job_name: str = "labkit"
     start: str = "mpirun"
     plain: bool = False  # a script to submit yourself, needing no labkit on the nodes (labkit.launching.slurm_plain)
+    script_only: str | Path | None = None  # write the batch script to this file and submit nothing
 
     def check(self) -> None:
         """Raise :class:`LaunchError` naming the bad option."""

@@ -175,15 +175,14 @@ class Slurm(Launcher):
 
     name = "slurm"
 
-    def __init__(self, np: int | None = None, options: SlurmOptions | None = None,
-                 script_only: str | Path | None = None, **kw: object) -> None:
+    def __init__(self, np: int | None = None, options: SlurmOptions | None = None, **kw: object) -> None:
         self.options = options or SlurmOptions(tasks_per_node=np or 2)
         total = self.options.nodes * self.options.tasks_per_node
         if np is not None and np != total:
             raise LaunchError(f"--np {np} does not match --nodes {self.options.nodes} x --tasks-per-node "
                               f"{self.options.tasks_per_node} = {total}")
         super().__init__(total, **kw)
-        self.script_only = Path(script_only) if script_only else None
+        self.script_only = Path(self.options.script_only) if self.options.script_only else None
         self.script_path = Path("job.sbatch")
         self.job_id: str | None = None
         self.log_dir: Path | None = None

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from labkit.instrument import allreduce_worker
 from labkit.launching import hosts, launch
+from labkit.launching.jobspec import JobSpec
 from labkit.nodes import net as nodes_net
 from labkit.nodes import virtual as nodes
 from labkit.tfdist import cluster
@@ -183,8 +184,9 @@ def measure(sizes: Sequence[int] = (2**20, 2**23, 2**26), np: int | None = None,
         ok, logs, text = res.ok, res.log_dir, res.log("worker.0")
         why = res.summary()
     else:
-        job = launch.run(command, np=np, launcher=LAUNCHER[via], hostfile=hostfile, timeout=timeout, quiet=quiet,
-                         log_dir=log_dir, record=False, threads=1, env=env)
+        job = launch.run(command,
+                         job=JobSpec(timeout=timeout, quiet=quiet, log_dir=log_dir, record=False, threads=1,
+                                     env=env), np=np, launcher=LAUNCHER[via], hostfile=hostfile)
         ok, logs, text, why = job.ok, job.log_dir, job.log(0), job.summary()
     found = parse_output(text)
     if not ok or len(found) != len(sizes):

@@ -28,6 +28,7 @@ from typing import Any
 from labkit.core import contract, identity, output
 from labkit.instrument import observe, optimizer_knobs
 from labkit.launching import launch
+from labkit.launching.jobspec import JobSpec
 from labkit.records import runs
 from labkit.records.sweep import (  # noqa: F401 - the results' names, also reached as labkit.measure.bench.NAME
     Point,
@@ -139,9 +140,9 @@ def bench(
             duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies,
                                     None if copies else stop_when)
         else:
-            duration = launch.run(command, np=np_, launcher=launcher, timeout=timeout, threads=threads,
-                                  env=job_env, quiet=quiet, cwd=cwd, target=target, stop_when=stop_when,
-                                  **({"hostfile": hostfile} if hostfile else {})).duration
+            spec = JobSpec(timeout=timeout, threads=threads, env=job_env, quiet=quiet, cwd=cwd, target=target,
+                           stop_when=stop_when)
+            duration = launch.run(command, np_, launcher, spec, hostfile=hostfile).duration
         found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
         rec = found[-1] if found else {"run_id": run_id, "workers": np_, "status": "no record",
                                        "error": "the job left no run record"}

@@ -20,6 +20,7 @@ from pathlib import Path
 from labkit.core import contract, proc
 from labkit.instrument import elastic_job
 from labkit.launching import hosts, launch
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.launchers import Elastic
 
 
@@ -83,8 +84,9 @@ def leave_and_return(hostfile: str | Path, epochs: int = 24, leave_after: int = 
     out: dict = {}
 
     def go() -> None:
-        out["result"] = launch.run(command, np=np, launcher="elastic", hostfile=hostfile, log_dir=logs,
-                                   timeout=timeout, quiet=quiet, record=False, threads=1)
+        out["result"] = launch.run(command,
+                                   job=JobSpec(log_dir=logs, timeout=timeout, quiet=quiet, record=False,
+                                               threads=1), np=np, launcher="elastic", hostfile=hostfile)
 
     job = threading.Thread(target=go, daemon=True)
     job.start()

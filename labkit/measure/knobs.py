@@ -22,6 +22,7 @@ from pathlib import Path
 from labkit.core import proc
 from labkit.instrument import timeline_job
 from labkit.launching import hosts, launch
+from labkit.launching.jobspec import JobSpec
 from labkit.measure import allreduce, timeline_straggler
 
 # knob -> [(label, environment, extra arguments)]; the first variant is Horovod 0.28.1's default (its docs still
@@ -104,9 +105,9 @@ def sweep(knob: str, hostfile: str | Path | None = None, np: int | None = None, 
     out = KnobResult(knob, np, [h.name for h in host_list], allreduce.link_rate(rate), tensors, kib, steps)
     for label, env, extra in KNOBS[knob]:
         logs = proc.new_log_dir()
-        job = launch.run(command(tensors, kib, steps, compute_ms, extra), np=np, launcher=launcher,
-                         hostfile=hostfile, env=env, log_dir=logs, timeout=timeout, quiet=quiet, record=False,
-                         threads=1)
+        job = launch.run(command(tensors, kib, steps, compute_ms, extra),
+                         job=JobSpec(env=env, log_dir=logs, timeout=timeout, quiet=quiet, record=False,
+                                     threads=1), np=np, launcher=launcher, hostfile=hostfile)
         if not job.ok:
             raise RuntimeError(f"{knob}: the variant {label!r} failed:\n{job.summary()}")
         comm, step = medians(job.log(0))

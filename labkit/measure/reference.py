@@ -32,6 +32,7 @@ from typing import Any
 from labkit.core import identity, machineload
 from labkit.course import labs
 from labkit.launching import engines, launch
+from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
 from labkit.records import runs, sweep
 from labkit.tfdist import cluster, faults
@@ -226,8 +227,9 @@ def make(out: Path, plan: Plan = Plan()) -> Path:
         lr_args = ["--mode", "small", "--epochs", str(plan.lr_epochs)]
         for label, extra in (("×2, warm-up", []), ("×2, no warm-up", ["--warmup-epochs", "0"]),
                              ("not scaled", ["--base-lr", "0.025", "--warmup-epochs", "0"])):  # lab 6
-            step("learning-rate", label, lambda ex=extra: launch.run([py, hvd, *lr_args, *ex], np=2, threads=1,
-                                                                   timeout=900, quiet=True))
+            step("learning-rate", label,
+                 lambda ex=extra: launch.run([py, hvd, *lr_args, *ex], job=JobSpec(threads=1, timeout=900, quiet=True),
+                                             np=2))
     finally:
         os.chdir(saved_cwd)
         if saved_file is None:

@@ -27,6 +27,7 @@ from labkit.core import proc
 from labkit.figures import timeline
 from labkit.instrument import timeline_job
 from labkit.launching import launch
+from labkit.launching.jobspec import JobSpec
 from labkit.tfdist import faults
 
 
@@ -180,8 +181,9 @@ def run(np: int = 2, steps: int = 40, slow: int | None = None, share: float = 0.
                                   args=(tag, slow, share, logs / f"rank.{slow}.log", done, period))
         slower.start()
     try:
-        job = launch.run(command, np=np, launcher=launcher, hostfile=hostfile, env=env, log_dir=logs,
-                         timeout=timeout, quiet=quiet, record=False, threads=1)
+        job = launch.run(command,
+                         job=JobSpec(env=env, log_dir=logs, timeout=timeout, quiet=quiet, record=False,
+                                     threads=1), np=np, launcher=launcher, hostfile=hostfile)
     finally:
         done.set()
         if slower:

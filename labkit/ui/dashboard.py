@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import progress
-from labkit.launching import launch
+from labkit.launching import jobspec, launch
 from labkit.records import runs
 
 
@@ -153,7 +153,8 @@ def watch(command: list[str] | str, np: int = 2, title: str | None = None, text:
     shown = " ".join(command) if isinstance(command, list) else command
     board = Dashboard(run_id, records, title or f"{shown} on {np} worker(s)", text=text).display()
     started = time.perf_counter()
-    result = launch.run(command, np=np, env=env, sink=board, **run_kw)
+    spec, where = jobspec.split(run_kw)  # a cell's flat options: the job's, and launcher, hosts, ...
+    result = launch.run(command, np, job=spec.but(env=env, sink=board), **where)
     board.refresh()
     found = runs.select(runs.read(records, warn=False), run_id=run_id)
     result.record = found[-1] if found else None

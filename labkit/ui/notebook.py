@@ -25,7 +25,7 @@ from typing import Any
 from labkit.core import contract, env, output, proc, progress
 from labkit.course import labs
 from labkit.course import release as course
-from labkit.launching import launch
+from labkit.launching import jobspec, launch
 from labkit.measure import reference
 from labkit.records import checklog, jobrecord, runs
 from labkit.tfdist import cluster
@@ -63,7 +63,8 @@ def run(command: Sequence[str], records: str | Path | None = None, **kw: Any) ->
     key = (text, tuple(command), tuple(sorted((k, repr(v)) for k, v in kw.items())))
     if quick() and key in _DONE:
         return _DONE[key]
-    _DONE[key] = launch.run(list(command), **kw)
+    spec, where = jobspec.split(kw)  # a cell's flat options: the job's, and np, launcher, hosts, ...
+    _DONE[key] = launch.run(list(command), job=spec, **where)
     return _DONE[key]
 
 

@@ -24,6 +24,7 @@ from labkit import check
 from labkit.check import ending, hvd_runs, lab_horovod
 from labkit.core import proc, stacks
 from labkit.launching import launch, rank
+from labkit.launching.jobspec import JobSpec
 
 ROOT = paths.ROOT
 HVD6 = ROOT / "solutions" / "fashion_mnist_after_step_06.py"
@@ -151,8 +152,9 @@ def test_a_rank_ends_when_its_own_process_ends(tmp_path: Path, running) -> None:
     script = tmp_path / "linger.py"
     script.write_text(LINGER)
     start = time.monotonic()
-    result = launch.run([sys.executable, str(script)], np=2, timeout=60, quiet=True, record=False,
-                        log_dir=tmp_path / "logs", cwd=tmp_path)
+    result = launch.run([sys.executable, str(script)],
+                        job=JobSpec(timeout=60, quiet=True, record=False, log_dir=tmp_path / "logs",
+                                    cwd=tmp_path), np=2)
     took = time.monotonic() - start
     assert result.ok and took < 20, (result.summary(), took)
     assert json.loads((tmp_path / "logs" / "rank.0.left").read_text()) == ["sleep 1237"]
@@ -166,8 +168,9 @@ def test_an_output_flood_is_capped_and_the_launch_ends(tmp_path: Path, running) 
     script.write_text("import sys\nline = 'x' * 1023 + '\\n'\nwhile True:\n    sys.stdout.write(line * 1024)\n")
     rss = psutil.Process().memory_info().rss
     start = time.monotonic()
-    result = launch.run([sys.executable, str(script)], np=2, timeout=10, quiet=True, record=False,
-                        log_dir=tmp_path / "logs", cwd=tmp_path)
+    result = launch.run([sys.executable, str(script)],
+                        job=JobSpec(timeout=10, quiet=True, record=False, log_dir=tmp_path / "logs",
+                                    cwd=tmp_path), np=2)
     took = time.monotonic() - start
     # Past its head a flood is read slowly (rank.FLOOD_RATE): the ranks wait on their pipes, the launcher keeps a
     # core and stops them on time. Before, two flooding ranks took the cores and were stopped after 11-64 s.

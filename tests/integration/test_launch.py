@@ -24,6 +24,7 @@ import pytest
 
 from labkit.core import output, proc
 from labkit.launching import launch, sbatch
+from labkit.launching.jobspec import JobSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -61,8 +62,9 @@ def _script(tmp_path: Path, body: str) -> Path:
 def test_two_ranks_log_every_rank_and_stream_rank0(tmp_path: Path, launcher: dict[str, Any]) -> None:
     script = _script(tmp_path, JOB.replace("{extra}", ""))
     out = io.StringIO()
-    res = launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", sink=output.ConsoleSink(out),
-                     timeout=90, cwd=tmp_path, **launcher)
+    res = launch.run(["python", str(script)],
+                     job=JobSpec(log_dir=tmp_path / "logs", sink=output.ConsoleSink(out), timeout=90,
+                                 cwd=tmp_path), np=2, **launcher)
     assert res.ok, res.summary()
     assert "hello from 0 threads=1" in out.getvalue() and "hello from 1" not in out.getvalue()
     if launcher["launcher"] != "slurm":  # the command that really ran comes first (Slurm shows its batch script)
@@ -76,8 +78,8 @@ def test_two_ranks_log_every_rank_and_stream_rank0(tmp_path: Path, launcher: dic
 def test_failing_rank_is_named_with_its_error(tmp_path: Path, launcher: dict[str, Any]) -> None:
     extra = "if rank == 1:\n        raise ValueError('bad data on this rank')"
     script = _script(tmp_path, JOB.replace("{extra}", extra))
-    res = launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=90, cwd=tmp_path,
-                     **launcher)
+    res = launch.run(["python", str(script)],
+                     job=JobSpec(log_dir=tmp_path / "logs", quiet=True, timeout=90, cwd=tmp_path), np=2, **launcher)
     assert not res.ok and res.returncode != 0
     assert 1 in res.rank_errors and "ValueError: bad data on this rank" in res.rank_errors[1]
     assert "rank 1" in res.summary()
@@ -90,8 +92,8 @@ def test_timeout_kills_every_process(tmp_path: Path, launcher: dict[str, Any],
     script = _script(tmp_path, JOB.replace("{extra}", extra))
     t = time.perf_counter()
     # 5 s: the ranks (plain Python, no TensorFlow) and their children start in about one
-    res = launch.run(["python", str(script)], np=2, log_dir=tmp_path / "logs", quiet=True, timeout=5, cwd=tmp_path,
-                     **launcher)
+    res = launch.run(["python", str(script)],
+                     job=JobSpec(log_dir=tmp_path / "logs", quiet=True, timeout=5, cwd=tmp_path), np=2, **launcher)
     assert res.timed_out and not res.ok and res.returncode != 0
     assert time.perf_counter() - t < 60
     assert not running(str(script)) and not running("time.sleep(301)")
@@ -112,7 +114,7 @@ def test_interrupt_kills_every_process(tmp_path: Path, launcher: dict[str, Any],
     threading.Thread(target=interrupt_once_both_ranks_run, daemon=True).start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            launch.run(["python", str(script)], np=2, log_dir=logs, quiet=True, timeout=120, cwd=tmp_path,
+            launch.run(["python", str(script)], job=JobSpec(log_dir=logs, quiet=True, timeout=120, cwd=tmp_path), np=2,
                        **launcher)
     finally:
         stop.set()
@@ -133,8 +135,8 @@ def test_job_dies_with_a_parent_killed_outright(tmp_path: Path, running: Callabl
     """SIGKILL of the Python that launched the job (no cleanup code runs) still ends every rank."""
     script = _script(tmp_path, JOB.replace("{extra}", "time.sleep(300)"))
     parent = subprocess.Popen([sys.executable, "-c", (
-        "from labkit.launching import launch\n"
-        f"launch.run(['python', {str(script)!r}], np=2, log_dir={str(tmp_path / 'logs')!r}, quiet=True)"
+        "from labkit.launching import launch\nfrom labkit.launching.jobspec import JobSpec\n"
+        f"launch.run(['python', {str(script)!r}], np=2, job=JobSpec(log_dir={str(tmp_path / 'logs')!r}, quiet=True))"
     )])
     assert proc.wait_until(lambda: (tmp_path / "logs" / "rank.1.log").exists(), 60)
     time.sleep(2)
@@ -152,8 +154,8 @@ def test_horovod_allreduce_over_mpi_and_gloo(tmp_path: Path) -> None:
         print("sum", float(hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum)), flush=True)
     """)
     for name in ("mpirun", "gloo"):
-        res = launch.run(["python", str(script)], np=2, launcher=name, log_dir=tmp_path / name,
-                         quiet=True, timeout=120)
+        res = launch.run(["python", str(script)], job=JobSpec(log_dir=tmp_path / name, quiet=True, timeout=120), np=2,
+                         launcher=name)
         assert res.ok, res.summary()
         assert "sum 3.0" in res.log(0) and "sum 3.0" in res.log(1)
 
@@ -173,8 +175,8 @@ def test_stop_when_ends_a_job_early_with_its_reason(tmp_path: Path, running: Cal
         asked.append(observed)
         return "seen enough" if len(asked) > 10 else None
 
-    result = launch.run([sys.executable, str(script)], np=2, timeout=60, quiet=True, cwd=tmp_path,
-                        stop_when=stop_when)
+    result = launch.run([sys.executable, str(script)],
+                        job=JobSpec(timeout=60, quiet=True, cwd=tmp_path, stop_when=stop_when), np=2)
     assert result.stopped == "seen enough" and not result.ok and not result.timed_out, result.summary()
     assert result.duration < 30, result.duration
     assert asked[0].name == "observed" and asked[0].parent == result.log_dir

@@ -19,6 +19,7 @@ from helpers.nodes import nodes_problem
 
 from labkit.core import contract
 from labkit.launching import hosts, launch, launchers, reach
+from labkit.launching.jobspec import JobSpec
 from labkit.nodes import access, net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import ssh as nodes_ssh
@@ -174,8 +175,8 @@ def test_slurm_runs_a_job_on_both_nodes(state: Path, tmp_path: Path, monkeypatch
     assert sorted(out.stdout.split()) == ["node1", "node1", "node2", "node2"], out.stderr
     script = tmp_path / "who.py"
     script.write_text(WHO)  # ranks start with mpirun inside the allocation (labkit's default)
-    result = launch.run(["python", str(script)], launcher="slurm", quiet=True, record=False, cwd=tmp_path,
-                        slurm=launch.SlurmOptions(nodes=2, tasks_per_node=2), timeout=240)
+    result = launch.run(["python", str(script)], job=JobSpec(quiet=True, record=False, cwd=tmp_path, timeout=240),
+                        launcher="slurm", slurm=launch.SlurmOptions(nodes=2, tasks_per_node=2))
     assert result.ok, result.summary()
     ranks = sorted(line.split()[1:] for r in range(4) for line in
                    (result.log_dir / f"rank.{r}.log").read_text().splitlines() if line.startswith("rank "))

@@ -15,6 +15,7 @@ from helpers import paths
 
 from labkit.core import contract
 from labkit.launching import engines, launch, sbatch, slurm
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.launchers import LaunchError
 from labkit.records import runs
 
@@ -109,8 +110,8 @@ def test_horovod_solution_through_sbatch_and_srun_is_recorded_with_two_workers(t
                                                                                 slurm: object) -> None:
     """Ranks started by srun (PMIx); mpirun inside the allocation is the bench test's default start."""
     script = ROOT / "solutions" / "fashion_mnist_solution.py"
-    res = launch.run(["python", str(script), *SMALL], launcher="slurm", quiet=True, timeout=600, cwd=tmp_path,
-                     slurm=slurm_options("srun"))
+    res = launch.run(["python", str(script), *SMALL], job=JobSpec(quiet=True, timeout=600, cwd=tmp_path),
+                     launcher="slurm", slurm=slurm_options("srun"))
     assert res.ok, res.summary()
     assert (res.log_dir / "job.sbatch").is_file() and "Test accuracy:" in res.log(0)
     record = _last_record(tmp_path)

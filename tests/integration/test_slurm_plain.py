@@ -18,6 +18,7 @@ import pytest
 from helpers import bare_venv, paths
 
 from labkit.launching import launch, sbatch, slurm
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.launchers import LaunchError
 
 ROOT = paths.ROOT
@@ -28,9 +29,9 @@ TINY = ["--epochs", "1", "--train-size", "256", "--test-size", "128"]
 def script(tmp_path: Path, start: str = "mpirun", command: list[str] | None = None, **options: object) -> str:
     """The plain script ``labkit run`` writes (through the launcher, as the command line does)."""
     out = tmp_path / "job.sbatch"
-    res = launch.run(command or ["python", "train.py", "--epochs", "2"], launcher="slurm", quiet=True, cwd=tmp_path,
-                     slurm=sbatch.SlurmOptions(nodes=1, tasks_per_node=2, start=start, plain=True, **options),
-                     script_only=out)
+    res = launch.run(command or ["python", "train.py", "--epochs", "2"], job=JobSpec(quiet=True, cwd=tmp_path),
+                     launcher="slurm", slurm=sbatch.SlurmOptions(nodes=1, tasks_per_node=2, start=start, plain=True,
+                                                                 script_only=out, **options))
     assert res.returncode == 0
     return out.read_text()
 
@@ -85,7 +86,7 @@ def test_the_command_line_writes_it(tmp_path: Path) -> None:
 
 def test_plain_needs_script_only(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="--script-only"):
-        launch.run(["python", "t.py"], launcher="slurm", quiet=True, cwd=tmp_path,
+        launch.run(["python", "t.py"], job=JobSpec(quiet=True, cwd=tmp_path), launcher="slurm",
                    slurm=sbatch.SlurmOptions(plain=True))
 
 

@@ -69,7 +69,8 @@ def test_watch_runs_the_job_and_shows_progress(tmp_path: Path, monkeypatch: pyte
 
     seen = {}
 
-    def fake_run(command, np, env, sink, **kw):
+    def fake_run(command, np, job, **kw):
+        env, sink = job.env, job.sink
         seen.update(env=env, np=np)
         live = runs.live_file(env[runs.RUN_ID_VAR], env[runs.FILE_VAR])
         for k in (1, 2, 3):  # a job that trains three epochs; rank 0 says so in its output
@@ -94,7 +95,8 @@ def test_watch_prints_what_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                   capsys: pytest.CaptureFixture) -> None:
     from labkit.launching import launch
 
-    def fake_run(command, np, env, sink, **kw):
+    def fake_run(command, np, job, **kw):
+        sink = job.sink
         sink.line("Traceback (most recent call last):")
         return launch.JobResult(1, list(command), tmp_path, np, 0.5, rank_errors={0: "ValueError: bad shape"})
 

@@ -11,6 +11,7 @@ import pytest
 from labkit.core import contract
 from labkit.core.identity import rank_from_env
 from labkit.launching import hosts, launch, launchers, table
+from labkit.launching.jobspec import JobSpec
 
 
 def test_default_threads_split_cores() -> None:
@@ -93,11 +94,11 @@ def test_bad_host_lists_fail_before_launch_with_clear_messages(tmp_path: Path) -
     with pytest.raises(launchers.LaunchError):
         launch.host_list("a:x")
     with pytest.raises(launchers.LaunchError, match="slot"):
-        launch.run(["python", "t.py"], np=3, hosts="localhost:2", quiet=True)
+        launch.run(["python", "t.py"], job=JobSpec(quiet=True), np=3, hosts="localhost:2")
     with pytest.raises(launchers.LaunchError, match="Slurm chooses the hosts"):
         launch.make_launcher("slurm", 2, hosts_spec="a:2")
     with pytest.raises(launchers.LaunchError, match="add --launcher slurm"):
-        launch.make_launcher("mpirun", 2, script_only="x.sbatch")
+        launch.make_launcher("mpirun", 2, slurm=launch.SlurmOptions(script_only="x.sbatch"))
 
 
 def test_preflight_explains_missing_mpirun(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,7 +115,7 @@ def test_preflight_explains_keras3(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_nothing_to_run_is_refused() -> None:
     with pytest.raises(launchers.LaunchError, match="nothing to run"):
-        launch.run([], np=2, quiet=True)
+        launch.run([], job=JobSpec(quiet=True), np=2)
 
 
 def test_python_means_this_interpreter() -> None:
