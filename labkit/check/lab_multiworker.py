@@ -16,7 +16,9 @@ from typing import Any
 from labkit.check import lr_rule, tfdist
 from labkit.check.judging import Failed
 from labkit.core import contract, proc
+from labkit.launching.jobspec import JobSpec
 from labkit.tfdist import cluster
+from labkit.tfdist.cluster import Tasks
 
 WORKERS = 2
 MODEL = "saved/model.keras"
@@ -40,8 +42,8 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     lr = ["--base-lr", str(BASE_LR)] if upto >= 5 else []
     cmd = tfdist.probe_command(probe, script, "--epochs", str(epochs), "--backup-dir", str(work / "backup"),
                                "--model-path", MODEL, "--log-dir", "logs", *lr)
-    c = cluster.Cluster(cmd, workers=WORKERS, log_dir=work / "logs", record=False,
-                        task_cwd=lambda t, i: work / f"{t}{i}", quiet=True, env={contract.PROBE_LOAD: MODEL})
+    c = cluster.Cluster(cmd, tasks=Tasks(workers=WORKERS, task_cwd=lambda t, i: work / f"{t}{i}"),
+                        job=JobSpec(log_dir=work / "logs", record=False, quiet=True, env={contract.PROBE_LOAD: MODEL}))
     kill: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
     with c:

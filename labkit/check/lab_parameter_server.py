@@ -8,7 +8,9 @@ from typing import Any
 
 from labkit.check import ending, tfdist
 from labkit.check.judging import Failed
+from labkit.launching.jobspec import JobSpec
 from labkit.tfdist import cluster
+from labkit.tfdist.cluster import Tasks
 
 SERVERS = ("worker.0", "worker.1", "ps.0")
 
@@ -17,7 +19,8 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     """Run the cluster under the probe; it ends when the chief does, or at once when a server returns."""
     epochs = 2
     cmd = tfdist.probe_command(work / "probe", script, "--epochs", str(epochs), "--log-dir", str(work / "logs"))
-    c = cluster.Cluster(cmd, workers=2, ps=1, chief=True, log_dir=work / "tasks", quiet=True, record=False)
+    c = cluster.Cluster(cmd, tasks=Tasks(workers=2, ps=1, chief=True),
+                        job=JobSpec(log_dir=work / "tasks", quiet=True, record=False))
     with c:
         c.start()
         result = c.wait(timeout)

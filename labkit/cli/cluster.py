@@ -8,8 +8,10 @@ import sys
 from labkit.core import tfconfig
 from labkit.core.cliargs import add_script, nonnegative_int, positive_float, positive_int
 from labkit.launching import hosts, launchers, reach
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.launch import host_list
 from labkit.tfdist import cluster
+from labkit.tfdist.cluster import Tasks
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -46,8 +48,8 @@ def _cli(a) -> int:
         machines = host_list(a.hosts, a.hostfile)
         if machines:
             reach.ssh_preflight(machines)
-        result = cluster.run(a.command, workers=a.workers, ps=a.ps, chief=a.chief, hosts=addresses,
-                             timeout=a.timeout, threads=a.threads, log_dir=a.log_dir, host_list=machines or None)
+        tasks = Tasks(workers=a.workers, ps=a.ps, chief=a.chief, hosts=addresses, host_list=machines or None)
+        result = cluster.run(a.command, tasks, JobSpec(timeout=a.timeout, threads=a.threads, log_dir=a.log_dir))
     except (launchers.LaunchError, tfconfig.ClusterError, hosts.HostError) as e:
         print(f"labkit cluster: {e}", file=sys.stderr)
         return 2

@@ -29,6 +29,7 @@ from labkit.launching.jobspec import JobSpec
 from labkit.nodes import net as nodes_net
 from labkit.nodes import virtual as nodes
 from labkit.tfdist import cluster
+from labkit.tfdist.cluster import Tasks
 
 VIAS = ("mpi", "gloo", "mwms")
 LAUNCHER = {"mpi": "mpirun", "gloo": "gloo"}
@@ -179,8 +180,8 @@ def measure(sizes: Sequence[int] = (2**20, 2**23, 2**26), np: int | None = None,
     rate = link_rate(rate)
     command = worker_command(sizes, repeat, warmup, via)
     if via == "mwms":
-        res = cluster.run(command, workers=np, host_list=host_list or None, timeout=timeout, quiet=quiet,
-                          log_dir=log_dir, record=False, threads=1, env=env)
+        res = cluster.run(command, tasks=Tasks(workers=np, host_list=host_list or None),
+                          job=JobSpec(timeout=timeout, quiet=quiet, log_dir=log_dir, record=False, threads=1, env=env))
         ok, logs, text = res.ok, res.log_dir, res.log("worker.0")
         why = res.summary()
     else:

@@ -41,6 +41,7 @@ from labkit.records.sweep import (  # noqa: F401 - the results' names, also reac
     points_from_records,
 )
 from labkit.tfdist import cluster
+from labkit.tfdist.cluster import Tasks
 
 
 def check_resources(nps: Sequence[int], threads: int | None, cores: int, gpus: int = 0) -> list[str]:
@@ -178,8 +179,9 @@ def _cluster_run(command: list[str], workers: int, timeout: float | None, thread
                  env: dict[str, str], quiet: bool, cwd: str | Path | None, target: float | None,
                  independent: bool, stop_when: Callable[[Path], str | None] | None = None) -> float:
     """Run a tf.distribute cluster of ``workers`` workers (or that many independent copies); its duration."""
-    r = cluster.run(command, workers=workers, timeout=timeout, threads=threads, env=env, quiet=quiet, cwd=cwd,
-                    target=target, independent=independent, stop_when=stop_when)
+    r = cluster.run(command, tasks=Tasks(workers=workers, independent=independent),
+                    job=JobSpec(timeout=timeout, threads=threads, env=env, quiet=quiet, cwd=cwd, target=target,
+                                stop_when=stop_when))
     return r.duration
 
 

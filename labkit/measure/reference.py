@@ -36,6 +36,7 @@ from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
 from labkit.records import runs, sweep
 from labkit.tfdist import cluster, faults
+from labkit.tfdist.cluster import Tasks
 from labkit.tfdist.faults import ResumeReport
 
 RECORDS, RESULTS = "runs.jsonl", "results.json"
@@ -204,8 +205,9 @@ def make(out: Path, plan: Plan = Plan()) -> Path:
 
     try:
         for devices in ("1", "2"):  # lab 3: one and two logical devices
-            step("mirrored", f"{devices} device(s)", lambda d=devices: cluster.run(
-                [py, mirrored, *args, "--devices", d], workers=1, timeout=900, quiet=True))
+            step("mirrored", f"{devices} device(s)",
+                 lambda d=devices: cluster.run([py, mirrored, *args, "--devices", d], tasks=Tasks(workers=1),
+                                               job=JobSpec(timeout=900, quiet=True)))
         report = step("kill-and-resume", None, lambda: faults.kill_and_resume(  # lab 4: 3 epochs, kill in the 2nd
             [py, multiworker, "--mode", "small", "--epochs", str(max(3, epochs)), "--backup-dir", str(work / "bk")],
             workers=2, kill=("worker", 1), kill_in_epoch=2, timeout=900, quiet=True))
@@ -213,8 +215,9 @@ def make(out: Path, plan: Plan = Plan()) -> Path:
         step("engines", None, lambda: engines.run_on_engines(multiworker, args, workers=2, timeout=900,
                                                              cwd=work / "engines"))
         step("slowed-worker", None, lambda: faults.slowed_worker([py, ps, *args], share=0.2, quiet=True))
-        step("parameter-server", None, lambda: cluster.run([py, ps, *args], workers=2, ps=1, chief=True,
-                                                            timeout=900, quiet=True))
+        step("parameter-server", None,
+             lambda: cluster.run([py, ps, *args], tasks=Tasks(workers=2, ps=1, chief=True),
+                                 job=JobSpec(timeout=900, quiet=True)))
         sweep_args = ["--mode", "small", "--epochs", str(plan.sweep_epochs)]
         for name, script, launcher, extra in (
                 ("horovod-sweep", hvd, "mpirun", []),

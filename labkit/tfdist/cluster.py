@@ -20,13 +20,18 @@ For the fault-tolerance demo (:mod:`labkit.tfdist.faults`), :class:`Cluster` kil
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from labkit.core import contract, output, proc, progress, tfconfig
-from labkit.launching import hosts, launchers
+from labkit.launching import hosts, jobspec, launchers
+from labkit.launching.hosts import Host
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.reach import HostWatch
 from labkit.nodes import access
 from labkit.records import runs
@@ -34,6 +39,39 @@ from labkit.tfdist.cluster_result import ClusterResult, Task, record
 from labkit.tfdist.control import TaskControl
 
 TaskId = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """A tf.distribute cluster's tasks: ``workers`` workers, ``ps`` parameter servers and a chief, on free local
+    ports or at ``hosts`` (``host:port`` per task, in TF_CONFIG's order), or placed on the machines of
+    ``host_list`` (hosts with slots; remote ones started over ssh with ``ssh_args``, by default the virtual
+    nodes' ssh config). ``task_cwd(type, index)``: each task's working folder. ``show``: the task whose output
+    is shown (default: the chief, else worker 0). ``independent``: the same command ``workers`` times without
+    TF_CONFIG, single-worker copies that do not communicate (the ceiling a machine gives that many workers)."""
+
+    workers: int = 2
+    ps: int = 0
+    chief: bool = False
+    hosts: Sequence[str] | None = None
+    host_list: Sequence[Host] | None = None
+    ssh_args: Sequence[str] = ()
+    task_cwd: Callable[[str, int], str | Path | None] | None = None
+    show: TaskId | None = None
+    independent: bool = False
+
+
+FIELDS = frozenset(f.name for f in dataclasses.fields(Tasks))
+
+
+def split(options: Mapping[str, Any]) -> tuple[Tasks, JobSpec]:
+    """The :class:`Tasks` and the :class:`~labkit.launching.jobspec.JobSpec` among keyword ``options`` (a
+    notebook cell's flat ones); TypeError names an option that is neither."""
+    job, rest = jobspec.split(options)
+    unknown = sorted(k for k in rest if k not in FIELDS)
+    if unknown:
+        raise TypeError(f"not an option of a tf.distribute cluster: {', '.join(unknown)}")
+    return Tasks(**rest), job
 
 
 class Cluster(TaskControl):
@@ -47,28 +85,13 @@ class Cluster(TaskControl):
     (workers and servers then serve forever and are stopped).
     """
 
-    def __init__(
-        self,
-        command: Sequence[str] | str,
-        workers: int = 2,
-        ps: int = 0,
-        chief: bool = False,
-        cluster: dict[str, list[str]] | None = None,
-        threads: int | None = None,
-        env: dict[str, str] | None = None,
-        log_dir: str | Path | None = None,
-        cwd: str | Path | None = None,
-        task_cwd: Callable[[str, int], str | Path | None] | None = None,
-        sink: output.Sink | None = None,
-        quiet: bool = False,
-        show: TaskId | None = None,
-        record: bool = True,
-        target: float | None = None,
-        independent: bool = False,
-        host_list: Sequence[hosts.Host] | None = None,
-        ssh_args: Sequence[str] = (),
-        stop_when: Callable[[Path], str | None] | None = None,
-    ) -> None:
+    def __init__(self, command: Sequence[str] | str, tasks: Tasks | None = None, job: JobSpec | None = None) -> None:
+        tasks, job = tasks or Tasks(), job or JobSpec()
+        workers, ps, chief, host_list, task_cwd = tasks.workers, tasks.ps, tasks.chief, tasks.host_list, tasks.task_cwd
+        independent, show, ssh_args = tasks.independent, tasks.show, tasks.ssh_args
+        threads, env, log_dir, cwd, sink = job.threads, job.env, job.log_dir, job.cwd, job.sink
+        quiet, record, target, stop_when = job.quiet, job.record, job.target, job.stop_when
+        self.timeout = job.timeout  # wait()'s, unless it is given one
         if isinstance(command, str):
             command = shlex.split(command)
         if not command:
@@ -80,7 +103,8 @@ class Cluster(TaskControl):
             except hosts.HostError as e:
                 raise launchers.LaunchError(str(e)) from None
         else:
-            self.spec = tfconfig.validate(cluster) if cluster else tfconfig.cluster_spec(workers, ps, chief)
+            addresses = list(tasks.hosts) if tasks.hosts else None
+            self.spec = tfconfig.cluster_spec(workers, ps, chief, hosts=addresses)
         self.host_list = list(host_list or [])
         self.stop_when = stop_when  # asked while the run waits, with its observations' folder: a reason stops it
         # Virtual nodes: their ssh config.
@@ -97,7 +121,7 @@ class Cluster(TaskControl):
         if "ps" in self.spec:
             # With one inter-op thread, remote steps sent by the coordinator can deadlock on a worker.
             self.env["TF_NUM_INTEROP_THREADS"] = str(max(2, int(self.env["TF_NUM_INTEROP_THREADS"])))
-        self.env.update(env or {})
+        self.env.update(dict(env or {}))
         self.env["PYTHONUNBUFFERED"] = "1"
         # independent: the same command N times without TF_CONFIG, i.e. N single-worker copies
         # (the ceiling a machine gives N workers when they do not communicate).
@@ -262,24 +286,11 @@ class Cluster(TaskControl):
         self.stop()
 
 
-def run(
-    command: Sequence[str] | str,
-    workers: int = 2,
-    ps: int = 0,
-    chief: bool = False,
-    hosts: Sequence[str] | None = None,
-    timeout: float | None = None,
-    **kw: object,
-) -> ClusterResult:
-    """Start a cluster running ``command`` on every task, wait, and clean up.
-
-    ``hosts`` lists ``host:port`` per task; ``host_list=`` (hosts with slots) places
-    the tasks on machines instead, starting the remote ones over ssh.
-    """
-    spec = tfconfig.cluster_spec(workers, ps, chief, hosts=hosts) if hosts else None
-    c = Cluster(command, workers=workers, ps=ps, chief=chief, cluster=spec, **kw)
+def run(command: Sequence[str] | str, tasks: Tasks | None = None, job: JobSpec | None = None) -> ClusterResult:
+    """Start a cluster running ``command`` on every task, wait (at most ``job.timeout``), and clean up."""
+    c = Cluster(command, tasks, job)
     try:
         c.start()
-        return c.wait(timeout)
+        return c.wait(c.timeout)
     finally:
         c.stop()

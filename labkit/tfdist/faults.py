@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core import proc, tfconfig
-from labkit.tfdist.cluster import Cluster, ClusterResult, TaskId
+from labkit.tfdist.cluster import Cluster, ClusterResult, TaskId, split
 
 
 @dataclass
@@ -76,7 +76,7 @@ def kill_and_resume(
     collective fails and they exit too; every task that died is started again
     with its old TF_CONFIG, as a cluster manager would.
     """
-    c = Cluster(command, workers=workers, **kw)
+    c = Cluster(command, *split({"workers": workers, **kw}))  # a cell's flat options: the tasks', the job's
     deadline = time.monotonic() + timeout
     with c:
         c.start()
@@ -134,7 +134,7 @@ def slowed_worker(command: Sequence[str] | str, slow: TaskId = ("worker", 1), sh
                   workers: int = 2, ps: int = 1, timeout: float = 900, **kw: object) -> ClusterResult:
     """Run a parameter-server cluster (a chief, ``workers`` workers, ``ps`` servers) with one task slowed
     down to ``share`` of the time; the result's record has the steps each worker ran (``worker_steps``)."""
-    c = Cluster(command, workers=workers, ps=ps, chief=True, **kw)
+    c = Cluster(command, *split({"workers": workers, "ps": ps, "chief": True, **kw}))
     c.record_fields["slowed"] = {"task": f"{slow[0]}.{slow[1]}", "share": share}
     with c:
         c.start()

@@ -138,7 +138,7 @@ def run_cluster(command: Sequence[str], **kw: Any) -> Any:
     if quick() and script and untouched(script):
         print(f"quick mode: {script} is still the starter; the check below runs it")
         return None
-    result = cluster.run(list(command), **kw)
+    result = cluster.run(list(command), *cluster.split(kw))  # a cell's flat options: the tasks', the job's
     print(result.summary())
     return result
 

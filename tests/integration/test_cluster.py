@@ -13,8 +13,10 @@ import pytest
 
 from labkit.core import output, proc, tfconfig
 from labkit.launching import engines, launch
+from labkit.launching.jobspec import JobSpec
 from labkit.records import runs
 from labkit.tfdist import cluster
+from labkit.tfdist.cluster import Tasks
 
 TASK = textwrap.dedent(
     """
@@ -51,7 +53,8 @@ def _sink() -> output.ConsoleSink:
 
 def test_every_task_gets_its_tf_config_and_a_log(script: Path, tmp_path: Path) -> None:
     sink = _sink()
-    r = cluster.run(["python", str(script)], workers=2, log_dir=tmp_path / "logs", sink=sink, timeout=60)
+    r = cluster.run(["python", str(script)], tasks=Tasks(workers=2),
+                    job=JobSpec(log_dir=tmp_path / "logs", sink=sink, timeout=60))
     assert r.ok, r.summary()
     assert "hello from worker.1" in r.log("worker.1")
     assert "done worker.0" in r.log("worker.0")
@@ -64,7 +67,8 @@ def test_every_task_gets_its_tf_config_and_a_log(script: Path, tmp_path: Path) -
 
 
 def test_a_failing_task_fails_the_run_and_stops_the_rest(script: Path, tmp_path: Path) -> None:
-    c = cluster.Cluster(["python", str(script), "fail"], workers=3, log_dir=tmp_path / "logs", quiet=True)
+    c = cluster.Cluster(["python", str(script), "fail"], tasks=Tasks(workers=3),
+                        job=JobSpec(log_dir=tmp_path / "logs", quiet=True))
     c.start()
     r = c.wait(timeout=60)
     assert not r.ok and "worker.1" in r.errors
@@ -73,8 +77,8 @@ def test_a_failing_task_fails_the_run_and_stops_the_rest(script: Path, tmp_path:
 
 
 def test_parameter_servers_are_stopped_when_the_chief_ends(script: Path, tmp_path: Path) -> None:
-    c = cluster.Cluster(["python", str(script), "serve"], workers=1, ps=1, chief=True, log_dir=tmp_path / "l",
-                        quiet=True)
+    c = cluster.Cluster(["python", str(script), "serve"], tasks=Tasks(workers=1, ps=1, chief=True),
+                        job=JobSpec(log_dir=tmp_path / "l", quiet=True))
     c.start()
     r = c.wait(timeout=60)
     assert r.ok, r.summary()
@@ -84,7 +88,8 @@ def test_parameter_servers_are_stopped_when_the_chief_ends(script: Path, tmp_pat
 
 @pytest.mark.slow  # 2 s or more: make test, not the 90 s of make test-fast
 def test_timeout_kills_everything_including_grandchildren(script: Path, tmp_path: Path) -> None:
-    c = cluster.Cluster(["python", str(script), "child"], workers=2, log_dir=tmp_path / "logs", quiet=True)
+    c = cluster.Cluster(["python", str(script), "child"], tasks=Tasks(workers=2),
+                        job=JobSpec(log_dir=tmp_path / "logs", quiet=True))
     c.start()
     time.sleep(1.5)
     assert len(proc.marked(c.job_id)) >= 4
@@ -100,8 +105,8 @@ def test_stop_when_ends_the_run_with_its_reason(script: Path, tmp_path: Path) ->
         asked.append(observed)
         return "seen enough" if len(asked) > 5 else None
 
-    c = cluster.Cluster(["python", str(script), "hang"], workers=2, log_dir=tmp_path / "logs", quiet=True,
-                        stop_when=stop_when)
+    c = cluster.Cluster(["python", str(script), "hang"], tasks=Tasks(workers=2),
+                        job=JobSpec(log_dir=tmp_path / "logs", quiet=True, stop_when=stop_when))
     c.start()
     r = c.wait(timeout=60)
     assert r.stopped == "seen enough" and not r.ok and not r.timed_out and r.duration < 30, r.summary()
@@ -111,7 +116,8 @@ def test_stop_when_ends_the_run_with_its_reason(script: Path, tmp_path: Path) ->
 
 
 def test_kill_and_restart_one_task(script: Path, tmp_path: Path) -> None:
-    with cluster.Cluster(["python", str(script), "hang"], workers=2, log_dir=tmp_path / "logs", quiet=True) as c:
+    with cluster.Cluster(["python", str(script), "hang"], tasks=Tasks(workers=2),
+                         job=JobSpec(log_dir=tmp_path / "logs", quiet=True)) as c:
         c.start()
         c.wait_for_output(r"hello from worker\.1", "worker", 1, timeout=30)
         c.kill_task("worker", 1)
@@ -124,7 +130,8 @@ def test_kill_and_restart_one_task(script: Path, tmp_path: Path) -> None:
 
 
 def test_wait_for_output_raises_when_the_task_exits(script: Path, tmp_path: Path) -> None:
-    with cluster.Cluster(["python", str(script)], workers=1, log_dir=tmp_path / "logs", quiet=True) as c:
+    with cluster.Cluster(["python", str(script)], tasks=Tasks(workers=1),
+                         job=JobSpec(log_dir=tmp_path / "logs", quiet=True)) as c:
         c.start()
         with pytest.raises(launch.LaunchError, match="exited before"):
             c.wait_for_output("never printed", timeout=30)
@@ -141,7 +148,7 @@ def test_cli_runs_a_cluster(script: Path, tmp_path: Path, capsys: pytest.Capture
 
 def test_hosts_must_match_tasks(script: Path) -> None:
     with pytest.raises(tfconfig.ClusterError):
-        cluster.run(["python", str(script)], workers=2, hosts=["localhost:1"])
+        cluster.run(["python", str(script)], tasks=Tasks(workers=2, hosts=["localhost:1"]))
 
 
 @pytest.mark.slow
@@ -158,8 +165,8 @@ def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest
 def test_tasks_on_other_hosts_start_over_ssh_with_their_tf_config(tmp_path: Path) -> None:
     from labkit.launching import hosts
 
-    c = cluster.Cluster(["python", "train.py"], workers=2, host_list=hosts.parse_hosts("localhost:1,node7:1"),
-                        log_dir=tmp_path / "logs", quiet=True, record=False)
+    tasks = Tasks(workers=2, host_list=hosts.parse_hosts("localhost:1,node7:1"))
+    c = cluster.Cluster(["python", "train.py"], tasks, JobSpec(log_dir=tmp_path / "logs", quiet=True, record=False))
     cmds = c.commands()
     assert cmds["worker.0"][-1] == "train.py"  # this machine: started directly
     remote = cmds["worker.1"]

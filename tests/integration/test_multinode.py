@@ -35,6 +35,7 @@ from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import virtual as nodes
 from labkit.tfdist import cluster as tf_cluster
 from labkit.tfdist import faults
+from labkit.tfdist.cluster import Tasks
 
 ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_solution.py"
@@ -383,8 +384,8 @@ def test_a_tf_distribute_cluster_whose_node_goes_away_ends_naming_it(cluster: no
     out: dict = {}
 
     def go() -> None:
-        out["result"] = tf_cluster.run(["python", str(script)], workers=2, host_list=placed, quiet=True,
-                                       record=False, cwd=work, timeout=300)
+        out["result"] = tf_cluster.run(["python", str(script)], tasks=Tasks(workers=2, host_list=placed),
+                                       job=JobSpec(quiet=True, record=False, cwd=work, timeout=300))
 
     t = threading.Thread(target=go)
     t.start()

@@ -13,7 +13,9 @@ import pytest
 from helpers import paths
 
 from labkit.launching import launchers
+from labkit.launching.jobspec import JobSpec
 from labkit.tfdist import cluster
+from labkit.tfdist.cluster import Tasks
 
 ROOT = paths.ROOT
 NO_LABKIT = str(paths.HELPERS / "no_labkit.py")
@@ -91,8 +93,9 @@ def test_final_distribute_solutions_run_without_labkit(tmp_path: Path, monkeypat
     for key in [k for k in os.environ if k.startswith("LABKIT_")]:
         monkeypatch.delenv(key)
     command = [sys.executable, NO_LABKIT, str(ROOT / "solutions" / name), *SMALL]
-    result = cluster.Cluster(command, workers=workers, ps=ps, chief=chief, cwd=tmp_path, quiet=True,
-                             record=False, log_dir=tmp_path / "logs").start().wait(timeout=600)
+    result = cluster.Cluster(command, tasks=Tasks(workers=workers, ps=ps, chief=chief),
+                             job=JobSpec(cwd=tmp_path, quiet=True, record=False,
+                                         log_dir=tmp_path / "logs")).start().wait(timeout=600)
     assert result.ok, result.summary()
     assert "Test accuracy:" in result.log("chief.0" if chief else "worker.0")
     assert not (tmp_path / "runs" / "runs.jsonl").exists()

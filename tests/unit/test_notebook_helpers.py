@@ -57,7 +57,7 @@ def test_quick_mode_skips_launching_an_untouched_starter(quick: None, tmp_path: 
         def summary(self) -> str:
             return "finished"
 
-    monkeypatch.setattr(cluster, "run", lambda command, **kw: started.append(command) or Done())
+    monkeypatch.setattr(cluster, "run", lambda command, tasks, job: started.append(command) or Done())
     starter = _starter(tmp_path)
     assert notebook.run_cluster(["python", str(starter)], workers=2) is None
     assert "still the starter" in capsys.readouterr().out and started == []
