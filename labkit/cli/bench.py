@@ -10,10 +10,11 @@ from labkit.cli import knobs as knobs_cli
 from labkit.core.cliargs import accuracy, add_script, positive_float, positive_int
 from labkit.figures import plot
 from labkit.instrument import optimizer_knobs
+from labkit.launching.jobspec import JobSpec
 from labkit.launching.launch import LaunchError
 from labkit.launching.table import names
 from labkit.measure import link_sweep
-from labkit.measure.bench import bench
+from labkit.measure.bench import SweepPlan, bench
 
 
 def parse_nps(text: str) -> list[int]:
@@ -139,10 +140,11 @@ def _cli(a) -> int:
     if a.rates:
         return _links(a)
     try:
-        sweep = bench(a.script, a.np, a.repeat, a.args, a.launcher, a.threads, a.timeout, quiet=not a.verbose,
-                      runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink, target=a.target, env=dict(a.env),
-                      optimizer=a.optimizer,
-                      hostfile=a.allreduce_hostfile)  # the workers' hosts (the ceiling's copies run here)
+        plan = SweepPlan(a.np, a.repeat, a.args, a.launcher, runs_file=a.runs_file, ceiling=a.ceiling, shrink=a.shrink,
+                         optimizer=a.optimizer,
+                         hostfile=a.allreduce_hostfile)  # the workers' hosts (the ceiling's copies run here)
+        job = JobSpec(timeout=a.timeout, threads=a.threads, env=dict(a.env), quiet=not a.verbose, target=a.target)
+        sweep = bench(a.script, plan, job)
     except (LaunchError, ValueError) as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@ from typing import Any
 
 from labkit.core import slots
 from labkit.grading import calibration
+from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
 from labkit.records import classlog, jobrecord, runs
 
@@ -283,9 +284,11 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
     with tempfile.TemporaryDirectory(prefix="labkit-assess-") as tmp:
         path = Path(records) if records else Path(tmp) / "runs.jsonl"
         with slots.queued(f"assessment of {script.name}"):  # its time counts from the job's start, after the wait
-            sweep = bench.bench(script, nps=[goal.np], args=list(args), launcher=launcher, threads=goal.threads,
-                                runs_file=path.resolve(), timeout=timeout or goal.budget_s * 1.5, quiet=quiet,
-                                target=goal.target, echo=False, cwd=cwd, stop_when=SettingsWatch(goal))
+            plan = bench.SweepPlan(nps=[goal.np], args=list(args), launcher=launcher, runs_file=path.resolve(),
+                                   echo=False)
+            job = JobSpec(timeout=timeout or goal.budget_s * 1.5, threads=goal.threads, cwd=cwd, quiet=quiet,
+                          target=goal.target, stop_when=SettingsWatch(goal))
+            sweep = bench.bench(script, plan, job)
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)

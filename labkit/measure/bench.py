@@ -4,7 +4,7 @@ From a shell::
 
     labkit bench solutions/fashion_mnist_solution.py --np 1,2 --threads 1 -- --epochs 3
 
-From a cell: ``labkit.measure.bench.bench("fashion_mnist.py", nps=[1, 2], args=["--epochs", "3"])``.
+From a cell: ``bench.bench("fashion_mnist.py", bench.SweepPlan(nps=[1, 2], args=["--epochs", "3"]))``.
 
 Every run goes through :func:`labkit.launching.launch.run` (or :mod:`labkit.tfdist.cluster`), which
 observes the script from outside and writes its run record (:mod:`labkit.records.jobrecord`);
@@ -21,7 +21,8 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,44 +63,50 @@ def check_resources(nps: Sequence[int], threads: int | None, cores: int, gpus: i
     return out
 
 
-def bench(
-    script: str | Path,
-    nps: Sequence[int] = (1, 2),
-    repeat: int = 1,
-    args: Sequence[str] = (),
-    launcher: str = "mpirun",
-    threads: int | None = None,
-    timeout: float | None = None,
-    quiet: bool = True,
-    runs_file: str | Path | None = None,
-    cwd: str | Path | None = None,
-    python: str | None = None,
-    echo: bool = True,
-    env: dict[str, str] | None = None,
-    ceiling: bool = False,
-    shrink: Sequence[int] | None = None,
-    optimizer: str | None = None,
-    target: float | None = None,
-    hostfile: str | Path | None = None,
-    stop_when: Callable[[Path], str | None] | None = None,
-) -> Sweep:
-    """Run ``script ARGS`` at each worker count in ``nps``, ``repeat`` times, and compare.
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep runs: ``script ARGS`` at each worker count in ``nps``, ``repeat`` times.
+
+    ``launcher="cluster"`` runs a tf.distribute script on a local cluster (:mod:`labkit.tfdist.cluster`) instead
+    of under MPI (``hostfile`` places MPI's ranks). ``ceiling`` also runs, for each worker count N > 1, N
+    independent copies at once (same threads, no communication): the throughput this machine gives N workers at
+    best. ``shrink=(TRAIN, TEST, DIVISOR)`` trains on the first TRAIN/TEST images with Conv2D filters divided by
+    DIVISOR, without touching the script; ``optimizer="compression=fp16"`` gives Horovod's ``DistributedOptimizer``
+    knobs the same way (:mod:`labkit.instrument.optimizer_knobs`). Records go to ``runs_file`` (default:
+    ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``); ``python`` runs the script (default: this one); ``echo``
+    says each run's progress.
+    """
+
+    nps: Sequence[int] = (1, 2)
+    repeat: int = 1
+    args: Sequence[str] = ()
+    launcher: str = "mpirun"
+    hostfile: str | Path | None = None
+    ceiling: bool = False
+    shrink: Sequence[int] | None = None
+    optimizer: str | None = None
+    runs_file: str | Path | None = None
+    python: str | None = None
+    echo: bool = True
+
+
+QUIET = JobSpec(quiet=True)  # a sweep's runs show no output of their own by default
+
+
+def bench(script: str | Path, plan: SweepPlan | None = None, job: JobSpec = QUIET) -> Sweep:
+    """Run ``plan`` (:class:`SweepPlan`) of ``script`` and compare; every run gets ``job``.
 
     Any training script works: the runs are observed from outside (:mod:`labkit.instrument.observe`).
-    ``threads`` is threads per worker (None: cores // workers, the launcher's
-    default). ``launcher="cluster"`` runs a tf.distribute script on a local
-    cluster (:mod:`labkit.tfdist.cluster`) instead of under MPI. ``ceiling`` also runs, for
-    each worker count N > 1, N independent copies at once (same threads, no
-    communication): the throughput this machine gives N workers at best.
-    ``shrink=(TRAIN, TEST, DIVISOR)`` trains on the first TRAIN/TEST images with
-    Conv2D filters divided by DIVISOR, without touching the script; ``optimizer="compression=fp16"`` gives
-    Horovod's ``DistributedOptimizer`` knobs the same way (:mod:`labkit.instrument.optimizer_knobs`). ``target`` is the
-    validation accuracy the time to accuracy is measured for (default: the script's
-    ``--target-accuracy``). ``env`` adds variables for every worker (e.g.
-    ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting). Records go to
-    ``runs_file`` (default: ``$LABKIT_RUNS_FILE`` or ``runs/runs.jsonl``). ``stop_when`` ends a run early
-    (:func:`labkit.launching.launch.run`, :class:`labkit.tfdist.cluster.Cluster`).
+    ``job.threads`` is threads per worker (None: cores // workers, the launcher's default); ``job.env`` adds
+    variables for every worker (e.g. ``{"HOROVOD_CYCLE_TIME": "5"}`` to try a Horovod setting); ``job.target`` is
+    the validation accuracy the time to accuracy is measured for (default: the script's ``--target-accuracy``);
+    ``job.stop_when`` ends a run early (:func:`labkit.launching.launch.run`, :class:`labkit.tfdist.cluster.Cluster`).
     """
+    plan = plan or SweepPlan()
+    nps, repeat, args, launcher, hostfile = plan.nps, plan.repeat, plan.args, plan.launcher, plan.hostfile
+    ceiling, shrink, optimizer, runs_file, python, echo = (plan.ceiling, plan.shrink, plan.optimizer,
+                                                           plan.runs_file, plan.python, plan.echo)
+    threads, cwd, env, target = job.threads, job.cwd, job.env, job.target
     nps = sorted({int(n) for n in nps})
     if not nps or nps[0] < 1:
         raise ValueError(f"worker counts must be >= 1, got {nps}")
@@ -126,23 +133,21 @@ def bench(
     if optimizer is not None:
         optimizer_knobs.parse(optimizer)  # ValueError before anything starts
         extra[contract.OPTIMIZER] = optimizer
-    plan = [(i, np_, False) for i in range(repeat) for np_ in nps]
+    order = [(i, np_, False) for i in range(repeat) for np_ in nps]
     if ceiling:  # each repeat: the distributed runs, then the copies, so load changes hit both alike
-        plan = [(i, np_, c) for i in range(repeat) for c in (False, True) for np_ in nps if not c or np_ > 1]
+        order = [(i, np_, c) for i in range(repeat) for c in (False, True) for np_ in nps if not c or np_ > 1]
     records: list[dict[str, Any]] = []
-    for k, (i, np_, copies) in enumerate(plan, 1):
+    for k, (i, np_, copies) in enumerate(order, 1):
         run_id = f"bench-{sweep_id}-np{np_}-r{i + 1}" + ("-ceiling" if copies else "")
         if echo:
             what = f"{np_} independent copies" if copies else f"{np_} worker(s)"
-            _say(f"run {k}/{len(plan)}: {what} x {threads or launch.default_threads(np_, cores)} thread(s), "
+            _say(f"run {k}/{len(order)}: {what} x {threads or launch.default_threads(np_, cores)} thread(s), "
                  f"repeat {i + 1}/{repeat} ...")
         job_env = {**extra, runs.RUN_ID_VAR: run_id, runs.FILE_VAR: str(records_path), contract.BENCH: sweep_id}
+        spec = job.but(env=job_env, stop_when=None if copies else job.stop_when)
         if copies or launcher == "cluster":
-            duration = _cluster_run(command, np_, timeout, threads, job_env, quiet, cwd, target, copies,
-                                    None if copies else stop_when)
+            duration = cluster.run(command, Tasks(workers=np_, independent=copies), spec).duration
         else:
-            spec = JobSpec(timeout=timeout, threads=threads, env=job_env, quiet=quiet, cwd=cwd, target=target,
-                           stop_when=stop_when)
             duration = launch.run(command, np_, launcher, spec, hostfile=hostfile).duration
         found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
         rec = found[-1] if found else {"run_id": run_id, "workers": np_, "status": "no record",
@@ -173,16 +178,6 @@ def _say(text: str) -> None:
     """Progress of a sweep: stderr in a terminal (stdout may be --json), stdout in a notebook
     (which shows stderr as an error)."""
     print(f"labkit bench: {text}", file=sys.stdout if output.in_notebook() else sys.stderr, flush=True)
-
-
-def _cluster_run(command: list[str], workers: int, timeout: float | None, threads: int | None,
-                 env: dict[str, str], quiet: bool, cwd: str | Path | None, target: float | None,
-                 independent: bool, stop_when: Callable[[Path], str | None] | None = None) -> float:
-    """Run a tf.distribute cluster of ``workers`` workers (or that many independent copies); its duration."""
-    r = cluster.run(command, tasks=Tasks(workers=workers, independent=independent),
-                    job=JobSpec(timeout=timeout, threads=threads, env=env, quiet=quiet, cwd=cwd, target=target,
-                                stop_when=stop_when))
-    return r.duration
 
 
 def _gpu_count() -> int:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
 
 # float32 twice: how far two runs of the same setting differ is the yardstick for float16's difference
@@ -63,8 +64,9 @@ def compare(script: str | Path, args: Sequence[str] = (), np: int = 2, launcher:
     out = Comparison(str(script), np, list(args))
     for label, spec in VARIANTS.items():
         say(f"{label}: {script} on {np} workers")
-        run = bench.bench(script, [np], args=list(args), launcher=launcher, threads=1, timeout=timeout, quiet=quiet,
-                          runs_file=runs_file, echo=False, optimizer=spec)
+        plan = bench.SweepPlan([np], args=list(args), launcher=launcher, runs_file=runs_file, echo=False,
+                               optimizer=spec)
+        run = bench.bench(script, plan, JobSpec(threads=1, timeout=timeout, quiet=quiet))
         rec = run.records[-1] if run.records else {}
         out.variants.append(Variant(label, list(rec.get("val_accuracy") or []), run.points[0].images_per_sec,
                                     rec.get("optimizer_knobs"), rec.get("run_id")))

@@ -16,12 +16,14 @@ sits between them. There is no delay emulation on these links (no ``netem``): on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.launching.jobspec import JobSpec
 from labkit.measure import allreduce, bench
 from labkit.nodes import net
 from labkit.nodes import virtual as nodes
@@ -98,17 +100,17 @@ def sweep(script: str | Path, rates: Sequence[str] = RATES, args: Sequence[str] 
           say: Callable[[str], Any] = print, quiet: bool = True) -> LinkSweep:
     """Run ``script ARGS`` alone, then on ``np`` nodes at each rate (fresh nodes each time); compare with the model."""
     rates = parse_rates(",".join(rates))
-    common = {"args": list(args), "launcher": launcher, "threads": 1, "timeout": timeout, "quiet": quiet,
-              "runs_file": runs_file, "echo": False}
+    plan = bench.SweepPlan([1], args=list(args), launcher=launcher, runs_file=runs_file, echo=False)
+    job = JobSpec(threads=1, timeout=timeout, quiet=quiet)
     say(f"one worker alone on this machine: {script} {' '.join(args)}")
-    alone = bench.bench(script, [1], **common)
+    alone = bench.bench(script, plan, job)
     record = alone.records[-1] if alone.records else {}
     out = LinkSweep(str(script), np, alone.points[0].images_per_sec, record.get("batch_per_worker"),
                     record.get("gradient_bytes"))
     for rate in rates:
         say(f"{np} virtual nodes, link {rate}: {script} with {np} workers")
         with nodes.VirtualNodes(count=np, slots=1, rate=None if rate == UNLIMITED else rate) as cluster:
-            run = bench.bench(script, [np], hostfile=cluster.hostfile, **common)
+            run = bench.bench(script, dataclasses.replace(plan, nps=[np], hostfile=cluster.hostfile), job)
         point = run.points[0]
         p = LinkPoint(rate, point.images_per_sec, run_id=(point.run_ids or [None])[-1],
                       failure="; ".join(point.failures) or None)

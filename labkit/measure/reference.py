@@ -224,8 +224,8 @@ def make(out: Path, plan: Plan = Plan()) -> Path:
                 ("tf-sweep", multiworker, "cluster", ["--backup-dir", str(work / "tfbk"),
                                                       "--model-path", str(work / "tf_model.keras")])):
             s = step(name, None, lambda sc=script, la=launcher, ex=extra: bench.bench(
-                sc, nps=[1, 2], threads=1, args=[*sweep_args, *ex], launcher=la, timeout=900, runs_file=path,
-                ceiling=la == "mpirun"))
+                sc, bench.SweepPlan(nps=[1, 2], args=[*sweep_args, *ex], launcher=la, runs_file=path,
+                                    ceiling=la == "mpirun"), JobSpec(threads=1, timeout=900, quiet=True)))
             results[name] = {"script": Path(script).name, "conditions": {**s.conditions, "runs_file": RECORDS}}
         lr_args = ["--mode", "small", "--epochs", str(plan.lr_epochs)]
         for label, extra in (("×2, warm-up", []), ("×2, no warm-up", ["--warmup-epochs", "0"]),

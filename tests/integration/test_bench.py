@@ -13,8 +13,10 @@ from helpers.notebooks import outputs_text
 
 from labkit.cli import bench as bench_cli
 from labkit.cli import main as cli
+from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
 from labkit.records import runs
+from labkit.tfdist import cluster_result
 
 ROOT = paths.ROOT
 
@@ -62,7 +64,8 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
     speed = {1: 100.0, 2: 190.0}
     calls = []
 
-    def fake_run(command, np, launcher, timeout, threads, env, quiet, cwd, target, **kw):
+    def fake_run(command, np, launcher, job, **kw):
+        threads, env = job.threads, job.env
         calls.append((np, threads, env[runs.RUN_ID_VAR]))
         runs.append({"run_id": "someone-else", "workers": np, "images_per_sec": 1.0, "status": "ok"}, path)
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": speed[np], "status": "ok",
@@ -70,7 +73,8 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
         return launch.JobResult(0, command, tmp_path, np, 1.0)
 
     monkeypatch.setattr(launch, "run", fake_run)
-    sweep = bench.bench("train.py", nps=[2, 1], repeat=2, threads=1, runs_file=path, echo=False)
+    sweep = bench.bench("train.py", bench.SweepPlan(nps=[2, 1], repeat=2, runs_file=path, echo=False),
+                        JobSpec(threads=1))
     assert [c[0] for c in calls] == [1, 2, 1, 2] and all(c[1] == 1 for c in calls)
     assert len({c[2] for c in calls}) == 4
     assert [p.images_per_sec for p in sweep.points] == [100.0, 190.0]
@@ -83,8 +87,8 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
 def test_bench_reports_a_run_without_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from labkit.launching import launch
 
-    monkeypatch.setattr(launch, "run", lambda command, np, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
-    sweep = bench.bench("train.py", nps=[1], runs_file=tmp_path / "r.jsonl", echo=False)
+    monkeypatch.setattr(launch, "run", lambda command, np, *a, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
+    sweep = bench.bench("train.py", bench.SweepPlan(nps=[1], runs_file=tmp_path / "r.jsonl", echo=False))
     assert not sweep.points[0].ok and "no record" in sweep.table()
 
 
@@ -96,8 +100,8 @@ def test_sweep_progress_says_which_run_of_how_many_on_the_right_stream(
     from labkit.launching import launch
 
     monkeypatch.setattr(output, "in_notebook", lambda: notebook)
-    monkeypatch.setattr(launch, "run", lambda command, np, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
-    bench.bench("train.py", nps=[1, 2], repeat=2, runs_file=tmp_path / "r.jsonl")
+    monkeypatch.setattr(launch, "run", lambda command, np, *a, **kw: launch.JobResult(0, command, tmp_path, np, 1.0))
+    bench.bench("train.py", bench.SweepPlan(nps=[1, 2], repeat=2, runs_file=tmp_path / "r.jsonl"))
     out, err = capsys.readouterr()
     shown, silent = (out, err) if notebook else (err, out)
     runs_shown = [line.split("run ")[1][:3] for line in shown.splitlines() if ": run " in line]
@@ -111,28 +115,30 @@ def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pyte
     path = tmp_path / "runs.jsonl"
     calls = []
 
-    def fake_run(command, np, env, **kw):
+    def fake_run(command, np, launcher, job, **kw):
+        env = job.env
         calls.append(("mpi", np, env.get("LABKIT_SHRINK")))
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": 90.0 * np, "status": "ok"},
                     env[runs.FILE_VAR])
         return launch.JobResult(0, command, tmp_path, np, 1.0)
 
-    def fake_cluster(command, workers, timeout, threads, env, quiet, cwd, target, independent, stop_when=None):
-        calls.append(("copies" if independent else "cluster", workers, env.get("LABKIT_SHRINK")))
+    def fake_cluster(command, tasks, job):
+        workers, env = tasks.workers, job.env
+        calls.append(("copies" if tasks.independent else "cluster", workers, env.get("LABKIT_SHRINK")))
         runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": workers, "images_per_sec": 100.0 * workers,
                      "status": "ok", "launcher": "independent"}, env[runs.FILE_VAR])
-        return 1.0
+        return cluster_result.ClusterResult({}, tmp_path, 1.0)
 
     monkeypatch.setattr(launch, "run", fake_run)
-    monkeypatch.setattr(bench, "_cluster_run", fake_cluster)
-    sweep = bench.bench("train.py", nps=[1, 2], threads=1, runs_file=path, echo=False, ceiling=True,
-                        shrink=(6000, 1000, 10))
+    monkeypatch.setattr(bench.cluster, "run", fake_cluster)
+    plan = bench.SweepPlan(nps=[1, 2], runs_file=path, echo=False, ceiling=True, shrink=(6000, 1000, 10))
+    sweep = bench.bench("train.py", plan, JobSpec(threads=1))
     assert calls == [("mpi", 1, "6000,1000,10"), ("mpi", 2, "6000,1000,10"), ("copies", 2, "6000,1000,10")]
     assert sweep.points[1].ceiling_efficiency == pytest.approx(0.9)
     text = str(sweep)
     assert "independent single-worker copies" in text and "Conv2D filters divided by 10" in text
     with pytest.raises(ValueError, match="shrink"):
-        bench.bench("train.py", shrink=(1, 2), echo=False)
+        bench.bench("train.py", bench.SweepPlan(shrink=(1, 2), echo=False))
     with pytest.raises(argparse.ArgumentTypeError):
         bench_cli.parse_shrink("6000,1000")
 

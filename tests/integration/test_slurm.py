@@ -152,8 +152,9 @@ def test_a_failing_job_returns_its_exit_status(tmp_path: Path, slurm: object) ->
 def test_bench_runs_through_slurm(tmp_path: Path, slurm: object) -> None:
     from labkit.measure import bench
 
-    sweep = bench.bench(ROOT / "solutions" / "fashion_mnist_solution.py", nps=[2], launcher="slurm", threads=1,
-                        args=SMALL, runs_file=tmp_path / "runs.jsonl", cwd=tmp_path, timeout=600, echo=False)
+    plan = bench.SweepPlan(nps=[2], launcher="slurm", args=SMALL, runs_file=tmp_path / "runs.jsonl", echo=False)
+    sweep = bench.bench(ROOT / "solutions" / "fashion_mnist_solution.py", plan,
+                        JobSpec(threads=1, cwd=tmp_path, timeout=600, quiet=True))
     assert [p.workers for p in sweep.points] == [2] and all(p.images_per_sec for p in sweep.points)
     (record,) = runs.read(tmp_path / "runs.jsonl")  # ranks started by mpirun inside the allocation
     assert record["launcher"] == "slurm" and record["workers"] == 2 and record["status"] == "ok"

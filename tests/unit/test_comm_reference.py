@@ -52,7 +52,8 @@ def test_unknown_parts_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
 def test_compression_trains_float32_twice_and_float16_once(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = []
 
-    def fake_bench(script: str, nps: list[int], optimizer: str, **kw: Any) -> Sweep:
+    def fake_bench(script: str, plan: Any, job: Any) -> Sweep:
+        optimizer = plan.optimizer
         specs.append(optimizer)
         knob = optimizer.split("=")[1]
         return Sweep(script, [Point(2, 1, images_per_sec=1000.0)], {},

@@ -47,8 +47,9 @@ class FakeNodes:
 def test_the_sweep_runs_alone_then_on_fresh_nodes_per_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict] = []
 
-    def fake_bench(script: str, nps: list[int], hostfile: str | None = None, **kw: Any) -> Sweep:
-        calls.append({"nps": nps, "hostfile": hostfile, "threads": kw["threads"]})
+    def fake_bench(script: str, plan: Any, job: Any) -> Sweep:
+        nps, hostfile = plan.nps, plan.hostfile
+        calls.append({"nps": nps, "hostfile": hostfile, "threads": job.threads})
         if hostfile is None:
             return Sweep(script, [Point(1, 1, images_per_sec=640.0, run_ids=["a"])], {},
                          records=[{"batch_per_worker": 32, "gradient_bytes": 1_000_000}])
