@@ -253,10 +253,10 @@ def run_on_engines(
             pass
         proc.stop_marked(job_id)
         ok = all(c == 0 for c in codes)
-        jobrecord.finish(run_id, log_dir / "observed", command=[sys.executable, script, *args],
-                         launcher="ipyparallel", workers=workers, threads=contract.JobEnv.from_env(env).threads,
-                         start=started, duration=time.perf_counter() - start, exit_status=0 if ok else 1,
-                         status="ok" if ok else "failed", log_dir=log_dir, path=records)
+        end = jobrecord.JobEnd(run_id, [sys.executable, script, *args], "ipyparallel", workers,
+                               contract.JobEnv.from_env(env).threads, started, time.perf_counter() - start,
+                               0 if ok else 1, "ok" if ok else "failed", log_dir=log_dir)
+        jobrecord.finish(end, log_dir / "observed", records)
         if saved is None:
             os.environ.pop(contract.JOB_ID, None)
         else:

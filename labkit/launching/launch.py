@@ -251,12 +251,11 @@ def run(
     if record:
         status = ("ok" if result.ok else "stopped" if stopped else "timeout" if timed_out
                   else "interrupted" if interrupted else "failed")
-        result.record = jobrecord.finish(
-            job_env.run_id or "", logs / "observed", command=list(command), launcher=job_env.launcher or chosen.name,
-            workers=np, threads=job_env.threads, start=started, duration=duration, exit_status=code,
-            status=status, error=stopped or next(iter(errors.values()), None), log_dir=logs, target=target,
-            path=records, bench=given.bench,
-        )
+        end = jobrecord.JobEnd(
+            job_env.run_id or "", list(command), job_env.launcher or chosen.name, np, job_env.threads, started,
+            duration, code, status, error=stopped or next(iter(errors.values()), None), log_dir=logs, target=target,
+            extra={"bench": given.bench})
+        result.record = jobrecord.finish(end, logs / "observed", records)
     if sink and not result.ok:
         for line in result.summary().splitlines():
             sink.line(line)

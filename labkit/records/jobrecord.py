@@ -14,7 +14,8 @@ import json
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -162,32 +163,38 @@ def observed_record(observation: dict[str, Any], run_id: str) -> dict[str, Any]:
     return {"run_id": run_id, **measured([observation]), "workers": (observation.get("world") or {}).get("workers")}
 
 
-def finish(
-    run_id: str,
-    folder: str | Path,
-    *,
-    command: Sequence[str],
-    launcher: str,
-    workers: int,
-    threads: int | None,
-    start: float,
-    duration: float,
-    exit_status: int,
-    status: str,
-    error: str | None = None,
-    log_dir: str | Path | None = None,
-    target: float | None = None,
-    path: str | Path | None = None,
-    copies: bool = False,
-    **fields: Any,
-) -> dict[str, Any]:
-    """Compose the run record of a finished job and append it; return it.
+@dataclass(frozen=True)
+class JobEnd:
+    """What the starter of a finished job knows of it, for its run record.
 
-    ``start`` is the job's start (seconds since the epoch): the time to the target
-    accuracy counts from there, so it includes start-up, as a learner's wall clock does.
-    ``copies``: the processes were independent copies (a ceiling measurement); their
-    throughputs are added up.
+    ``start`` is the job's start (seconds since the epoch): the time to the target accuracy counts from there,
+    so it includes start-up, as a learner's wall clock does. ``copies``: the processes were independent copies (a
+    ceiling measurement); their throughputs are added up. ``extra``: more fields for the record (the sweep it
+    belongs to, a cluster's tasks, what a fault did).
     """
+
+    run_id: str
+    command: Sequence[str]
+    launcher: str
+    workers: int
+    threads: int | None
+    start: float
+    duration: float
+    exit_status: int
+    status: str
+    error: str | None = None
+    log_dir: str | Path | None = None
+    target: float | None = None
+    copies: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def finish(end: JobEnd, folder: str | Path, path: str | Path | None = None) -> dict[str, Any]:
+    """Compose the run record of the job that ``end`` describes, from its observations in ``folder``, and
+    append it to ``path`` (default: the runs file); return it."""
+    run_id, command, launcher, workers, threads = end.run_id, end.command, end.launcher, end.workers, end.threads
+    start, duration, exit_status, status, error = end.start, end.duration, end.exit_status, end.status, end.error
+    log_dir, target, copies, fields = end.log_dir, end.target, end.copies, dict(end.extra)
     observations = read_observations(folder)
     m = measured(observations, target, t0=start)
     if copies:  # independent copies: throughput adds up; each trained alone

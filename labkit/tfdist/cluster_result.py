@@ -94,11 +94,10 @@ def record(cluster: Any, result: ClusterResult) -> dict:
     code = 0 if result.ok else next((c for c in result.returncodes.values() if c), 1)
     spec = cluster.spec
     workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
-    return jobrecord.finish(
-        cluster.contract.run_id or "", cluster.log_dir / "observed", command=cluster.command,
-        launcher=cluster.contract.launcher or "cluster", workers=workers,
-        threads=cluster.contract.threads, start=cluster.start_wall or time.time(), duration=result.duration,
-        exit_status=code or 0, status=status, error=result.stopped or next(iter(result.errors.values()), None),
-        log_dir=cluster.log_dir, target=cluster.target, path=cluster.records, copies=cluster.independent,
-        bench=cluster.contract.bench, tasks={t: len(v) for t, v in spec.items()}, **cluster.record_fields,
-    )
+    end = jobrecord.JobEnd(
+        cluster.contract.run_id or "", cluster.command, cluster.contract.launcher or "cluster", workers,
+        cluster.contract.threads, cluster.start_wall or time.time(), result.duration, code or 0, status,
+        error=result.stopped or next(iter(result.errors.values()), None), log_dir=cluster.log_dir,
+        target=cluster.target, copies=cluster.independent,
+        extra={"bench": cluster.contract.bench, "tasks": {t: len(v) for t, v in spec.items()}, **cluster.record_fields})
+    return jobrecord.finish(end, cluster.log_dir / "observed", cluster.records)

@@ -215,10 +215,10 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
         code = p.wait(timeout)
     seconds = time.perf_counter() - start
     text = "\n".join(rank_lines(path.read_text(errors="replace"), lines=10**9))  # as shown, without noise
-    record = jobrecord.finish(run_env.run_id or "", observed, command=shown, launcher="python", workers=1, threads=None,
-                              start=started, duration=seconds, exit_status=124 if code is None else code,
-                              status="ok" if code == 0 else "timeout" if code is None else "failed",
-                              log_dir=path.parent, path=records)
+    status = "ok" if code == 0 else "timeout" if code is None else "failed"
+    end = jobrecord.JobEnd(run_env.run_id or "", shown, "python", 1, None, started, seconds,
+                           124 if code is None else code, status, log_dir=path.parent)
+    record = jobrecord.finish(end, observed, records)
     done = Finished(shown, code, seconds, text, path, record)
     if not done.ok:
         sink.line(repr(done))

@@ -176,9 +176,9 @@ def test_finish_records_a_job_that_never_called_fit(tmp_path: Path) -> None:
     (tmp_path / "obs").mkdir()
     (tmp_path / "obs" / "observed.1.json").write_text(json.dumps(
         {"started": 5.0, "world": {"rank": 0, "workers": 1, "is_chief": True}, "fits": [], "epochs": []}))
-    rec = jobrecord.finish("r1", tmp_path / "obs", command=["python", "loop.py"], launcher="mpirun", workers=1,
-                           threads=1, start=4.0, duration=12.5, exit_status=0, status="ok",
-                           path=tmp_path / "runs.jsonl")
+    end = jobrecord.JobEnd("r1", ["python", "loop.py"], "mpirun", 1, 1, start=4.0, duration=12.5, exit_status=0,
+                           status="ok")
+    rec = jobrecord.finish(end, tmp_path / "obs", tmp_path / "runs.jsonl")
     assert (rec["script"], rec["status"], rec["duration_s"], rec["called_fit"]) == ("loop.py", "ok", 12.5, False)
     assert rec["images_per_sec"] is None and rec["epochs"] == []
 
@@ -189,9 +189,9 @@ def test_independent_copies_add_up(tmp_path: Path) -> None:
     single = {"rank": 0, "workers": 1, "is_chief": True, "strategy": "horovod"}
     for i in range(2):
         (folder / f"observed.{i}.json").write_text(json.dumps(_obs(single, started=100.0 + i)))
-    rec = jobrecord.finish("c", folder, command=["python", "t.py"], launcher="independent", workers=2, threads=1,
-                           start=100.0, duration=40.0, exit_status=0, status="ok", path=tmp_path / "r.jsonl",
-                           copies=True)
+    end = jobrecord.JobEnd("c", ["python", "t.py"], "independent", 2, 1, start=100.0, duration=40.0, exit_status=0,
+                           status="ok", copies=True)
+    rec = jobrecord.finish(end, folder, tmp_path / "r.jsonl")
     assert rec["images_per_sec"] == 40.0 and len(rec["copies"]) == 2 and rec["workers"] == 2
     assert rec["time_to_target_s"] is None  # copies do not train one model together
 
