@@ -245,6 +245,11 @@ def run(
         code = 124 if timed_out else 130
     if watch.lost and not (timed_out or interrupted):
         code = code or 1
+    failed = [c for _, c in sorted(exits.items()) if c != 0]
+    if code == 0 and failed and chosen.name != "elastic":
+        # A rank's own exit (written by labkit's rank wrapper) counts even when the launcher reported 0 (seen now
+        # and then with Slurm's srun); elastic mode replaces failed workers, so there their exits are not the job's.
+        code = exit_code(failed)
     result = JobResult(code, typed_command, logs, np, duration, timed_out, interrupted, exits, errors,
                        lost=watch.message() if watch.lost else None, rank_hosts=rank_hosts(logs, np),
                        stopped=stopped)
