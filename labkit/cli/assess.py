@@ -8,6 +8,7 @@ from pathlib import Path
 
 from labkit.core.cliargs import UsageError, accuracy, add_script, positive_float, positive_int
 from labkit.grading import assessment, calibration
+from labkit.launching.jobspec import JobSpec
 from labkit.records import runs
 
 EXAMPLES = """\
@@ -72,6 +73,6 @@ def _cli(a) -> int:
     if a.records:
         verdict = assessment.judge_records(runs.read(a.records), goal, a.script)
     else:
-        verdict = assessment.assess(a.script, goal, a.args, a.launcher, quiet=a.json, say=_say)
+        verdict = assessment.assess(a.script, goal, a.args, a.launcher, job=JobSpec(quiet=a.json), say=_say)
     print(json.dumps(verdict.to_json(), indent=2) if a.json else str(verdict))
     return 0 if verdict.passed else 1

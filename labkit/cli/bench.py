@@ -126,9 +126,9 @@ def _links(a) -> int:
         return 2
     np = a.np[0] if given else 2
     try:
-        result = link_sweep.sweep(a.script, a.rates, a.args, np=np, launcher=a.launcher, timeout=a.timeout or 1800,
-                                  runs_file=a.runs_file, quiet=not a.verbose,
-                                  say=lambda text: print(text, file=sys.stderr, flush=True))
+        result = link_sweep.sweep(a.script, a.rates, a.args, np=np, launcher=a.launcher, runs_file=a.runs_file,
+                                  say=lambda text: print(text, file=sys.stderr, flush=True),
+                                  job=JobSpec(timeout=a.timeout or 1800, quiet=not a.verbose))
     except (LaunchError, ValueError, RuntimeError) as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2 if isinstance(e, (LaunchError, ValueError)) else 1

@@ -270,12 +270,13 @@ def judge_records(records: Iterable[dict[str, Any]], goal: Goal, script: str | P
 
 
 def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (), launcher: str = "mpirun",
-           records: str | Path | None = None, timeout: float | None = None, quiet: bool = True,
-           cwd: str | Path | None = None, say: Any = None) -> Verdict:
+           records: str | Path | None = None, job: JobSpec = bench.QUIET, say: Any = None) -> Verdict:
     """Run ``script ARGS`` once on the goal's workers, one thread each (recorded), and judge its record.
 
     ``goal`` defaults to :func:`machine_goal` (this machine's budget). The run's files (logs,
-    checkpoints) go to ``cwd`` (default: here); its record to ``records`` (default: a scratch file).
+    checkpoints) go to ``job.cwd`` (default: here); its record to ``records`` (default: a scratch file).
+    ``job.timeout`` defaults to 1.5 times the goal's budget; the goal sets the threads, the target and what
+    stops a run early.
     """
     if not Path(script).is_file():
         raise FileNotFoundError(f"{script} not found")
@@ -286,9 +287,9 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
         with slots.queued(f"assessment of {script.name}"):  # its time counts from the job's start, after the wait
             plan = bench.SweepPlan(nps=[goal.np], args=list(args), launcher=launcher, runs_file=path.resolve(),
                                    echo=False)
-            job = JobSpec(timeout=timeout or goal.budget_s * 1.5, threads=goal.threads, cwd=cwd, quiet=quiet,
-                          target=goal.target, stop_when=SettingsWatch(goal))
-            sweep = bench.bench(script, plan, job)
+            spec = job.but(timeout=job.timeout or goal.budget_s * 1.5, threads=goal.threads, target=goal.target,
+                           stop_when=SettingsWatch(goal))
+            sweep = bench.bench(script, plan, spec)
         mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)

@@ -29,6 +29,7 @@ from labkit.core import proc
 from labkit.course import labs
 from labkit.course import release as course
 from labkit.grading import assessment
+from labkit.launching.jobspec import JobSpec
 
 
 @dataclass
@@ -256,7 +257,8 @@ def grade_assessment(table: dict[str, Any], folder: Path, scratch: Path) -> Case
     goal = assessment.machine_goal(**spec)
     work = scratch / "assessment"
     work.mkdir(exist_ok=True)
-    verdict = assessment.assess(scratch / run["script"], goal, run["args"], run["launcher"], cwd=work)
+    verdict = assessment.assess(scratch / run["script"], goal, run["args"], run["launcher"],
+                                job=JobSpec(quiet=True, cwd=work))
     case = Case("assessment", 1, title, verdict.passed, f"{verdict.message} (goal: {goal})",
                 run["points"] if verdict.passed else 0.0, run["points"], time.perf_counter() - start)
     if not case.passed:

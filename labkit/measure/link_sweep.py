@@ -32,6 +32,9 @@ RATES = ("unlimited", "1gbit", "100mbit")
 UNLIMITED = "unlimited"
 
 
+JOB = JobSpec(timeout=1800, quiet=True)  # each run's default: its time limit, and no output of its own
+
+
 def parse_rates(text: str) -> list[str]:
     """``"unlimited,1gbit,100mbit"`` to a list of rates, each checked (``tc`` units: kbit, mbit, gbit)."""
     out = [r.strip() for r in text.split(",") if r.strip()]
@@ -96,12 +99,13 @@ def model(rate: str, np: int, alone_images_per_sec: float, batch: int,
 
 
 def sweep(script: str | Path, rates: Sequence[str] = RATES, args: Sequence[str] = (), np: int = 2,
-          launcher: str = "mpirun", timeout: float | None = 1800, runs_file: str | Path | None = None,
-          say: Callable[[str], Any] = print, quiet: bool = True) -> LinkSweep:
-    """Run ``script ARGS`` alone, then on ``np`` nodes at each rate (fresh nodes each time); compare with the model."""
+          launcher: str = "mpirun", runs_file: str | Path | None = None, say: Callable[[str], Any] = print,
+          job: JobSpec = JOB) -> LinkSweep:
+    """Run ``script ARGS`` alone, then on ``np`` nodes at each rate (fresh nodes each time); compare with the model.
+    Every run gets ``job`` with one thread per worker."""
     rates = parse_rates(",".join(rates))
     plan = bench.SweepPlan([1], args=list(args), launcher=launcher, runs_file=runs_file, echo=False)
-    job = JobSpec(threads=1, timeout=timeout, quiet=quiet)
+    job = job.but(threads=1)
     say(f"one worker alone on this machine: {script} {' '.join(args)}")
     alone = bench.bench(script, plan, job)
     record = alone.records[-1] if alone.records else {}

@@ -30,6 +30,8 @@ from labkit.launching import launch
 from labkit.launching.jobspec import JobSpec
 from labkit.tfdist import faults
 
+JOB = JobSpec(timeout=600, quiet=True)  # each run's default: its time limit, and no output of its own
+
 
 @dataclass
 class RankSteps:
@@ -163,10 +165,11 @@ def _slow_down(tag: str, rank: int, share: float, log: Path, done: threading.Eve
 
 
 def run(np: int = 2, steps: int = 40, slow: int | None = None, share: float = 0.3, compute_ms: float = 40.0,
-        launcher: str = "mpirun", hostfile: str | Path | None = None, log_dir: str | Path | None = None,
-        timeout: float = 600, quiet: bool = True) -> Diagnosis:
-    """Run the job (rank ``slow`` throttled to ``share`` of the time once it computes) and diagnose it."""
-    logs = Path(log_dir) if log_dir else proc.new_log_dir()
+        launcher: str = "mpirun", hostfile: str | Path | None = None,
+        job: JobSpec = JOB) -> Diagnosis:
+    """Run the job (rank ``slow`` throttled to ``share`` of the time once it computes) and diagnose it; ``job``
+    gives its time limit, output and log folder (one thread per rank, not recorded)."""
+    logs = Path(job.log_dir) if job.log_dir else proc.new_log_dir()
     logs.mkdir(parents=True, exist_ok=True)
     trace = logs.resolve() / "timeline.json"
     tag = uuid.uuid4().hex
@@ -181,13 +184,12 @@ def run(np: int = 2, steps: int = 40, slow: int | None = None, share: float = 0.
                                   args=(tag, slow, share, logs / f"rank.{slow}.log", done, period))
         slower.start()
     try:
-        job = launch.run(command,
-                         job=JobSpec(env=env, log_dir=logs, timeout=timeout, quiet=quiet, record=False,
-                                     threads=1), np=np, launcher=launcher, hostfile=hostfile)
+        result = launch.run(command, np, launcher, job.but(env=env, log_dir=logs, record=False, threads=1),
+                            hostfile=hostfile)
     finally:
         done.set()
         if slower:
             slower.join(10)
-    if not job.ok:
-        raise RuntimeError(job.summary())
+    if not result.ok:
+        raise RuntimeError(result.summary())
     return diagnose(logs, np, trace, slow)

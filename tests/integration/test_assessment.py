@@ -212,8 +212,8 @@ def test_grading_runs_the_learners_own_script(tmp_path: Path, monkeypatch: pytes
     (folder / "fashion_mnist.py").write_text("print('mine')\n")
     seen = {}
 
-    def fake_assess(script, goal, args, launcher, cwd=None, **kw):
-        seen.update(script=Path(script), cwd=Path(cwd), args=args, goal=goal, text=Path(script).read_text())
+    def fake_assess(script, goal, args, launcher, job, **kw):
+        seen.update(script=Path(script), cwd=Path(job.cwd), args=args, goal=goal, text=Path(script).read_text())
         return assessment.Verdict(True, "reached 83.0% after 70 s", goal)
 
     monkeypatch.setattr(assessment, "assess", fake_assess)

@@ -20,6 +20,7 @@ from helpers import paths
 from matplotlib.figure import Figure
 
 from labkit.figures import timeline
+from labkit.launching.jobspec import JobSpec
 from labkit.measure import timeline_straggler
 
 FIX = paths.FIXTURES / "timeline"
@@ -141,7 +142,8 @@ def test_the_diagnosis_names_the_slow_rank_and_the_wait(tmp_path: Path) -> None:
 @pytest.mark.heavy  # make test names a straggler end to end in lab 8 (tests/browser/test_notebook_communication.py)
 def test_a_slowed_rank_is_named_by_the_step_times_and_the_timeline(tmp_path: Path) -> None:
     start = time.perf_counter()
-    d = timeline_straggler.run(np=2, steps=300, slow=1, share=0.3, log_dir=tmp_path / "logs", timeout=400)
+    d = timeline_straggler.run(np=2, steps=300, slow=1, share=0.3,
+                               job=JobSpec(log_dir=tmp_path / "logs", timeout=400, quiet=True))
     print(d, d.timeline.summary() if d.timeline else "", f"{time.perf_counter() - start:.0f} s", sep="\n")
     assert d.straggler == 1
     assert d.timeline is not None and d.timeline.straggler()[0] == 1
