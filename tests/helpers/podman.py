@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from labkit.deploy.image import build, recipe
@@ -138,3 +139,16 @@ def lab_settings(folder: Path) -> list[str]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     return ["-v", f"{settings}:{SETTINGS_IN}:ro", "-e", f"JUPYTERLAB_SETTINGS_DIR={SETTINGS_IN}",
             "-v", f"{config}:{CONFIG_IN}:ro", "-e", f"JUPYTER_CONFIG_PATH={CONFIG_IN}"]
+
+
+def fresh_debian(store: Store, folder: Path, packages: Sequence[str], tag: str, hooks: Sequence[str] = ()) -> None:
+    """A fresh minimal Debian (this machine's suite and mirror, ``packages`` included, mmdebstrap's
+    ``--customize-hook`` commands ``hooks`` run in it) imported into ``store`` as ``tag``; the root file system's
+    tarball is made in ``folder`` and removed."""
+    rootfs = folder / "rootfs.tar"
+    subprocess.run(["mmdebstrap", "--variant=minbase", "--include=" + ",".join(packages),
+                    *(f"--customize-hook={h}" for h in hooks),
+                    recipe.host_suite(), str(rootfs), str(recipe.host_sources())],
+                   check=True, capture_output=True, timeout=900)
+    store.run("import", str(rootfs), tag)
+    rootfs.unlink()

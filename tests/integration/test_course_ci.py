@@ -33,7 +33,6 @@ import json
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
 import uuid
 import xml.etree.ElementTree as ET
@@ -42,10 +41,10 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import course_repo, paths
-from helpers.podman import HOST_PIP, LENT_CA, Store, lent_pip, skip_unless_served
+from helpers.podman import HOST_PIP, LENT_CA, Store, fresh_debian, lent_pip, skip_unless_served
 
 from labkit.course import labs
-from labkit.deploy.image import build, recipe
+from labkit.deploy.image import build
 from labkit.instrument import data
 
 ROOT = paths.ROOT
@@ -232,14 +231,9 @@ def test_the_released_workflow_grades_finished_broken_and_hostile_commits(tmp_pa
 
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
-        rootfs = tmp_path / "rootfs.tar"
-        subprocess.run(["mmdebstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES),
-                        f"--customize-hook=chroot \"$1\" useradd -m -s /bin/bash {RUNNER}",
-                        f"--customize-hook=echo '{RUNNER} ALL=(ALL) NOPASSWD:ALL' > \"$1/etc/sudoers.d/{RUNNER}\"",
-                        recipe.host_suite(), str(rootfs), str(recipe.host_sources())],
-                       check=True, capture_output=True, timeout=900)
-        store.run("import", str(rootfs), tag)
-        rootfs.unlink()
+        fresh_debian(store, tmp_path, PACKAGES, tag, [
+            f"chroot \"$1\" useradd -m -s /bin/bash {RUNNER}",
+            f"echo '{RUNNER} ALL=(ALL) NOPASSWD:ALL' > \"$1/etc/sudoers.d/{RUNNER}\""])
         run = store.run("run", "--name", name, "--user", RUNNER, "-w", f"/home/{RUNNER}",
                         *lent_pip(lent, HOST_PIP.read_text()), "-e", f"PIP_CERT={LENT_CA}",
                         "-v", f"{inbox}:/in:ro", "-v", f"{outbox}:/out", tag, "bash", "/in/run.sh",

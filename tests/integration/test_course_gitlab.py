@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import course_repo, paths
-from helpers.podman import HOST_PIP, Store, lent_pip, skip_unless_served
+from helpers.podman import HOST_PIP, Store, fresh_debian, lent_pip, skip_unless_served
 
-from labkit.deploy.image import build, recipe
+from labkit.deploy.image import build
 
 ROOT = paths.ROOT
 PACKAGES = ("python3", "python3-venv", "g++", "make", "git", "ca-certificates", "rsync")  # rsync: gitlab-ci-local's
@@ -105,12 +105,7 @@ def test_the_released_pipeline_grades_finished_and_broken_commits(tmp_path: Path
 
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
-        rootfs = tmp_path / "rootfs.tar"
-        subprocess.run(["mmdebstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES),
-                        recipe.host_suite(), str(rootfs), str(recipe.host_sources())],
-                       check=True, capture_output=True, timeout=900)
-        store.run("import", str(rootfs), tag)
-        rootfs.unlink()
+        fresh_debian(store, tmp_path, PACKAGES, tag)
         run = store.run("run", "--name", name, "-w", "/root", *lent_pip(lent, HOST_PIP.read_text()),
                         "-v", f"{node}:/usr/local/bin/node:ro",
                         "-v", f"{inbox}:/in:ro", "-v", f"{outbox}:/out", tag, "bash", "/in/run.sh",
