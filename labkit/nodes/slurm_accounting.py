@@ -6,7 +6,8 @@ therefore starts both here, next to its controller and private to root:
 
 - MariaDB with its data in ``STATE/slurm/db`` and its socket in a folder only root opens (``rwx------``), no TCP
   port (``--skip-networking``); root reaches it through the socket;
-- ``slurmdbd`` on ``127.0.0.1``, authenticating its clients with the cluster's munge key, as slurmctld does;
+- ``slurmdbd`` (on every address of this machine: Slurm 22.05 listens there whatever ``DbdAddr`` says),
+  authenticating its clients with the cluster's munge key, as slurmctld does;
 - slurm.conf with ``AccountingStorageEnforce=associations,limits,qos,safe``: a user Slurm has no association for
   cannot submit, and a user's QOS limits hold.
 
