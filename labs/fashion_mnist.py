@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 # Generated from solutions/source/fashion_mnist.py.tmpl (version 0) by `labkit gen`.
 # Edit the template, not this file; `make gen` rewrites it.
-"""Train a WideResNet on Fashion-MNIST with Keras (the single-process starting point).
+"""Train a WideResNet on Fashion-MNIST with Keras (horovod lab, starting point).
 
 Plain TensorFlow + tf-keras + Horovod: needs TF_USE_LEGACY_KERAS=1 in the environment
 (Horovod's Keras API works with Keras 2, which TensorFlow 2.16+ only gives through

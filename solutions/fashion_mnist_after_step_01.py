@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 # Generated from solutions/source/fashion_mnist.py.tmpl (version 1) by `labkit gen`.
 # Edit the template, not this file; `make gen` rewrites it.
-"""Train a WideResNet on Fashion-MNIST with Keras (Horovod lab, after step 1).
+"""Train a WideResNet on Fashion-MNIST with Keras (horovod lab, after step 1).
 
 Plain TensorFlow + tf-keras + Horovod: needs TF_USE_LEGACY_KERAS=1 in the environment
 (Horovod's Keras API works with Keras 2, which TensorFlow 2.16+ only gives through

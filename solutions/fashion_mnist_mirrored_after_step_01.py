@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 # Generated from solutions/source/fashion_mnist_mirrored.py.tmpl (version 1) by `labkit gen`.
 # Edit the template, not this file; `make gen` rewrites it.
-"""Train a WideResNet on Fashion-MNIST with Keras (MirroredStrategy lab, after step 1).
+"""Train a WideResNet on Fashion-MNIST with Keras (mirrored lab, after step 1).
 
 One process, several devices: MirroredStrategy keeps a copy of every variable
 on each device and averages the gradients of all copies at every step. On a

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 # Generated from solutions/source/fashion_mnist_multiworker.py.tmpl (version 5) by `labkit gen`.
 # Edit the template, not this file; `make gen` rewrites it.
-"""Train a WideResNet on Fashion-MNIST with Keras (MultiWorkerMirroredStrategy lab, after step 5).
+"""Train a WideResNet on Fashion-MNIST with Keras (multiworker lab, after step 5).
 
 Every worker of the cluster runs this same script; ``TF_CONFIG`` tells each one
 the cluster's addresses and its own role. Run it alone (one worker) or as a

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 # Generated from solutions/source/fashion_mnist_ps.py.tmpl (version 2) by `labkit gen`.
 # Edit the template, not this file; `make gen` rewrites it.
-"""Train a WideResNet on Fashion-MNIST with Keras (ParameterServerStrategy lab, after step 2).
+"""Train a WideResNet on Fashion-MNIST with Keras (parameter-server lab, after step 2).
 
 With ParameterServerStrategy the cluster has three roles. Parameter servers
 (``ps``) hold the variables; workers run training steps; the chief (the

@@ -1,13 +1,15 @@
 """Behaviour checks of a learner's script, step by step.
 
-From a cell: ``labkit.check.horovod(3, script="fashion_mnist.py")`` shows a
-per-step report. From a shell: ``labkit check horovod SCRIPT [--step N] [--json]``.
-Each lab's step judges live in ``labkit.check.lab_*`` as plain functions of what the
-probe recorded; :mod:`labkit.check.judging` runs them in one loop.
+From a cell: ``labkit.check.horovod(3, script="fashion_mnist.py")`` shows a per-step report (one such
+function per lab of :data:`labkit.course.labs.LABS`, named after it). From a shell:
+``labkit check horovod SCRIPT [--step N] [--json]``.
+Each lab's step judges live in ``labkit.check.lab_*`` (the table :data:`labkit.check.judges.JUDGES`) as plain
+functions of what the probe recorded; :mod:`labkit.check.judging` runs them in one loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,9 @@ from labkit.check.report import Report, StepResult
 from labkit.course import labs
 from labkit.records import checklog, classlog
 
-__all__ = ["Report", "StepResult", "communication", "horovod", "mirrored", "multiworker", "parameter_server",
-           "run_check", "scale_out"]
+__all__ = ["Report", "StepResult", "run_check", *(name.replace("-", "_") for name in labs.LABS)]
 
-LABS = labs.LABS  # the registry: names, steps, scripts, timeouts, implementations
+LABS = labs.LABS  # the registry: names, steps, files, timeouts, points
 
 
 # Seconds a whole check may take before every process is stopped (the multi-worker
@@ -61,45 +62,21 @@ def _content(script: str | Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def horovod(
-    step: int | None = None, script: str | Path = "fashion_mnist.py", timeout: float | None = None
-) -> Report:
-    """Check steps 1..``step`` of the Horovod lab."""
-    return run_check("horovod", script, step, timeout)
+def __getattr__(name: str) -> Callable[..., Report]:
+    """``labkit.check.LAB(step=None, script=STARTER, timeout=None)`` for every lab of the registry, its name with
+    ``_`` for ``-`` (``labkit.check.parameter_server(3)``): check steps 1..``step`` of the lab's script."""
+    lab = labs.LABS.get(name.replace("_", "-"))
+    if lab is None or name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def checker(step: int | None = None, script: str | Path = lab.starter, timeout: float | None = None) -> Report:
+        return run_check(lab.name, script, step, timeout)
+
+    checker.__name__ = checker.__qualname__ = name
+    checker.__doc__ = (f"Check steps 1..``step`` of the {lab.name} lab ({lab.notebook}: {lab.title}); "
+                       f"the script: {lab.starter}.")
+    return checker
 
 
-def mirrored(
-    step: int | None = None, script: str | Path = "fashion_mnist_mirrored.py", timeout: float | None = None
-) -> Report:
-    """Check steps 1..``step`` of the MirroredStrategy lab."""
-    return run_check("mirrored", script, step, timeout)
-
-
-def multiworker(
-    step: int | None = None, script: str | Path = "fashion_mnist_multiworker.py", timeout: float | None = None
-) -> Report:
-    """Check steps 1..``step`` of the MultiWorkerMirroredStrategy lab."""
-    return run_check("multiworker", script, step, timeout)
-
-
-def parameter_server(
-    step: int | None = None, script: str | Path = "fashion_mnist_ps.py", timeout: float | None = None
-) -> Report:
-    """Check steps 1..``step`` of the ParameterServerStrategy lab."""
-    return run_check("parameter-server", script, step, timeout)
-
-
-def communication(
-    step: int | None = None, script: str | Path = "fashion_mnist.py", timeout: float | None = None
-) -> Report:
-    """Check lab 8's exercise: with ``--fp16-allreduce`` the Horovod script all-reduces its gradients as float16."""
-    return run_check("communication", script, step, timeout)
-
-
-def scale_out(
-    step: int | None = None, script: str | Path = "cluster.sbatch", timeout: float | None = None
-) -> Report:
-    """Check lab 7's exercise by dry runs: step 1 the hostfile ``cluster_hostfile`` next to ``script`` (OpenMPI's
-    mapper), step 2 the batch script (its allocation on the lab's cluster, its body run with launchers that record
-    instead of starting). Nothing starts; no root, no cluster."""
-    return run_check("scale-out", script, step, timeout)
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

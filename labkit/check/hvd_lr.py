@@ -14,7 +14,7 @@ from typing import Any
 from labkit.check import hvd_runs as hr
 from labkit.check import lr_rule
 from labkit.check.hvd_runs import BATCH
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 
 # Step 8's run: --base-lr unlike any mode's default, epochs enough for a 5-epoch warm-up (NVIDIA's lab),
 # a target accuracy no run reaches (training must not stop early).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.check import hvd_runs as hr
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 
 CHECKPOINT_DIR = "checkpoints"  # the folder the check gives the script (--checkpoint-dir)
 CHECKPOINT_ARGS = ["--checkpoint-dir", CHECKPOINT_DIR]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from labkit.check import ending
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 from labkit.launching import launch
 from labkit.launching.jobspec import JobSpec
 

@@ -1,11 +1,11 @@
 """The one judging loop every lab's check goes through.
 
-A lab's check module (``labkit.check.lab_*``) provides
+A lab's check module (``labkit.check.lab_*``, listed in :data:`labkit.check.judges.JUDGES`) provides
 
 * ``collect(script, upto, timeout, work) -> dict``: run the script under a probe and
   return the *evidence*, a JSON-able dict of what the processes did;
 * ``STEPS``: one judge per step, a plain function of the evidence that returns what
-  passed or raises :class:`Failed` with what to change;
+  passed or raises :class:`~labkit.check.verdict.Failed` with what to change;
 * ``upto(step) -> int`` (optional): how many steps one run covers when step ``step``
   is asked for (the multi-worker lab only kills a worker when step 4 is asked for);
 * ``syntax_error(script) -> str | None`` (optional): why the script cannot be read, before any run
@@ -20,29 +20,23 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib
 import json
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from labkit.check import judges
 from labkit.check.ending import left_behind
 from labkit.check.report import Report, StepResult
+from labkit.check.verdict import Failed, Judge
 from labkit.core import env, files, slots
 from labkit.course import labs
 
 # Bumped whenever the evidence a probe run produces changes shape; recorded fixtures
 # carry it, and the tests compare a fresh run's evidence with them.
 FORMAT = 2
-
-Judge = Callable[[dict[str, Any]], str]
-
-
-class Failed(Exception):
-    """A step failed; the message says what to change."""
-
 
 def judge(steps: Sequence[Judge], evidence: dict[str, Any], upto: int, titles: Sequence[str]) -> list[StepResult]:
     """Judge steps 1..``upto`` in order; after the first failure the rest are not judged."""
@@ -87,7 +81,8 @@ def digest(script: Path, others: Sequence[Path] = ()) -> str:
 
 
 def lab_module(lab: str) -> Any:
-    return importlib.import_module(labs.get(lab).module)
+    """The judge module of ``lab`` (:data:`labkit.check.judges.JUDGES`)."""
+    return judges.of(lab)
 
 
 def run_covers(module: Any, step: int) -> int:

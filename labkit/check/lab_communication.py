@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from labkit.check import hvd_runs as hr
-from labkit.check.judging import Failed
 from labkit.check.lab_horovod import ARGS as HOROVOD_ARGS
+from labkit.check.verdict import Failed
 from labkit.instrument import probe_allreduce
 
 FLAG = "--fp16-allreduce"

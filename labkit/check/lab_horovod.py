@@ -22,7 +22,7 @@ from labkit.check import hvd_runs as hr
 from labkit.check.hvd_lr import LR_ARGS, LR_EPOCHS, explained, lr_args, step_8
 from labkit.check.hvd_resume import CHECKPOINT_ARGS, step_7
 from labkit.check.hvd_runs import BATCH
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 
 ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BATCH)]
 

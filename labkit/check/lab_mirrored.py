@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.check import ending, tfdist
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 from labkit.core import contract, output
 
 DEVICES = 2

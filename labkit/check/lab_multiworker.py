@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.check import lr_rule, tfdist
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 from labkit.core import contract, proc
 from labkit.launching.jobspec import JobSpec
 from labkit.tfdist import cluster

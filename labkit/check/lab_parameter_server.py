@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.check import ending, tfdist
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 from labkit.launching.jobspec import JobSpec
 from labkit.tfdist import cluster
 from labkit.tfdist.cluster import Tasks

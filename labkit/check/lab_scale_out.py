@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from labkit.check import sbatch_dry
-from labkit.check.judging import Failed
 from labkit.check.scale_out_ranks import ALONE, Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
+from labkit.check.verdict import Failed
 from labkit.course import labs
 from labkit.launching import hosts, mpimap, slurm_alloc
 from labkit.launching import sbatch_read as sr

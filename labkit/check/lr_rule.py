@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 
 RTOL = 1e-3  # float32 rates, schedules' arithmetic
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from labkit.check.judging import Failed
+from labkit.check.verdict import Failed
 from labkit.core import proc
 from labkit.launching import launchers
 

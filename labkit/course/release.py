@@ -33,20 +33,23 @@ COPIED = ("labkit", ".importlinter", "scripts", "patches", "binder", "k8s", "Mak
           "course", "docs",
           "jupyter", "labs/figures", "labs/reference")
 KEPT_BACK = (Path("course") / "INSTRUCTOR.md",)  # the answers stay with the instructors
-GRADING = """
-[tool.labkit.grading]
-# Which labs `labkit grade` checks, where the learner's scripts are, and the points of each
-# lab (one number: split evenly over its steps; a list: one number per step).
-labs = ["horovod", "mirrored", "multiworker", "parameter-server", "communication"]
-path = "labs"
-
-[tool.labkit.grading.points]
-horovod = 8
-mirrored = 4
-multiworker = 4
-parameter-server = 3
-communication = 1
-"""
+def grading_table() -> str:
+    """The ``[tool.labkit.grading]`` table a released course's ``pyproject.toml`` gets: the labs worth points
+    (:attr:`labkit.course.labs.Lab.points`), in the course's order, each with its points."""
+    graded = [lab for lab in labs.LABS.values() if lab.points]
+    width = max(len(lab.name) for lab in graded)
+    return "\n".join([
+        "",
+        "[tool.labkit.grading]",
+        "# Which labs `labkit grade` checks, where the learner's scripts are, and the points of each",
+        "# lab (one number: split evenly over its steps; a list: one number per step).",
+        f"labs = [{', '.join(json.dumps(lab.name) for lab in graded)}]",
+        'path = "labs"',
+        "",
+        "[tool.labkit.grading.points]",
+        *(f"{lab.name.ljust(width)} = {lab.points}" for lab in graded),
+        "",
+    ])
 
 
 def pristine(lab: labs.Lab, roots: list[Path] | None = None, name: str | None = None) -> str | None:
@@ -119,7 +122,7 @@ def release_files(root: Path = labs.ROOT, mode: str | None = None) -> dict[str, 
             files[str(p.relative_to(root))] = p.read_bytes()
     pyproject = (root / "pyproject.toml").read_text()
     if "[tool.labkit.grading]" not in pyproject:
-        pyproject = pyproject.rstrip("\n") + "\n" + GRADING
+        pyproject = pyproject.rstrip("\n") + "\n" + grading_table()
     files["pyproject.toml"] = solutions.with_mode(pyproject, mode).encode()
     for nb in sorted((root / "labs").glob("*.ipynb")):
         files[f"labs/{nb.name}"] = _clear(nb).encode()

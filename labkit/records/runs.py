@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import time
 import uuid
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import contract, files
+from labkit.course import labs
 
 DEFAULT_FILE = "runs/runs.jsonl"
 FILE_VAR = contract.RUNS_FILE
@@ -113,18 +113,9 @@ def select(records: Iterable[dict[str, Any]], **match: Any) -> list[dict[str, An
 
 
 def lab_and_step(script: str) -> tuple[str | None, str | None]:
-    """Guess the lab and step from a lab script's name (``fashion_mnist_after_step_03.py`` -> step 3)."""
-    name = Path(script).stem
-    step = None
-    m = re.search(r"after_step_(\d+)", name)
-    if m:
-        step = str(int(m.group(1)))
-    elif name.endswith("_solution"):
-        step = "solution"
-    for lab in ("multiworker", "mirrored", "parameter_server", "ps", "communication"):
-        if lab in name:
-            return ("parameter-server" if lab in ("ps", "parameter_server") else lab), step
-    return ("horovod" if name.startswith("fashion_mnist") else None), step
+    """The lab (its name) and step a lab script's name tells (``fashion_mnist_after_step_03.py`` -> horovod, "3")."""
+    lab, step = labs.by_file_name(script)
+    return (lab.name if lab else None), step
 
 
 def summarize(epochs: list[dict[str, Any]], key: str = "images_per_sec") -> float | None:

@@ -81,7 +81,7 @@ def course_config(start: Path) -> dict[str, Any]:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
-    return tomllib.loads(course.GRADING)["tool"]["labkit"]["grading"]
+    return tomllib.loads(course.grading_table())["tool"]["labkit"]["grading"]
 
 
 def columns(config: dict[str, Any]) -> list[Column]:
