@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from labkit.core import env
-from labkit.instrument import data
+from labkit.instrument import data, private_names
 from labkit.launching import launchers
 from labkit.nodes import net
 from labkit.nodes import virtual as nodes
@@ -94,6 +94,12 @@ def collect() -> dict[str, Any]:
                 "GPUs are visible but Horovod was built without NCCL: "
                 "rebuild with `LABKIT_HOROVOD_GPU=1 make setup` for fast GPU allreduce"
             )
+    if hvd is not None and not issue and not keras_issue:  # what the checks' observers need, where all is there
+        moved = private_names.moved()
+        if moved:
+            problems.append("this TensorFlow, tf-keras or Horovod no longer has names the checks observe with, so "
+                            "the checks may fail correct scripts: " + "; ".join(moved) + ". Use the versions "
+                            "`make setup` pins")
     if report["mpirun"]:
         version = launchers.mpi_version()
         report["mpi"] = f"Open MPI {'.'.join(map(str, version))}" if version else "unknown MPI"

@@ -5,7 +5,6 @@ follows from the declaration."""
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 
 import pytest
 
@@ -13,6 +12,11 @@ import labkit.check
 from labkit.check import judges
 from labkit.course import labs, release, sources
 from labkit.records import runs
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 
 def test_every_declared_lab_has_its_judges_and_no_judges_lack_a_lab() -> None:
