@@ -24,6 +24,7 @@ import argparse
 import json
 import shlex
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from labkit.core import contract
@@ -82,14 +83,25 @@ def _metadata(name: str, namespace: str | None, **labels: str) -> dict[str, Any]
     return {"name": name, **ns, "labels": {"app.kubernetes.io/part-of": "labkit", **labels}}
 
 
+@dataclass(frozen=True)
+class Pods:
+    """The worker pods of a job: how many, ranks (slots) and GPUs each, and what each requests."""
+
+    workers: int = 2
+    slots_per_worker: int = 1  # ranks per pod (MPIJob); a TrainJob runs one worker per pod
+    gpus_per_worker: int = 0
+    cpu: str = "2"  # a Kubernetes quantity: "2", "500m"
+    memory: str = "8Gi"
+
+
 def mpijob(name: str = "labkit-horovod", image: str = IMAGE, script: str = HOROVOD_SCRIPT, args: Sequence[str] = (),
-           workers: int = 2, slots_per_worker: int = 1, gpus_per_worker: int = 0, cpu: str = "2",
-           memory: str = "8Gi", namespace: str | None = None) -> Manifest:
+           pods: Pods = Pods(), namespace: str | None = None) -> Manifest:
     """A Kubeflow MPIJob running ``mpirun -np workers*slots python script args`` (Horovod)."""
-    _check(name, image, script, workers=(workers, 1), slots_per_worker=(slots_per_worker, 1),
-           gpus_per_worker=(gpus_per_worker, 0))
+    _check(name, image, script, workers=(pods.workers, 1), slots_per_worker=(pods.slots_per_worker, 1),
+           gpus_per_worker=(pods.gpus_per_worker, 0))
+    workers, slots_per_worker, gpus_per_worker = pods.workers, pods.slots_per_worker, pods.gpus_per_worker
     np = workers * slots_per_worker
-    env = _env(cpu, slots_per_worker, gpus_per_worker)
+    env = _env(pods.cpu, slots_per_worker, gpus_per_worker)
     exports = [w for e in env for w in ("-x", f"{e['name']}={e['value']}")]  # ssh-started ranks see only these
     command = ["mpirun", "-np", str(np), *MPIRUN_FLAGS, *exports, "python", script, *args]
 
@@ -107,7 +119,7 @@ def mpijob(name: str = "labkit-horovod", image: str = IMAGE, script: str = HOROV
             "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
                          "template": role("launcher", command, _resources("500m", "1Gi", 0))},
             "Worker": {"replicas": workers, "template": role(
-                "worker", ["labkit-sshd"], _resources(cpu, memory, gpus_per_worker))},
+                "worker", ["labkit-sshd"], _resources(pods.cpu, pods.memory, gpus_per_worker))},
         },
     }}
     validate(job)
@@ -123,18 +135,20 @@ def tf_config(name: str, workers: int) -> str:
 
 
 def trainjob(name: str = "labkit-multiworker", image: str = IMAGE, script: str = MWMS_SCRIPT,
-             args: Sequence[str] = (), workers: int = 2, gpus_per_worker: int = 0, cpu: str = "2",
-             memory: str = "8Gi", namespace: str | None = None, runtime: str = RUNTIME) -> Manifest:
-    """A Kubeflow Trainer TrainJob running ``python script args`` on ``workers`` MWMS workers."""
+             args: Sequence[str] = (), pods: Pods = Pods(), namespace: str | None = None,
+             runtime: str = RUNTIME) -> Manifest:
+    """A Kubeflow Trainer TrainJob running ``python script args`` on ``pods.workers`` MWMS workers (one per pod;
+    ``pods.slots_per_worker`` is not used)."""
+    workers, gpus_per_worker = pods.workers, pods.gpus_per_worker
     _check(name, image, script, workers=(workers, 1), gpus_per_worker=(gpus_per_worker, 0))
-    env = _env(cpu, 1, gpus_per_worker) + [
+    env = _env(pods.cpu, 1, gpus_per_worker) + [
         {"name": contract.K8S_WORKER_INDEX, "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
         {"name": "TF_CONFIG", "value": tf_config(name, workers)},  # after the index it refers to
     ]
     job = {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": _metadata(name, namespace), "spec": {
         "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime},
         "trainer": {"image": image, "command": ["python", script, *args], "numNodes": workers,
-                    "resourcesPerNode": _resources(cpu, memory, gpus_per_worker), "env": env},
+                    "resourcesPerNode": _resources(pods.cpu, pods.memory, gpus_per_worker), "env": env},
     }}
     validate(job)
     return job
@@ -189,7 +203,9 @@ def render(a: argparse.Namespace) -> str:
     command = command[1:] if command[:1] in (["python"], ["python3"]) else command  # the script is enough
     if command:
         kw["script"], kw["args"] = command[0], tuple(command[1:])
-    obj = _BUILDERS[a.k8s_kind](**kw)
+    sized = {k: kw.pop(k) for k in [f.name for f in fields(Pods)] if k in kw}
+    obj = _BUILDERS[a.k8s_kind](**kw, **({"pods": Pods(**sized)} if a.k8s_kind != "runtime" else {}))
+    kw.update(sized)
     words = ["labkit", "k8s", a.k8s_kind]
     words += [w for k in _OPTIONS if k in kw for w in ("--" + k.replace("_", "-"), str(kw[k]))]
     words += ["-o", a.output] if a.output else []

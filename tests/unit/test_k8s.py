@@ -156,10 +156,10 @@ def test_runtime_needs_the_trainer_job_and_its_node_container() -> None:
 
 
 def test_tf_config_must_list_the_trainjob_pods() -> None:
-    job = k8s.trainjob(workers=2)
+    job = k8s.trainjob(pods=k8s.Pods(workers=2))
     job["spec"]["trainer"]["numNodes"] = 3
     assert re.search(r"spec\.trainer\.env\[\d+\]\.value: TF_CONFIG lists .* not the 3 pods", problems(job))
-    job = k8s.trainjob(workers=2)
+    job = k8s.trainjob(pods=k8s.Pods(workers=2))
     job["metadata"]["name"] = "renamed"
     assert "TF_CONFIG lists" in problems(job)
 
@@ -174,7 +174,7 @@ def test_unknown_resources_and_non_mappings_are_rejected() -> None:
 
 
 def test_mpijob_command_runs_the_script_with_its_args_on_every_slot() -> None:
-    job = k8s.mpijob(script="train.py", args=["--epochs", "3"], workers=3, slots_per_worker=2)
+    job = k8s.mpijob(script="train.py", args=["--epochs", "3"], pods=k8s.Pods(workers=3, slots_per_worker=2))
     command = launcher(job)["command"]
     assert command[:3] == ["mpirun", "-np", "6"]
     assert command[-4:] == ["python", "train.py", "--epochs", "3"]
@@ -192,7 +192,7 @@ def test_mpijob_command_runs_the_script_with_its_args_on_every_slot() -> None:
 
 
 def test_trainjob_command_and_tf_config() -> None:
-    job = k8s.trainjob(name="mwms", script="mw.py", args=["--epochs", "2"], workers=3, namespace="lab")
+    job = k8s.trainjob(name="mwms", script="mw.py", args=["--epochs", "2"], pods=k8s.Pods(workers=3), namespace="lab")
     trainer = job["spec"]["trainer"]
     assert trainer["command"] == ["python", "mw.py", "--epochs", "2"]
     assert trainer["numNodes"] == 3
@@ -225,18 +225,18 @@ def test_gpus_appear_only_when_asked() -> None:
         text = k8s.to_yaml(job)
         assert k8s.GPU not in text
         assert "CUDA_VISIBLE_DEVICES" in text  # CPU pods hide any GPU the node has
-    job = k8s.mpijob(workers=2, slots_per_worker=4, gpus_per_worker=4)
+    job = k8s.mpijob(pods=k8s.Pods(workers=2, slots_per_worker=4, gpus_per_worker=4))
     assert worker(job)["resources"]["limits"] == {k8s.GPU: 4}
     assert "limits" not in launcher(job)["resources"]
     assert "CUDA_VISIBLE_DEVICES" not in env_of(worker(job))
-    train = k8s.trainjob(gpus_per_worker=1)
+    train = k8s.trainjob(pods=k8s.Pods(gpus_per_worker=1))
     assert train["spec"]["trainer"]["resourcesPerNode"]["limits"] == {k8s.GPU: 1}
     assert train["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": "2", "memory": "8Gi"}
 
 
 def test_threads_follow_the_cpu_request() -> None:
-    assert env_of(worker(k8s.mpijob(cpu="8", slots_per_worker=2)))["OMP_NUM_THREADS"] == "4"
-    assert env_of(k8s.trainjob(cpu="500m")["spec"]["trainer"])["OMP_NUM_THREADS"] == "1"
+    assert env_of(worker(k8s.mpijob(pods=k8s.Pods(cpu="8", slots_per_worker=2))))["OMP_NUM_THREADS"] == "4"
+    assert env_of(k8s.trainjob(pods=k8s.Pods(cpu="500m"))["spec"]["trainer"])["OMP_NUM_THREADS"] == "1"
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -251,13 +251,14 @@ def test_threads_follow_the_cpu_request() -> None:
     ({"cpu": "two"}, "cpu must be a positive Kubernetes quantity"),
 ])
 def test_bad_input_is_a_clear_value_error(kwargs: dict, message: str) -> None:
+    sized = {k: kwargs.pop(k) for k in ("workers", "slots_per_worker", "gpus_per_worker", "cpu") if k in kwargs}
     with pytest.raises(ValueError, match=re.escape(message)):
-        k8s.mpijob(**kwargs)
+        k8s.mpijob(**kwargs, pods=k8s.Pods(**sized))
 
 
 def test_bad_trainjob_input() -> None:
     with pytest.raises(ValueError, match="workers must be"):
-        k8s.trainjob(workers=0)
+        k8s.trainjob(pods=k8s.Pods(workers=0))
     with pytest.raises(ValueError, match="pod name"):
         k8s.trainjob(name="t" * 58)
 
