@@ -45,7 +45,7 @@ def cli(a: argparse.Namespace, np: int | None,
     try:
         sizes = allreduce.parse_sizes(a.sizes)
         result = run(sizes=sizes, np=np, hostfile=a.allreduce_hostfile, via=a.via, repeat=repeat, rate=a.rate,
-                     timeout=a.timeout or 900, quiet=not a.verbose, env=dict(a.env) or None)
+                     job=allreduce.QUIET.but(timeout=a.timeout or 900, quiet=not a.verbose, env=dict(a.env) or None))
     except (ValueError, launch.LaunchError, RuntimeError) as e:
         print(f"labkit bench {WORD}: {e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, launch.LaunchError)) else 1

@@ -35,8 +35,8 @@ def cli(a: argparse.Namespace, np: int | None, run: Callable[..., knobs.KnobResu
     try:
         if a.launcher == "cluster":
             raise ValueError("the knobs are Horovod's: choose --launcher mpirun, horovodrun or gloo")
-        result = run(a.knob, hostfile=a.allreduce_hostfile, np=np, steps=a.steps, rate=a.rate,
-                     launcher=a.launcher, timeout=a.timeout or 600, quiet=not a.verbose)
+        result = run(a.knob, hostfile=a.allreduce_hostfile, np=np, work=knobs.Workload(steps=a.steps), rate=a.rate,
+                     launcher=a.launcher, job=knobs.QUIET.but(timeout=a.timeout or 600, quiet=not a.verbose))
     except (ValueError, launch.LaunchError, RuntimeError) as e:
         print(f"labkit bench {WORD}: {e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, launch.LaunchError)) else 1

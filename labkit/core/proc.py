@@ -132,14 +132,14 @@ class Job:
         on_output: Callable[[bytes], None] | None = None,
         on_end: Callable[[], None] | None = None,
         name: str = "",
-        append: bool = False,
-        header: bytes = b"",
+        resume_log: bytes | None = None,
     ) -> Proc:
         """Start ``argv`` (a list, never a shell string) marked with this job's id.
 
         Output (stdout and stderr together) goes to ``log`` and to ``on_output`` as it
         arrives; ``on_end`` runs when the output ends. ``env`` is added to this process's
-        environment.
+        environment. ``resume_log``: the log is appended to, after these bytes (a process started again),
+        instead of replaced.
         """
         if isinstance(argv, str):
             raise TypeError("argv must be a list of arguments, not a shell string")
@@ -148,7 +148,7 @@ class Job:
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
         orphans.look_up()  # here, not in the forked child
-        out = open(log, "ab" if append else "wb", buffering=0) if log else None  # the pump closes it
+        out = open(log, "wb" if resume_log is None else "ab", buffering=0) if log else None  # the pump closes it
         try:
             popen = subprocess.Popen(
                 list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -159,7 +159,7 @@ class Job:
                 out.close()
             raise
         proc = Proc(popen, name or Path(argv[0]).name, log)
-        proc.pump = threading.Thread(target=_pump, args=(popen, out, on_output, on_end, header), daemon=True)
+        proc.pump = threading.Thread(target=_pump, args=(popen, out, on_output, on_end, resume_log or b""), daemon=True)
         proc.pump.start()
         self.procs.append(proc)
         return proc

@@ -164,13 +164,15 @@ def worker_command(sizes: Sequence[int], repeat: int, warmup: int, via: str) -> 
             "--repeat", str(repeat), "--warmup", str(warmup), "--via", "mwms" if via == "mwms" else "horovod"]
 
 
+QUIET = JobSpec(timeout=900, quiet=True)  # the measuring job: at most 15 minutes, no output of its own
+
+
 def measure(sizes: Sequence[int] = (2**20, 2**23, 2**26), np: int | None = None, hostfile: str | Path | None = None,
-            via: str = "mpi", repeat: int = 5, warmup: int = 2, rate: str | None = None, timeout: float = 900,
-            quiet: bool = True, log_dir: str | Path | None = None,
-            env: dict[str, str] | None = None) -> AllreduceResult:
-    """Run the measuring program on ``np`` workers (default: every slot of ``hostfile``, else 2) with ``env``
-    added, and return the medians; ``rate`` (default: the virtual nodes') gives the model. RuntimeError if the
-    job fails."""
+            via: str = "mpi", repeat: int = 5, warmup: int = 2, rate: str | None = None,
+            job: JobSpec = QUIET) -> AllreduceResult:
+    """Run the measuring program on ``np`` workers (default: every slot of ``hostfile``, else 2) as a job given
+    ``job`` (its timeout, output, log folder, environment added), and return the medians; ``rate`` (default: the
+    virtual nodes') gives the model. RuntimeError if the job fails."""
     if via not in VIAS:
         raise ValueError(f"unknown --via {via!r}: choose one of {', '.join(VIAS)}")
     if repeat < 1 or warmup < 0:
@@ -181,14 +183,13 @@ def measure(sizes: Sequence[int] = (2**20, 2**23, 2**26), np: int | None = None,
     command = worker_command(sizes, repeat, warmup, via)
     if via == "mwms":
         res = cluster.run(command, tasks=Tasks(workers=np, host_list=host_list or None),
-                          job=JobSpec(timeout=timeout, quiet=quiet, log_dir=log_dir, record=False, threads=1, env=env))
+                          job=job.but(record=False, threads=1))
         ok, logs, text = res.ok, res.log_dir, res.log("worker.0")
         why = res.summary()
     else:
-        job = launch.run(command,
-                         job=JobSpec(timeout=timeout, quiet=quiet, log_dir=log_dir, record=False, threads=1,
-                                     env=env), np=np, launcher=LAUNCHER[via], hostfile=hostfile)
-        ok, logs, text, why = job.ok, job.log_dir, job.log(0), job.summary()
+        run = launch.run(command, job=job.but(record=False, threads=1), np=np, launcher=LAUNCHER[via],
+                         hostfile=hostfile)
+        ok, logs, text, why = run.ok, run.log_dir, run.log(0), run.summary()
     found = parse_output(text)
     if not ok or len(found) != len(sizes):
         raise RuntimeError(f"the all-reduce measurement failed ({via}, {np} workers):\n{why}")

@@ -48,7 +48,8 @@ def make(out: Path, rate: str = "200mbit", repeat: int = 3, steps: int = 10,
                 data["link"] = json.loads(allreduce.measure(SIZES, hostfile=cluster.hostfile, via="gloo",
                                                             repeat=repeat).to_json())
             if "knobs" in parts:
-                data["knobs"] = {k: asdict(knobs.sweep(k, hostfile=cluster.hostfile, steps=steps, launcher="gloo"))
+                work = knobs.Workload(steps=steps)
+                data["knobs"] = {k: asdict(knobs.sweep(k, hostfile=cluster.hostfile, work=work, launcher="gloo"))
                                  for k in KNOBS}
             if "elastic" in parts:
                 grown = elastic.leave_and_return(cluster.hostfile, epochs=ELASTIC_EPOCHS)

@@ -90,26 +90,40 @@ def medians(log_text: str, skip: int = 3) -> tuple[float, float]:
             statistics.median(s["comm_s"] + s["compute_s"] for s in kept))
 
 
-def sweep(knob: str, hostfile: str | Path | None = None, np: int | None = None, steps: int = 20,
-          tensors: int | None = None, kib: int | None = None, compute_ms: float = 20.0, launcher: str = "mpirun",
-          rate: str | None = None, timeout: float = 600, quiet: bool = True) -> KnobResult:
-    """Run every variant of ``knob`` on the same workers (default: every slot of ``hostfile``, else 2 here)."""
+@dataclass(frozen=True)
+class Workload:
+    """What each variant's job does a step: ``tensors`` all-reduces of ``kib`` KiB (default: the knob's shape,
+    :data:`SHAPES`) after ``compute_ms`` of computing, ``steps`` times."""
+
+    steps: int = 20
+    tensors: int | None = None
+    kib: int | None = None
+    compute_ms: float = 20.0
+
+
+QUIET = JobSpec(timeout=600, quiet=True)  # each variant's job: at most 10 minutes, no output of its own
+
+
+def sweep(knob: str, hostfile: str | Path | None = None, np: int | None = None, work: Workload = Workload(),
+          launcher: str = "mpirun", rate: str | None = None, job: JobSpec = QUIET) -> KnobResult:
+    """Run every variant of ``knob`` on the same workers (default: every slot of ``hostfile``, else 2 here), each
+    as a job given ``job`` (its timeout, output, environment added to the variant's)."""
     if knob not in KNOBS:
         raise ValueError(f"unknown knob {knob!r}: choose one of {', '.join(KNOBS)}")
+    steps = work.steps
     if steps < 5:
         raise ValueError("give at least 5 steps (the first 3 are left out)")
     host_list = hosts.parse_hostfile(hostfile) if hostfile else []
     np = np or (sum(hosts.slots(h) for h in host_list) if host_list else 2)
     t, k = SHAPES[knob]
-    tensors, kib = tensors or t, kib or k
+    tensors, kib = work.tensors or t, work.kib or k
     out = KnobResult(knob, np, [h.name for h in host_list], allreduce.link_rate(rate), tensors, kib, steps)
     for label, env, extra in KNOBS[knob]:
-        logs = proc.new_log_dir()
-        job = launch.run(command(tensors, kib, steps, compute_ms, extra),
-                         job=JobSpec(env=env, log_dir=logs, timeout=timeout, quiet=quiet, record=False,
-                                     threads=1), np=np, launcher=launcher, hostfile=hostfile)
-        if not job.ok:
-            raise RuntimeError(f"{knob}: the variant {label!r} failed:\n{job.summary()}")
-        comm, step = medians(job.log(0))
+        variant = job.but(env={**(job.env or {}), **env}, log_dir=proc.new_log_dir(), record=False, threads=1)
+        job_run = launch.run(command(tensors, kib, steps, work.compute_ms, extra), job=variant, np=np,
+                             launcher=launcher, hostfile=hostfile)
+        if not job_run.ok:
+            raise RuntimeError(f"{knob}: the variant {label!r} failed:\n{job_run.summary()}")
+        comm, step = medians(job_run.log(0))
         out.variants.append(Variant(label, env, extra, comm, step))
     return out

@@ -221,7 +221,7 @@ class Cluster(TaskControl):
         task.proc = self.job.spawn(
             self.argv(task_type, index), env=env, cwd=task.cwd or self.cwd, log=task.log,
             on_output=renderer.feed if renderer else None, on_end=renderer.close if renderer else None,
-            name=task.name, append=True, header=header)
+            name=task.name, resume_log=header)
         task.killed = False
         task.returncode = None
         return task

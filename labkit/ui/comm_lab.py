@@ -85,7 +85,7 @@ def knob(name: str, rate: str = RATE, steps: int | None = None) -> knobs.KnobRes
     else:
         with nodes_lab.using(2, 1, rate) as cluster:
             result = knobs.sweep(name, hostfile=cluster.hostfile, launcher="gloo",
-                                 steps=steps or (6 if notebook.quick() else 12))
+                                 work=knobs.Workload(steps=steps or (6 if notebook.quick() else 12)))
     if result is None:
         return None
     print(result)

@@ -77,11 +77,11 @@ def test_the_command_line_routes_allreduce_and_keeps_bench(monkeypatch: pytest.M
     monkeypatch.setattr(allreduce_cli.cli, "__defaults__", (fake,))
     assert cli.main(["bench", "allreduce", "--sizes", "1M,8M", "--np", "2", "--via", "gloo", "--hostfile", "/h"]) == 0
     assert calls[-1] == {"sizes": [2**20, 2**23], "np": 2, "hostfile": "/h", "via": "gloo", "repeat": 5,
-                         "rate": None, "timeout": 900, "quiet": True, "env": None}
+                         "rate": None, "job": allreduce.QUIET}
     assert "bus bandwidth" in capsys.readouterr().out
     assert cli.main(["bench", "allreduce", "--repeat", "1", "--json", "--rate", "1gbit", "--env", "A=1"]) == 0
     assert calls[-1]["repeat"] == 1 and calls[-1]["np"] is None and calls[-1]["rate"] == "1gbit"
-    assert calls[-1]["env"] == {"A": "1"}
+    assert calls[-1]["job"].env == {"A": "1"} and calls[-1]["job"].timeout == 900
     assert json.loads(capsys.readouterr().out)["via"] == "mpi"
     assert cli.main(["bench", "allreduce", "--sizes", "8X"]) == 2
     assert cli.main(["bench", "allreduce", "--np", "1,2"]) == 2
@@ -138,7 +138,7 @@ SLOWER = ("measured 1.1-2.1x the model at 8 and 64 MiB on a loaded 2-core machin
 def test_the_link_gives_the_ring_models_bandwidth(link: nodes.VirtualNodes, via: str, band: tuple[float, float],
                                                   tmp_path: Path) -> None:
     r = allreduce.measure([2**20, 2**23, 2**26], np=2, hostfile=link.hostfile, via=via, repeat=5,
-                          log_dir=tmp_path / "logs")
+                          job=allreduce.QUIET.but(log_dir=tmp_path / "logs"))
     print(r)
     assert r.rate == "200mbit" and r.workers == 2 and [s.bytes for s in r.sizes] == [2**20, 2**23, 2**26]
     for s in r.sizes[1:]:  # 8 MiB and more: the link's rate, not latency, sets the time
@@ -148,7 +148,8 @@ def test_the_link_gives_the_ring_models_bandwidth(link: nodes.VirtualNodes, via:
 @pytest.mark.heavy  # make test's budget: lab 8 measures the same knob on the link; the link's Gloo band stays
 def test_fp16_compression_halves_the_time_on_a_slow_link(link: nodes.VirtualNodes) -> None:
     """On a 200 Mbit/s link the bytes set the all-reduce's time: float16 sends half of them."""
-    r = knobs.sweep("compression", hostfile=link.hostfile, steps=10, launcher="gloo")  # Gloo: the ring model (above)
+    # Gloo: the ring model (above)
+    r = knobs.sweep("compression", hostfile=link.hostfile, work=knobs.Workload(steps=10), launcher="gloo")
     print(r)
     fp32, fp16 = r.variants
     assert r.rate == "200mbit" and len(r.hosts) == 2 and r.np == 2
@@ -158,7 +159,7 @@ def test_fp16_compression_halves_the_time_on_a_slow_link(link: nodes.VirtualNode
 @pytest.mark.heavy  # make test's budget: lab 8 measures the same knob on the link; the link's Gloo band stays
 def test_without_fusion_many_small_tensors_cost_far_more(link: nodes.VirtualNodes) -> None:
     """256 tensors of 4 KiB a step: fused, one all-reduce; unfused, 256 of them, each with its own round trips."""
-    r = knobs.sweep("fusion", hostfile=link.hostfile, steps=10, launcher="gloo")
+    r = knobs.sweep("fusion", hostfile=link.hostfile, work=knobs.Workload(steps=10), launcher="gloo")
     print(r)
     fused, unfused = r.variants
     assert unfused.comm_s > 1.3 * fused.comm_s, str(r)  # measured 1.8x and 6.6x (docs/performance.md)

@@ -48,7 +48,7 @@ def test_bad_sweeps_are_refused_before_anything_starts() -> None:
     with pytest.raises(ValueError, match="unknown knob"):
         knobs.sweep("bandwidth")
     with pytest.raises(ValueError, match="at least 5 steps"):
-        knobs.sweep("fusion", steps=2)
+        knobs.sweep("fusion", work=knobs.Workload(steps=2))
 
 
 @pytest.mark.parametrize(("argv", "error"), [
@@ -67,13 +67,14 @@ def test_the_command_line_routes_knobs_and_keeps_bench_and_allreduce(monkeypatch
 
     def fake(knob, **kw):
         seen.update(kw, knob=knob)
-        r = knobs.KnobResult(knob, 2, [], None, 64, 16, kw["steps"])
+        r = knobs.KnobResult(knob, 2, [], None, 64, 16, kw["work"].steps)
         r.variants = [knobs.Variant("a (default)", {}, [], 0.1, 0.2)]
         return r
 
     monkeypatch.setattr(knobs_cli.knobs, "sweep", fake)
     parser = cli.parse(["bench", "knobs", "--knob", "cycle", "--steps", "7", "--np", "4", "--json"])
     assert knobs_cli.cli(parser, 4, run=fake) == 0
-    assert seen["knob"] == "cycle" and seen["steps"] == 7 and seen["np"] == 4
+    assert seen["knob"] == "cycle" and seen["work"].steps == 7 and seen["np"] == 4
+    assert seen["job"].timeout == 600 and seen["job"].quiet
     assert json.loads(capsys.readouterr().out)["knob"] == "cycle"
     assert cli.main(["bench", "allreduce", "--sizes", "x"]) == 2  # bench allreduce still routes
