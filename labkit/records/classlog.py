@@ -256,27 +256,41 @@ def _open(path: Path) -> tuple[int, os.stat_result]:
     return fd, info
 
 
-def read_file(path: Path, learner: str | None = None, limit: int = MAX_BYTES) -> Reading:
-    """The valid records of one learner's file: ``learner``'s, or (None) its owner's, whatever the lines say."""
-    out = Reading()
+def _read(path: Path, limit: int, problems: list[str],
+          refuse: Callable[[os.stat_result], str | None] = lambda info: None) -> tuple[bytes, os.stat_result] | None:
+    """The first ``limit`` bytes of the regular file ``path`` (cut after its last whole line) and its status, unless
+    ``refuse(status)`` gives a reason; None when it cannot be read. Every problem goes to ``problems``."""
     try:
         fd, info = _open(path)
     except ValueError as e:
-        out.problems.append(f"{path}: {e}")
-        return out
+        problems.append(f"{path}: {e}")
+        return None
     try:
+        if (why := refuse(info)) is not None:
+            problems.append(f"{path}: {why}")
+            return None
         data = os.read(fd, limit + 1)
         while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
             data += more
     except OSError as e:
-        out.problems.append(f"{path}: cannot be read: {e.strerror}")
-        return out
+        problems.append(f"{path}: cannot be read: {e.strerror}")
+        return None
     finally:
         os.close(fd)
-    who = learner_name(info.st_uid) if learner is None else learner
     if len(data) > limit:
         data = data[: data.rfind(b"\n", 0, limit) + 1]
-        out.problems.append(f"{path}: larger than {limit // 2**20} MiB: only its first {len(data)} bytes read")
+        problems.append(f"{path}: larger than {limit // 2**20} MiB: only its first {len(data)} bytes read")
+    return data, info
+
+
+def read_file(path: Path, learner: str | None = None, limit: int = MAX_BYTES) -> Reading:
+    """The valid records of one learner's file: ``learner``'s, or (None) its owner's, whatever the lines say."""
+    out = Reading()
+    got = _read(path, limit, out.problems)
+    if got is None:
+        return out
+    data, info = got
+    who = learner_name(info.st_uid) if learner is None else learner
     out.records += _parsed(data, path, lambda row: Record.parse(row, who), out.problems)
     return out
 
@@ -330,18 +344,11 @@ def read_reveals(folder: Path, check_owner: bool = True) -> Reading:
     path = Path(folder) / REVEALS
     if not path.exists() and not path.is_symlink():
         return out
-    try:
-        fd, info = _open(path)
-    except ValueError as e:
-        out.problems.append(f"{path}: {e}")
+    got = _read(path, MAX_BYTES, out.problems,
+                lambda info: "not root's; skipped" if check_owner and info.st_uid not in (0, os.geteuid()) else None)
+    if got is None:
         return out
-    try:
-        if check_owner and info.st_uid not in (0, os.geteuid()):
-            out.problems.append(f"{path}: not root's; skipped")
-            return out
-        data = os.read(fd, MAX_BYTES)
-    finally:
-        os.close(fd)
+    data, _ = got
     out.reveals += _parsed(data, path, Reveal.parse, out.problems)
     return out
 
