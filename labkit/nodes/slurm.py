@@ -22,7 +22,8 @@ from labkit.core import proc
 from labkit.core.tfconfig import free_ports
 from labkit.nodes import net
 from labkit.nodes import slurm_accounting as accounting
-from labkit.nodes.slurm_conf import CGROUP_CONF, SETTINGS, job_folders, tracking
+from labkit.nodes import slurm_seats as seats
+from labkit.nodes.slurm_conf import CGROUP_CONF, SETTINGS, SLURMD_PORT, job_folders, tracking
 
 if TYPE_CHECKING:
     from labkit.nodes.virtual import VirtualNodes
@@ -71,7 +72,7 @@ def conf_text(cluster: VirtualNodes, folder: Path, ports: tuple[int, int], munge
         f"ClusterName={accounting.CLUSTER}",
         f"SlurmctldHost=head({net.gateway()})",
         f"SlurmctldPort={port}",
-        "SlurmdPort=6818",  # each slurmd listens in its own node
+        f"SlurmdPort={SLURMD_PORT}",  # each slurmd listens in its own node
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={munge_socket}",
@@ -87,6 +88,7 @@ def conf_text(cluster: VirtualNodes, folder: Path, ports: tuple[int, int], munge
         *(accounting.conf_lines(dbd_port, munge_socket) if cluster.confined else []),
         *([f"Prolog={folder / 'prolog.sh'}", f"TaskProlog={folder / 'task_prolog.sh'}",
            f"Epilog={folder / 'epilog.sh'}"] if cluster.confined else []),  # each job's own TMPDIR
+        *([f"PlugStackConfig={folder / seats.PLUGSTACK}"] if cluster.confined else []),  # each account's own world
         *([f"DefMemPerCPU={memory // cluster.slots}"] if cluster.confined else []),
         "SlurmdParameters=config_overrides",  # the nodes share this machine's cores: CPUs are the slots
         *(f"NodeName={n.name} NodeAddr={n.address} CPUs={n.slots} RealMemory={memory} State=UNKNOWN"
@@ -121,6 +123,7 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
         for n in cluster.nodes:  # the jobs' own folders: each its user's; this one lists none of them to users
             (folder / n.name / "jobs").mkdir(mode=0o711, exist_ok=True)
             (folder / n.name / "jobs").chmod(0o711)
+        _build_seats(folder)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     pids: dict[str, int] = {}
     p = net.daemon([_find("munged") or "munged", "-F", "--force", f"--socket={sock}", f"--key-file={key}",
@@ -145,6 +148,25 @@ def start(cluster: VirtualNodes, timeout: float = 60) -> dict[str, int]:
                                                                 for n in cluster.nodes)]
     _wait(lambda: _idle(env, cluster.count), "slurmd on every node", timeout, logs)
     return pids
+
+
+def _build_seats(folder: Path) -> None:
+    """The plug-in that puts each workshop account's jobs in their own world (:mod:`labkit.nodes.slurm_seats`),
+    built into ``folder``, its ``plugstack.conf`` and the (empty) folder of the accounts' hosts files."""
+    problem = seats.missing()
+    if problem:
+        raise SlurmError(f"the plug-in that keeps learners' jobs apart cannot be built: {problem}")
+    plugin = folder / seats.PLUGIN
+    try:
+        built = subprocess.run(seats.compile_argv(seats.SOURCE, plugin), capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SlurmError(f"building {plugin.name} failed: {e}") from e
+    if built.returncode != 0:
+        raise SlurmError(f"building {plugin.name} failed:\n{built.stderr[-2000:]}")
+    plugin.chmod(0o755)
+    (folder / seats.PLUGSTACK).write_text(seats.plugstack_text(folder))
+    (folder / seats.PLUGSTACK).chmod(0o644)
+    seats.hosts_dir(folder).mkdir(mode=0o755, exist_ok=True)
 
 
 def _start_accounting(cluster: VirtualNodes, port: int, munge_socket: Path, env: dict[str, str],

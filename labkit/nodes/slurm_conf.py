@@ -7,6 +7,8 @@ control groups of its own that hold it to its CPUs and memory, ``cgroup.conf`` n
 
 import re
 
+SLURMD_PORT = 6818  # where each node's slurmd listens, in the node
+
 # What every labkit Slurm cluster sets: root daemons, and finished jobs
 # listed for 30 s (300 s by default): long enough for labkit.launching.slurm_wait to read their exit code.
 SETTINGS = (
@@ -49,23 +51,29 @@ def tracking(confined: bool) -> tuple[str, ...]:
     return CONFINED if confined else UNCONFINED
 
 
-# A confined cluster's jobs each get a temporary folder of their own, as TMPDIR (``STATE/slurm/NODE/jobs/JOBID``,
-# the job user's, ``rwx------``): made by root's Prolog before the job's first task on a node, named by its
-# TaskProlog, removed by root's Epilog. The nodes share one machine's /tmp; OpenMPI's session folder, Python's and
-# TensorFlow's temporary files follow TMPDIR, so that a learner's job cannot be broken by a name another learner
-# took in /tmp first (``/tmp/ompi.NODE.UID``). Job ids and uids are Slurm's, checked to be numbers.
+# A confined cluster's jobs each get temporary folders of their own: ``STATE/slurm/NODE/jobs/JOBID`` (root's,
+# ``rwx--x--x``) holds ``tmp`` (TMPDIR) and ``shm``, each the job user's, ``rwx------``; made by root's Prolog
+# before the job's first task on a node, named by its TaskProlog, removed by root's Epilog. For a workshop
+# account the plug-in of :mod:`labkit.nodes.slurm_seats` also mounts them on the job's ``/tmp``, ``/var/tmp``
+# and ``/dev/shm``; the learner cannot rename or replace them (the folder above is root's). OpenMPI's session
+# folder, Python's and TensorFlow's temporary files follow TMPDIR, so that a job of a user without that plug-in's
+# world still cannot be broken by a name another user took in /tmp first (``/tmp/ompi.NODE.UID``). Job ids and
+# uids are Slurm's, checked to be numbers.
 GUARD = """case "$SLURMD_NODENAME" in ''|*[!a-z0-9_-]*) exit 0;; esac
 case "$SLURM_JOB_ID" in ''|*[!0-9]*) exit 0;; esac
 """
 PROLOG = """#!/bin/sh
 # Written by labkit: the job's own temporary folder on this node (root's Prolog)
 {guard}case "$SLURM_JOB_UID" in ''|*[!0-9]*) exit 0;; esac
-mkdir -m 700 -- "{base}/$SLURM_JOB_ID" 2>/dev/null || [ -d "{base}/$SLURM_JOB_ID" ] || exit 1
-chown -h -- "$SLURM_JOB_UID" "{base}/$SLURM_JOB_ID"
+mkdir -m 711 -- "{base}/$SLURM_JOB_ID" 2>/dev/null || [ -d "{base}/$SLURM_JOB_ID" ] || exit 1
+for sub in tmp shm; do
+  mkdir -m 700 -- "{base}/$SLURM_JOB_ID/$sub" 2>/dev/null || [ -d "{base}/$SLURM_JOB_ID/$sub" ] || exit 1
+  chown -h -- "$SLURM_JOB_UID" "{base}/$SLURM_JOB_ID/$sub" || exit 1
+done
 """
 TASK_PROLOG = """#!/bin/sh
 # Written by labkit: each task's TMPDIR is its job's own folder (run as the job's user)
-{guard}[ -d "{base}/$SLURM_JOB_ID" ] && echo "export TMPDIR={base}/$SLURM_JOB_ID"
+{guard}[ -d "{base}/$SLURM_JOB_ID/tmp" ] && echo "export TMPDIR={base}/$SLURM_JOB_ID/tmp"
 exit 0
 """
 EPILOG = """#!/bin/sh

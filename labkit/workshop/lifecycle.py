@@ -227,8 +227,8 @@ def _start(st: State, plan: Plan, source: Path, proxy: str, asked: limits.Limits
     nodes = onnodes.start(st, extra_env, jobs, asked) if st.slurm else None
     on_nodes: dict[str, object] = {}
     hub_port, api_port, service_port = tfconfig.free_ports(3)
-    if st.spawner == "slurm" and nodes is not None:
-        on_nodes = onnodes.server_networks(st, acc.users, nodes, hub_port)
+    if nodes is not None and (st.spawner == "slurm" or nodes.confined):  # servers, or batch jobs, run there
+        on_nodes = onnodes.seat_networks(st, acc.users, nodes, hub_port)
     if st.spawner == "local":
         controller = ((net.gateway(), nodes_slurm.controller_port(nodes.slurm_conf)),) if nodes is not None else ()
         on_nodes = _own_networks(st, acc.users, hub_port, controller)
@@ -316,7 +316,7 @@ def down(folder: str | os.PathLike[str] | None = None) -> list[str]:
         return said
 
     def server_networks() -> list[str]:  # after the jobs: a namespace no process holds goes with its link
-        said = nodeworlds.remove(onnodes.server_seats(st.made))
+        said = nodeworlds.remove(onnodes.server_seats(st.made)) + onnodes.remove_seat_hosts(st.made)
         st.made["server_networks"] = None
         st.save()
         return said

@@ -22,13 +22,16 @@ here is built from the hub's own values (node and account names checked against 
 from __future__ import annotations
 
 import ipaddress
+import pwd
 import re
 from dataclasses import dataclass
 
+from labkit.nodes.slurm_conf import SLURMD_PORT
+from labkit.nodes.slurm_seats import SEAT_PREFIX
 from labkit.workshop.worlds import NETNS_DIR, left_over, run
 
 NETWORK = ipaddress.ip_network("198.18.0.0/16")  # the nodes' own 198.18.0.0/24 and one /24 per node after it
-PREFIX = "lkn-"  # each account's namespace on a node (the nodes' are labkit-*, one machine's lkw-*)
+PREFIX = SEAT_PREFIX  # each account's namespace on a node, lkn-* (the nodes' are labkit-*, one machine's lkw-*)
 LINK = "lkn"  # the node's end of each account's link: lkn0001...
 CHAIN = "LKN-SERVERS"  # iptables chains: CHAIN-in, CHAIN-out, CHAIN-fwd in each node; CHAIN-out on this machine
 NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
@@ -102,7 +105,8 @@ def _in(netns: str, *argv: str) -> list[str]:
 
 def seat_commands(s: Seat, hub: str) -> list[list[str]]:
     """The namespace, the link, the addresses and the only routes the account has on the node (to the node's end
-    of its link and through it to ``hub``, the address of the hub and the Slurm controller)."""
+    of its link, and through it to ``hub``, the address of the hub and the Slurm controller, and the rest of the
+    nodes' network, where the node's chains let through only the account's own seats and the slurmds)."""
     inside = ["ip", "-n", s.netns]
     return [["ip", "netns", "add", s.netns],
             ["ip", "-n", s.node.netns, "link", "add", s.link, "type", "veth", "peer", "name", "eth0", "netns",
@@ -112,6 +116,7 @@ def seat_commands(s: Seat, hub: str) -> list[list[str]]:
             [*inside, "link", "set", "eth0", "up"],
             [*inside, "route", "add", f"{s.node.gate}/32", "dev", "eth0"],
             [*inside, "route", "add", f"{hub}/32", "via", s.node.gate, "dev", "eth0"],
+            [*inside, "route", "add", str(NETWORK), "via", s.node.gate, "dev", "eth0"],  # its seats, the slurmds
             ["ip", "-n", s.node.netns, "addr", "add", f"{s.node.gate}/32", "dev", s.link],
             ["ip", "-n", s.node.netns, "link", "set", s.link, "up"],
             ["ip", "-n", s.node.netns, "route", "add", f"{s.address}/32", "dev", s.link, "src", s.node.gate],
@@ -121,31 +126,65 @@ def seat_commands(s: Seat, hub: str) -> list[list[str]]:
                 f"echo 1 > /proc/sys/net/ipv6/conf/{s.link}/disable_ipv6")]
 
 
-def node_commands(node: Node, hub: str, ports: tuple[int, ...]) -> list[list[str]]:
-    """In the node: forwarding on, and the chains that hold the accounts' links to the hub's ``ports``:
+def node_commands(node: Node, hub: str, ports: tuple[int, ...], peers: list[Seat],
+                  uids: dict[str, int]) -> list[list[str]]:
+    """In the node: forwarding on, routes to the other nodes' seats, and the chains that hold the accounts' links:
 
-    * from a link, forwarded: to ``hub`` at one of ``ports`` (the hub's and the Slurm controller's), and answers;
-    * into a link, forwarded: connections from ``hub`` (this machine, where only root's sockets may open them);
-    * nothing else forwarded, between links or otherwise; nothing from a link to the node itself; no connection
-      opened by the node's own processes (other learners' batch jobs) into a link."""
+    * from a link, forwarded: to ``hub`` at one of ``ports`` (the hub's and the Slurm controller's), to any node's
+      slurmd (``srun`` in a batch job), to the same account's seats on the other nodes (``peers``: every seat of
+      the workshop), and answers; to the node itself only its slurmd;
+    * into a link, forwarded: connections from this machine (where only root's sockets may open them), from the
+      other nodes (where only root's may: their slurmstepds answering ``srun``), and from the same account's
+      seats on the other nodes;
+    * nothing else forwarded, between links or otherwise; no connection into a seat opened by a process of the
+      node but root's and the seat's account's (``uids``: Slurm's step daemon connects to ``srun`` as the job's
+      user), on this node (chain ``-out``) or another (chain ``-remote``)."""
     ipt = ["iptables", "-w"]
     links = f"{LINK}+"
     est = ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]
-    rules = [[*ipt, "-N", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd")]
+    new = ["-m", "conntrack", "--ctstate", "NEW", "-j", "ACCEPT"]
+    nodes_net = str(NETWORK.network_address) + "/24"  # the nodes' bridge: this machine and every node
+    root = ["-m", "owner", "--uid-owner", "0", "-j", "ACCEPT"]
+    rules = [[*ipt, "-N", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd", "remote")]
     # refused at once (REJECT): a learner's connection that goes nowhere says so instead of hanging
-    rules += [[*ipt, "-A", f"{CHAIN}-in", *est], [*ipt, "-A", f"{CHAIN}-in", "-j", "REJECT"],
-              [*ipt, "-A", f"{CHAIN}-out", *est], [*ipt, "-A", f"{CHAIN}-out", "-j", "REJECT"],
+    rules += [[*ipt, "-A", f"{CHAIN}-in", *est],
+              [*ipt, "-A", f"{CHAIN}-in", "-p", "tcp", "--dport", str(SLURMD_PORT), "-j", "ACCEPT"],
+              [*ipt, "-A", f"{CHAIN}-in", "-j", "REJECT"],
+              [*ipt, "-A", f"{CHAIN}-out", *est], [*ipt, "-A", f"{CHAIN}-out", *root],
+              *([*ipt, "-A", f"{CHAIN}-out", "-o", s.link, "-m", "owner", "--uid-owner", str(int(uids[s.name])),
+                 "-j", "ACCEPT"] for s in peers if s.node.name == node.name and s.name in uids),
+              [*ipt, "-A", f"{CHAIN}-out", "-j", "REJECT"],
+              [*ipt, "-A", f"{CHAIN}-remote", "-d", nodes_net, "-j", "RETURN"],
+              [*ipt, "-A", f"{CHAIN}-remote", *est], [*ipt, "-A", f"{CHAIN}-remote", *root],
+              *([*ipt, "-A", f"{CHAIN}-remote", "-d", s.address, "-m", "owner", "--uid-owner",
+                 str(int(uids[s.name])), "-j", "ACCEPT"] for s in peers if s.node.name != node.name and s.name in uids),
+              [*ipt, "-A", f"{CHAIN}-remote", "-j", "REJECT"],
               [*ipt, "-A", f"{CHAIN}-fwd", *est]]
     rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-i", links, "-d", hub, "-p", "tcp", "--dport", str(int(port)), "-j",
                "ACCEPT"] for port in ports]
-    rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-o", links, "-s", hub, "-p", "tcp", "-m", "conntrack", "--ctstate",
-               "NEW", "-j", "ACCEPT"],
-              [*ipt, "-A", f"{CHAIN}-fwd", "-j", "REJECT"],
+    rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-i", links, "-d", nodes_net, "-p", "tcp", "--dport", str(SLURMD_PORT),
+               "-j", "ACCEPT"],
+              [*ipt, "-A", f"{CHAIN}-fwd", "-o", links, "-s", nodes_net, "-p", "tcp", *new]]
+    for s in peers:  # the same account's seat on another node, both ways
+        if s.node.name != node.name:
+            rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-i", s.link, "-d", s.address, "-j", "ACCEPT"],
+                      [*ipt, "-A", f"{CHAIN}-fwd", "-o", s.link, "-s", s.address, *new]]
+    rules += [[*ipt, "-A", f"{CHAIN}-fwd", "-j", "REJECT"],
               [*ipt, "-I", "INPUT", "1", "-i", links, "-j", f"{CHAIN}-in"],
               [*ipt, "-I", "OUTPUT", "1", "-o", links, "-j", f"{CHAIN}-out"],
+              [*ipt, "-I", "OUTPUT", "1", "-o", "eth0", "-d", str(NETWORK), "-j", f"{CHAIN}-remote"],
               [*ipt, "-I", "FORWARD", "1", "-j", f"{CHAIN}-fwd"]]
+    routes = [["ip", "-n", node.netns, "route", "add", other.subnet, "via", other.address]
+              for other in {s.node.name: s.node for s in peers}.values() if other.name != node.name]
     return [_in(node.netns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"),
-            *(_in(node.netns, *r) for r in rules)]
+            *routes, *(_in(node.netns, *r) for r in rules)]
+
+
+def hosts_text(seat_list: list[Seat], base: str) -> str:
+    """An account's ``/etc/hosts`` inside its jobs: each node's name is the account's own address on that node
+    (``seat_list``: the account's seats), then ``base`` (the nodes' own hosts file: the controller, localhost)."""
+    lines = [f"{s.address} {s.node.name}" for s in seat_list]
+    return "# labkit: this account's own address on each node\n" + "\n".join(lines) + "\n\n" + base
 
 
 def node_remove_commands(node: Node) -> list[list[str]]:
@@ -153,9 +192,10 @@ def node_remove_commands(node: Node) -> list[list[str]]:
     links = f"{LINK}+"
     rules = [[*ipt, "-D", "INPUT", "-i", links, "-j", f"{CHAIN}-in"],
              [*ipt, "-D", "OUTPUT", "-o", links, "-j", f"{CHAIN}-out"],
+             [*ipt, "-D", "OUTPUT", "-o", "eth0", "-d", str(NETWORK), "-j", f"{CHAIN}-remote"],
              [*ipt, "-D", "FORWARD", "-j", f"{CHAIN}-fwd"],
-             *([*ipt, "-F", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd")),
-             *([*ipt, "-X", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd"))]
+             *([*ipt, "-F", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd", "remote")),
+             *([*ipt, "-X", f"{CHAIN}-{kind}"] for kind in ("in", "out", "fwd", "remote"))]
     return [_in(node.netns, "/bin/sh", "-c", "echo 0 > /proc/sys/net/ipv4/ip_forward"),
             *(_in(node.netns, *r) for r in rules)]
 
@@ -187,10 +227,11 @@ def taken() -> str | None:
 
 def make(seats: list[Seat], hub: str, ports: tuple[int, ...]) -> None:
     """Every node's chains, every seat, then this machine's routes and chain (OSError names the command that
-    failed; :func:`remove` takes away whatever was made)."""
+    failed; :func:`remove` takes away whatever was made). The accounts exist already."""
     nodes = list({s.node.name: s.node for s in seats}.values())
+    uids = {name: pwd.getpwnam(name).pw_uid for name in {s.name for s in seats}}
     for node in nodes:
-        for argv in node_commands(node, hub, ports):
+        for argv in node_commands(node, hub, ports, seats, uids):
             run(argv)
     for s in seats:
         for argv in seat_commands(s, hub):

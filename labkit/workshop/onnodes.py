@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from pathlib import Path
 
-from labkit.nodes import net, virtual
+from labkit.nodes import net, slurm_seats, virtual
 from labkit.nodes import slurm as nodes_slurm
 from labkit.workshop import limits, nodeworlds, slurmlimits, slurmservers
 from labkit.workshop.state import State, WorkshopError
@@ -79,22 +80,46 @@ def server_seats(made: dict) -> list[nodeworlds.Seat]:
     return nodeworlds.plan(list(recorded.get("names", [])), nodes) if nodes else []
 
 
-def server_networks(st: State, names: list[str], cluster: virtual.VirtualNodes,
-                     hub_port: int) -> dict[str, object]:
-    """With the Slurm spawner: each account's network on every node (:mod:`labkit.workshop.nodeworlds`), recorded
-    before it is made; the hub's settings that reach each server in its own."""
+def seat_networks(st: State, names: list[str], cluster: virtual.VirtualNodes,
+                  hub_port: int) -> dict[str, object]:
+    """Each account's network on every node (:mod:`labkit.workshop.nodeworlds`), recorded before it is made, and
+    its hosts file there: where its server runs when servers are Slurm jobs, and where its own batch jobs run on a
+    confined cluster (Slurm's plug-in :mod:`labkit.nodes.slurm_seats` puts them there). With the Slurm spawner,
+    the hub's settings that reach each server in its own; else none."""
     problem = nodeworlds.taken()
     if problem:
-        raise WorkshopError(f"the servers' own networks on the nodes cannot be made: {problem}")
+        raise WorkshopError(f"the accounts' own networks on the nodes cannot be made: {problem}")
     nodes = [nodeworlds.Node(n.name, k, n.address, n.netns) for k, n in enumerate(cluster.nodes, start=1)]
-    st.made["server_networks"] = {"names": list(names), "nodes": [dataclasses.asdict(n) for n in nodes]}
+    st.made["server_networks"] = {"names": list(names), "nodes": [dataclasses.asdict(n) for n in nodes],
+                                  "hosts": str(slurm_seats.hosts_dir(cluster.slurm_conf.parent))}
     st.save()
     seats = server_seats(st.made)
     try:
         nodeworlds.make(seats, net.gateway(), (hub_port, nodes_slurm.controller_port(cluster.slurm_conf)))
+        base = (cluster.folder / "hosts").read_text()
+        folder = slurm_seats.hosts_dir(cluster.slurm_conf.parent)
+        folder.mkdir(mode=0o755, exist_ok=True)
+        for name in names:
+            (folder / name).write_text(nodeworlds.hosts_text([s for s in seats if s.name == name], base))
+            (folder / name).chmod(0o644)
     except OSError as e:
-        raise WorkshopError(f"the servers' own networks on the nodes cannot be made here ({e})") from e
+        raise WorkshopError(f"the accounts' own networks on the nodes cannot be made here ({e})") from e
+    if st.spawner != "slurm":
+        return {}
     return {"spawner": "slurm", "hub_ip": net.gateway(), "server_addresses": nodeworlds.addresses(seats)}
+
+
+def remove_seat_hosts(made: dict) -> list[str]:
+    """The accounts' hosts files :func:`seat_networks` wrote (the nodes may outlive the workshop)."""
+    recorded = made.get("server_networks") or {}
+    folder = recorded.get("hosts")
+    removed = []
+    for name in recorded.get("names", []):
+        path = Path(folder or "/nonexistent") / name
+        if folder and nodeworlds.NAME.fullmatch(name) and path.is_file() and not path.is_symlink():
+            path.unlink()
+            removed.append(name)
+    return [f"the hosts files of {len(removed)} accounts on the nodes"] if removed else []
 
 
 def end_jobs(st: State) -> list[str]:

@@ -64,7 +64,7 @@ def test_the_machine_gets_nothing_but_the_repository_and_make_lab() -> None:
     assert "iproute2" not in PACKAGES and "openmpi-bin" not in PACKAGES
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     root_line = next(line for line in setup.splitlines() if line.startswith('[ "$(id -u)" -eq 0 ] && APT_PKGS+='))
-    assert all(p in root_line for p in ("iproute2", "slurm-wlm", "slurmdbd", "mariadb-server", "munge",
+    assert all(p in root_line for p in ("iproute2", "slurm-wlm", "slurmdbd", "mariadb-server", "libslurm-dev", "munge",
                                         "openssh-server", "openssh-client"))
 
 

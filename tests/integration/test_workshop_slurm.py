@@ -32,7 +32,7 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-LEARNER = "learner01"
+LEARNER, OTHER = "learner01", "learner02"
 PIDS = 64
 MEMORY = "256M"
 MINUTES = 2
@@ -49,13 +49,14 @@ def _slurm_groups() -> set[Path]:
 
 
 class Workshop:
-    def __init__(self, st: lifecycle.State, conf: Path, asked: limits.Limits, procs: list[str]) -> None:
+    def __init__(self, st: lifecycle.State, conf: Path, asked: limits.Limits, procs: dict[str, list[str]]) -> None:
         self.st, self.conf, self.asked, self.procs = st, conf, asked, procs
 
-    def submit(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``sbatch ARGS`` as the learner, from a process in the learner's limits (as their server is)."""
-        return run_as(LEARNER, ["sbatch", "--parsable", *args], procs=self.procs, asked=self.asked,
-                      env={"SLURM_CONF": str(self.conf)})
+    def submit(self, *args: str, user: str = LEARNER, script: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``sbatch ARGS`` (with ``script`` as the batch script) as ``user``, from a process in the learner's limits
+        (as their server is)."""
+        return run_as(user, ["sbatch", "--parsable", *args], procs=self.procs.get(user), asked=self.asked,
+                      env={"SLURM_CONF": str(self.conf)}, input=script)
 
     def job(self, job_id: str) -> dict[str, str]:
         out = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True,
@@ -72,10 +73,10 @@ class Workshop:
                 return fields
             time.sleep(0.5)
 
-    def output(self, name: str) -> str:
-        """A file the job wrote in the learner's home, read as the learner."""
-        home = pwd.getpwnam(LEARNER).pw_dir
-        return run_as(LEARNER, ["cat", f"{home}/{name}"]).stdout
+    def output(self, name: str, user: str = LEARNER) -> str:
+        """A file the job wrote in ``user``'s home, read as ``user``."""
+        home = pwd.getpwnam(user).pw_dir
+        return run_as(user, ["cat", f"{home}/{name}"]).stdout
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +94,17 @@ def workshop() -> Iterator[Workshop]:
         without_hub(mp, fake_hub.pid)
         try:
             start = time.monotonic()
-            st, _ = lifecycle.up(lifecycle.Plan(1, port=1, folder=str(state), slurm=True, memory=MEMORY, pids=PIDS,
+            st, _ = lifecycle.up(lifecycle.Plan(2, port=1, folder=str(state), slurm=True, memory=MEMORY, pids=PIDS,
                                  job_minutes=MINUTES, jobs_per_learner=RUNNING, nodes_per_learner=NODES),
                                  say=print)
             print(f"\nworkshop up --slurm: {time.monotonic() - start:.1f} s")
             uids = accounts.uids_of(st.made["users"])
             cluster = virtual.VirtualNodes.load()
             assert cluster is not None and cluster.confined
-            procs, problem = limits.make(LEARNER, asked)
-            assert problem is None
+            procs = {}
+            for name in (LEARNER, OTHER):
+                procs[name], problem = limits.make(name, asked)
+                assert problem is None
             yield Workshop(st, cluster.slurm_conf, asked, procs)
         finally:
             leftovers.stop_processes(uids)
@@ -160,7 +163,7 @@ def test_a_memory_hog_in_a_job_is_ended_by_slurm(workshop: Workshop) -> None:
 def test_a_fork_bomb_in_a_job_stops_at_the_learners_task_cap(workshop: Workshop) -> None:
     home = pwd.getpwnam(LEARNER).pw_dir
     out = run_as(LEARNER, ["sbatch", "--parsable", "-o", "bomb-%j.out", f"--chdir={home}"],
-                 procs=workshop.procs, asked=workshop.asked, env={"SLURM_CONF": str(workshop.conf)},
+                 procs=workshop.procs[LEARNER], asked=workshop.asked, env={"SLURM_CONF": str(workshop.conf)},
                  input=f"#!/bin/sh\n{PYTHON} - <<'EOF'\n{RAISE_SOFT_CAP}{BOMB}\nEOF\n")
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip()
@@ -191,12 +194,15 @@ def test_a_learner_submits_from_their_own_world_through_its_firewall(workshop: W
 # session folder (the name another learner could take first in a shared /tmp).
 TMP_REPORT = (f"echo TMP $TMPDIR $(stat -c '%U %a' $TMPDIR) "
               f"$({PYTHON} -c 'import tempfile; print(tempfile.gettempdir())'); "
-              "mpirun --oversubscribe -np 1 sh -c 'ls -d $TMPDIR/ompi.*' | sed 's/^/OMPI /'")
+              "mpirun --oversubscribe -np 1 sh -c 'ls -d $TMPDIR/ompi.*' | sed 's/^/OMPI /'; "
+              "touch /tmp/mine /var/tmp/mine2 /dev/shm/mine3; echo SEEN $(ls $TMPDIR/mine* | wc -l) "
+              "$(stat -c '%U %a' /dev/shm)")
 
 
 def test_each_job_has_a_temporary_folder_of_its_own(workshop: Workshop) -> None:
     """TMPDIR is the job's own folder on its node (made by root's Prolog, the learner's, closed to others),
-    Python and OpenMPI keep their files there, and it is gone when the job ends (root's Epilog)."""
+    Python and OpenMPI keep their files there, the job's /tmp, /var/tmp and /dev/shm are its own, and all of it
+    is gone when the job ends (root's Epilog)."""
     home = pwd.getpwnam(LEARNER).pw_dir
     out = workshop.submit("-o", "tmp-%j.out", f"--chdir={home}", "--wrap", TMP_REPORT)
     assert out.returncode == 0, out.stderr
@@ -206,12 +212,111 @@ def test_each_job_has_a_temporary_folder_of_its_own(workshop: Workshop) -> None:
     said = next((line.split()[1:] for line in text.splitlines() if line.startswith("TMP ")), [])
     assert len(said) == 4, text
     folder, owner, mode, python_tmp = said
-    assert folder.endswith(f"/jobs/{job}") and folder.startswith(str(workshop.conf.parent)), text
+    assert folder.endswith(f"/jobs/{job}/tmp") and folder.startswith(str(workshop.conf.parent)), text
     assert (owner, mode, python_tmp) == (LEARNER, "700", folder), text
     assert any(line.startswith(f"OMPI {folder}/ompi.") for line in text.splitlines()), text
-    assert not Path(folder).exists()  # removed with the job
-    jobs = Path(folder).parent
+    # /tmp and /var/tmp are that folder, /dev/shm the job's own: nothing lands in the machine's
+    assert f"SEEN 2 {LEARNER} 700" in text, text
+    assert not any(Path(p).exists() for p in ("/tmp/mine", "/var/tmp/mine2", "/dev/shm/mine3"))
+    assert not Path(folder).parent.exists()  # removed with the job
+    jobs = Path(folder).parent.parent
     assert jobs.stat().st_uid == 0 and (jobs.stat().st_mode & 0o777) == 0o711
+
+
+PORT = 45123  # where a learner's job listens, in its own network (a free port in every seat)
+# Listens on 0.0.0.0:PORT, answers itself at 127.0.0.1 and at its node's name, says READY, then counts every
+# connection it accepts until the file `stop` appears in its folder (60 s at most).
+LISTENER = f"""
+import os, socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", {PORT})); s.listen(50)
+for host in ("127.0.0.1", socket.gethostname()):
+    socket.create_connection((host, {PORT}), timeout=5); s.accept()
+print("READY", flush=True)
+s.settimeout(0.5); got = 0; end = time.time() + 60
+while time.time() < end and not os.path.exists("stop"):
+    try:
+        s.accept(); got += 1
+    except OSError:
+        pass
+print("ACCEPTED", got, flush=True)
+"""
+# Tries each address given, and says what happened.
+PROBE = f"""
+import socket, sys
+for host in sys.argv[1:]:
+    try:
+        socket.create_connection((host, {PORT}), timeout=3).close(); print("REACHED", host)
+    except OSError as e:
+        print("REFUSED", host, type(e).__name__)
+"""
+# Two tasks on the two nodes of one job: task 0 (node1) listens, task 1 (node2) reaches it at the name node1.
+PAIR = f"""
+import os, socket, time
+if os.environ["SLURM_PROCID"] == "0":
+    s = socket.socket(); s.bind(("0.0.0.0", {PORT})); s.listen(5); s.settimeout(30)
+    c, peer = s.accept(); print("PAIR-ACCEPTED", peer[0], socket.gethostbyname(socket.gethostname()), flush=True)
+else:
+    for _ in range(60):
+        try:
+            socket.create_connection(("node1", {PORT}), timeout=2).close(); print("PAIR-REACHED node1"); break
+        except OSError:
+            time.sleep(0.5)
+"""
+
+
+def _script(code: str) -> str:
+    return f"#!/bin/sh\n{PYTHON} - \"$@\" <<'EOF'\n{code}\nEOF\n"
+
+
+def test_a_learners_batch_jobs_live_in_their_own_network(workshop: Workshop) -> None:
+    """Slurm's plug-in puts each account's jobs in the account's seat on the node: learner02's listener on
+    0.0.0.0 answers learner02 (at 127.0.0.1 and its node's name) and is refused to learner01's jobs on both nodes
+    at every address that could lead there; the instructor's two-node job reaches its own task on the other node
+    by name. Each job has its own /tmp: nothing learner01 leaves there is learner02's to see."""
+    from labkit.workshop import onnodes
+
+    seats = onnodes.server_seats(workshop.st.made)
+    theirs = [s.address for s in seats if s.name == OTHER]
+    nodes = sorted({s.node.name: s.node.address for s in seats}.items())
+    env = {**os.environ, "SLURM_CONF": str(workshop.conf)}
+    taken: list[str] = []
+    try:
+        homes = {u: pwd.getpwnam(u).pw_dir for u in (LEARNER, OTHER, workshop.st.instructor)}
+        out = workshop.submit("-w", nodes[0][0], "-o", "listen-%j.out", f"--chdir={homes[OTHER]}",
+                              user=OTHER, script=_script(LISTENER))
+        assert out.returncode == 0, out.stderr
+        listener = out.stdout.strip()
+        taken.append(listener)
+        assert proc_wait(lambda: "READY" in workshop.output(f"listen-{listener}.out", OTHER), 60), \
+            (workshop.job(listener), workshop.output(f"listen-{listener}.out", OTHER))
+        said = []
+        for node, address in nodes:  # learner01's jobs (one at a time: their cap) on each node
+            targets = ["127.0.0.1", nodes[0][0], address, nodes[0][1], *theirs]
+            out = workshop.submit("-w", node, "-o", "probe-%j.out", f"--chdir={homes[LEARNER]}",
+                                  script=_script(PROBE.replace("sys.argv[1:]", repr(targets))))
+            assert out.returncode == 0, out.stderr
+            taken.append(out.stdout.strip())
+            assert workshop.wait(taken[-1])["JobState"] == "COMPLETED"
+            said += workshop.output(f"probe-{taken[-1]}.out").splitlines()
+        assert len(said) == 2 * len(targets) and all(line.startswith("REFUSED") for line in said), said
+        run_as(OTHER, ["touch", f"{homes[OTHER]}/stop"])
+        assert workshop.wait(listener)["JobState"] == "COMPLETED"
+        assert "ACCEPTED 0" in workshop.output(f"listen-{listener}.out", OTHER)  # none of learner01's got in
+        pair = subprocess.run(
+            ["runuser", "-u", workshop.st.instructor, "--", "sbatch", "--parsable", "-N", "2", "-n", "2",
+             "-o", "pair-%j.out", f"--chdir={homes[workshop.st.instructor]}",
+             "--wrap", f"srun {PYTHON} - <<'EOF'\n{PAIR}\nEOF"], capture_output=True, text=True, env=env, timeout=60)
+        assert pair.returncode == 0, pair.stderr
+        taken.append(pair.stdout.strip())
+        assert workshop.wait(taken[-1])["JobState"] == "COMPLETED", workshop.job(taken[-1])
+        text = workshop.output(f"pair-{taken[-1]}.out", workshop.st.instructor)
+        assert "PAIR-REACHED node1" in text and "PAIR-ACCEPTED" in text, text
+        seat_of = {s.address for s in seats if s.name == workshop.st.instructor}
+        accepted = next(line.split() for line in text.splitlines() if line.startswith("PAIR-ACCEPTED"))
+        assert accepted[1] in seat_of and accepted[2] in seat_of, (accepted, seat_of)  # seat to seat, by name
+    finally:
+        for job in taken:
+            subprocess.run(["scancel", job], env=env, check=False)
 
 
 def _submit_until_refused(workshop: Workshop, most: int, *args: str, cancel: bool = False) -> tuple[list[str], str]:
