@@ -218,6 +218,11 @@ def test_each_job_has_a_temporary_folder_of_its_own(workshop: Workshop) -> None:
     # /tmp and /var/tmp are that folder, /dev/shm the job's own: nothing lands in the machine's
     assert f"SEEN 2 {LEARNER} 700" in text, text
     assert not any(Path(p).exists() for p in ("/tmp/mine", "/var/tmp/mine2", "/dev/shm/mine3"))
+    out = workshop.submit("-o", f"{home}/rel-%j.out", "--chdir=/tmp", "--wrap", "touch rel-mine; stat -c '%U %a' .")
+    assert out.returncode == 0, out.stderr
+    assert workshop.wait(out.stdout.strip())["JobState"] == "COMPLETED"
+    assert workshop.output(f"rel-{out.stdout.strip()}.out").split() == [LEARNER, "700"]  # started in /tmp: its own
+    assert not Path("/tmp/rel-mine").exists()
     assert not Path(folder).parent.exists()  # removed with the job
     jobs = Path(folder).parent.parent
     assert jobs.stat().st_uid == 0 and (jobs.stat().st_mode & 0o777) == 0o711

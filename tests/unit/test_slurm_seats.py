@@ -36,7 +36,7 @@ def test_the_plugin_compiles_and_exports_what_slurm_calls(tmp_path: Path) -> Non
     built = subprocess.run(slurm_seats.compile_argv(slurm_seats.SOURCE, out), capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(out)], capture_output=True, text=True).stdout
-    for name in ("slurm_spank_init", "slurm_spank_task_init_privileged", "plugin_name", "plugin_type"):
+    for name in ("slurm_spank_init", "slurm_spank_task_init_privileged", "slurm_spank_task_init", "plugin_name"):
         assert name in symbols, symbols
 
 

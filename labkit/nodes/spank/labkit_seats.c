@@ -8,7 +8,8 @@
  *     the other nodes, the Slurm daemons and the hub;
  *   - in a mount namespace of its own, /etc/hosts is HOSTS/<user> (each node's name is the account's address
  *     on that node), and /tmp, /var/tmp and /dev/shm are the job's own folders NODES/<node>/jobs/<job>/tmp and
- *     .../shm, which root's Prolog made for the job's user.
+ *     .../shm, which root's Prolog made for the job's user; and, as the user, the task enters its working folder
+ *     again (one in /tmp is then the job's own).
  * A job of a user without such a namespace (root's, or an account of no workshop) is left as it is. A job of a
  * user with one that cannot be put in it does not start (fail closed).
  *
@@ -36,6 +37,7 @@ static char netns_dir[512] = "/run/netns";
 static char prefix[64] = "lkn-";
 static char hosts_dir[512] = "";
 static char nodes_dir[512] = "";
+static int placed = 0;  /* this task was put in its account's world (task_init_privileged, same process) */
 
 static int name_ok(const char *s)
 {
@@ -154,5 +156,17 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
         }
         close(fd);
     }
+    placed = 1;
+    return 0;
+}
+
+/* As the user, before exec: the task's folder entered again, so that a job started in /tmp (--chdir=/tmp, entered
+ * before the folders above were mounted) works in its own /tmp, not the node's. */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    char cwd[4096];
+    (void)sp, (void)ac, (void)av;
+    if (placed && getcwd(cwd, sizeof cwd) != NULL && chdir(cwd) != 0)
+        slurm_error("labkit_seats: entering %s again: %m", cwd);
     return 0;
 }
