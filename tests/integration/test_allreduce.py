@@ -132,9 +132,10 @@ SLOWER = ("measured 1.1-2.1x the model at 8 and 64 MiB on a loaded 2-core machin
 @pytest.mark.slow
 # Gloo reaches the ring model within 20% from 8 MiB on; OpenMPI's TCP transport and gRPC do not (see SLOWER):
 # for them the test holds what was measured, no faster than the link allows and at most 2.5 times the model.
-# make test measures Gloo's (the tightest); MPI's and tf.distribute's in make test-heavy.
-@pytest.mark.parametrize(("via", "band"), [
-    ("gloo", (0.8, 1.2)), *(pytest.param(via, (0.8, 2.5), marks=pytest.mark.heavy) for via in ("mpi", "mwms"))])
+# All three in make test-heavy (make test's budget): make test measures the same link with Gloo in lab 8's cells,
+# in the browser, without holding it to the band.
+@pytest.mark.heavy
+@pytest.mark.parametrize(("via", "band"), [("gloo", (0.8, 1.2)), ("mpi", (0.8, 2.5)), ("mwms", (0.8, 2.5))])
 def test_the_link_gives_the_ring_models_bandwidth(link: nodes.VirtualNodes, via: str, band: tuple[float, float],
                                                   tmp_path: Path) -> None:
     r = allreduce.measure([2**20, 2**23, 2**26], np=2, hostfile=link.hostfile, via=via, repeat=5,
