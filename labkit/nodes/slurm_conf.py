@@ -8,6 +8,9 @@ control groups of its own that hold it to its CPUs and memory, ``cgroup.conf`` n
 import re
 
 SLURMD_PORT = 6818  # where each node's slurmd listens, in the node
+# A path written into a script or configuration file root's daemons read: absolute, nothing that splits a line or
+# an argument.
+SAFE_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,1000}")
 
 # What every labkit Slurm cluster sets: root daemons, and finished jobs
 # listed for 30 s (300 s by default): long enough for labkit.launching.slurm_wait to read their exit code.
@@ -87,7 +90,7 @@ def job_folders(folder: str) -> dict[str, str]:
     """The Prolog, TaskProlog and Epilog scripts (name: text) of a confined cluster whose nodes' folders are
     ``folder/NODE``; each node's jobs' folders are ``folder/NODE/jobs`` (the scripts read the node's name from
     ``SLURMD_NODENAME``, Slurm's)."""
-    if not re.fullmatch(r"/[A-Za-z0-9_./+-]{1,1000}", folder):
+    if not SAFE_PATH.fullmatch(folder):
         raise ValueError(f"the nodes' folder {folder!r} must be an absolute path of letters, digits and _./+-")
     return {name: text.format(base=f"{folder}/$SLURMD_NODENAME/jobs", guard=GUARD)
             for name, text in (("prolog.sh", PROLOG), ("task_prolog.sh", TASK_PROLOG), ("epilog.sh", EPILOG))}

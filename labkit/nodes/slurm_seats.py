@@ -14,18 +14,17 @@ not start.
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 from labkit.nodes import net
+from labkit.nodes.slurm_conf import SAFE_PATH
 
 SOURCE = Path(__file__).parent / "spank" / "labkit_seats.c"
 HEADER = Path("/usr/include/slurm/spank.h")
 PLUGIN = "labkit_seats.so"
 PLUGSTACK = "plugstack.conf"
 SEAT_PREFIX = "lkn-"  # an account's namespace on a node: lkn-NODE-NAME (labkit.workshop.nodeworlds makes them)
-SAFE_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,400}")
 
 
 def missing() -> str | None:

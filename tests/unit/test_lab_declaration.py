@@ -4,8 +4,6 @@ follows from the declaration."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 import labkit.check
@@ -62,8 +60,7 @@ def test_a_new_lab_declared_once_is_generated_graded_and_named(monkeypatch: pyte
 
 
 def test_a_lab_that_continues_another_is_generated_from_its_template() -> None:
-    lab = dataclasses.replace(labs.get("communication"))
-    targets = sources.lab_targets(lab)
+    targets = sources.lab_targets(labs.get("communication"))
     assert {t.template for t in targets} == {"solutions/source/fashion_mnist.py.tmpl"}
     assert [t.version for t in targets] == [labs.get("horovod").n_steps + 1]
 
