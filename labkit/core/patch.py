@@ -19,11 +19,11 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     """Run a function on a module right after it is executed (before anyone imports from it)."""
 
     def __init__(self) -> None:
-        self.hooks: dict[str, Callable[[Any], None]] = {}
+        self.hooks: dict[str, list[Callable[[Any], None]]] = {}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        hook = self.hooks.pop(name, None)
-        if hook is None:
+        hooks = self.hooks.pop(name, None)
+        if not hooks:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -32,7 +32,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             real_exec(module)
-            hook(module)
+            for hook in hooks:  # in the order they were asked for
+                hook(module)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -46,7 +47,7 @@ def when_imported(name: str, hook: Callable[[Any], None]) -> None:
     if name in sys.modules:
         hook(sys.modules[name])
         return
-    _FINDER.hooks[name] = hook
+    _FINDER.hooks.setdefault(name, []).append(hook)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
 

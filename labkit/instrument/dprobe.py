@@ -29,9 +29,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from labkit.core import contract, patch, stacks
+from labkit.core import contract, stacks
 from labkit.instrument import data
 from labkit.instrument.dprobe_record import Recorder, digest, model_variables, sample_batches
+from labkit.instrument.hooks import dataset
+from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
 from labkit.instrument.leave import leave
 
@@ -40,19 +42,21 @@ def install(rec: Recorder) -> None:
     """Patch data loading, strategies, the coordinator, fit and save."""
     import numpy as np
 
+    def tagged(_real: Any) -> Any:
+        def load_data(*_a: Any, **_k: Any) -> Any:
+            train, test = data.load()
+            grey = (np.arange(len(train)) % 256).astype(np.uint8)
+            x = np.broadcast_to(grey[:, None, None], train.x.shape).copy()
+            return (x, train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
 
-    def load_data(*_a: Any, **_k: Any) -> Any:
-        train, test = data.load()
-        grey = (np.arange(len(train)) % 256).astype(np.uint8)
-        x = np.broadcast_to(grey[:, None, None], train.x.shape).copy()
-        return (x, train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
+        return load_data
 
     import tensorflow as tf
     from tensorflow.python.distribute import distribute_lib
 
     # A probed run trains a few batches: optimising their graphs (Grappler) costs more than it saves.
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    patch.set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
+    dataset.replace(tagged)
 
     base_init = distribute_lib.StrategyBase.__init__
 
@@ -115,52 +119,9 @@ def install(rec: Recorder) -> None:
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
 
+    fit_hook.add(_FitListener(rec, Events, BatchEvents))
     model_cls = tf.keras.Model
-    original_fit, original_save = model_cls.fit, model_cls.save
-
-    def fit(self: Any, x: Any = None, *a: Any, **kw: Any) -> Any:
-        info: dict[str, Any] = {
-            "strategy": type(self.distribute_strategy).__name__,
-            "replicas": int(self.distribute_strategy.num_replicas_in_sync),
-            "steps_per_epoch": kw.get("steps_per_epoch"),
-            "epochs": kw.get("epochs", 1),
-            "callbacks": [type(c).__name__ for c in kw.get("callbacks") or []],
-            "variables": model_variables(self),
-            "input": type(x).__name__,
-        }
-        rec.record["fits"].append(info)
-        rec.dump()
-        fn = getattr(x, "dataset_fn", None)
-        if callable(fn):  # a DatasetCreator: count the input pipelines built from it (one per worker)
-            info["dataset_fn_calls"] = []
-
-            def counted(context: Any = None, *a: Any, **k: Any) -> Any:
-                info["dataset_fn_calls"].append(getattr(context, "input_pipeline_id", None))
-                rec.dump()
-                return fn(context, *a, **k)
-
-            x.dataset_fn = counted
-        if "Parameter" not in info["strategy"]:
-            try:
-                positional = dict(zip(("y", "batch_size"), a, strict=False))  # fit(x, y, batch_size, ...)
-                info["batches"], x = sample_batches(self, x, {**positional, **kw})
-            except Exception as e:  # noqa: BLE001 - report, never break the learner's run
-                info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
-        rec.dump()
-        events = Events() if "Parameter" in info["strategy"] else BatchEvents()
-        kw["callbacks"] = [*(kw.get("callbacks") or []), events]
-        rec.event(kind="fit_begin")
-        history = original_fit(self, x, *a, **kw)
-        rec.event(kind="fit_end")
-        info["after"] = model_variables(self)
-        info["weights"] = digest(self.get_weights())
-        try:
-            info["iterations"] = int(self.optimizer.iterations.numpy())
-        except Exception:  # noqa: BLE001
-            pass
-        rec.model = self
-        rec.dump()
-        return history
+    original_save = model_cls.save
 
     def save(self: Any, filepath: Any, *a: Any, **kw: Any) -> Any:
         out = original_save(self, filepath, *a, **kw)
@@ -168,7 +129,63 @@ def install(rec: Recorder) -> None:
         rec.dump()
         return out
 
-    model_cls.fit, model_cls.save = fit, save
+    model_cls.save = save
+
+
+class _FitListener:
+    """Around every ``fit`` (:mod:`labkit.instrument.hooks.fit`): the model's strategy and variables, the batches
+    each replica receives, the input pipelines built, epoch events; after training, the variables and weights."""
+
+    def __init__(self, rec: Recorder, events: Any, batch_events: Any) -> None:
+        self.rec, self.events, self.batch_events = rec, events, batch_events
+
+    def before(self, call: fit_hook.FitCall) -> None:
+        rec, a, model = self.rec, call.arguments, call.model
+        x = a.get("x")
+        info: dict[str, Any] = {
+            "strategy": type(model.distribute_strategy).__name__,
+            "replicas": int(model.distribute_strategy.num_replicas_in_sync),
+            "steps_per_epoch": a.get("steps_per_epoch"),
+            "epochs": a.get("epochs"),
+            "callbacks": [type(c).__name__ for c in call.callbacks],
+            "variables": model_variables(model),
+            "input": type(x).__name__,
+        }
+        call.notes["dprobe"] = info
+        rec.record["fits"].append(info)
+        rec.dump()
+        fn = getattr(x, "dataset_fn", None)
+        if callable(fn):  # a DatasetCreator: count the input pipelines built from it (one per worker)
+            info["dataset_fn_calls"] = []
+
+            def counted(context: Any = None, *args: Any, **kwargs: Any) -> Any:
+                info["dataset_fn_calls"].append(getattr(context, "input_pipeline_id", None))
+                rec.dump()
+                return fn(context, *args, **kwargs)
+
+            x.dataset_fn = counted
+        if "Parameter" not in info["strategy"]:
+            try:
+                info["batches"], a["x"] = sample_batches(model, x, a)
+            except Exception as e:  # noqa: BLE001 - report, never break the learner's run
+                info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
+        rec.dump()
+        call.callbacks.append(self.events() if "Parameter" in info["strategy"] else self.batch_events())
+        rec.event(kind="fit_begin")
+
+    def after(self, call: fit_hook.FitCall) -> None:
+        if call.error is not None or "dprobe" not in call.notes:
+            return
+        rec, info, model = self.rec, call.notes["dprobe"], call.model
+        rec.event(kind="fit_end")
+        info["after"] = model_variables(model)
+        info["weights"] = digest(model.get_weights())
+        try:
+            info["iterations"] = int(model.optimizer.iterations.numpy())
+        except Exception:  # noqa: BLE001
+            pass
+        rec.model = model
+        rec.dump()
 
 
 def _record_ps_variables(tf: Any, rec: Recorder) -> None:

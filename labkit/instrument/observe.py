@@ -36,6 +36,8 @@ from typing import Any
 
 from labkit.core import contract, files, identity, patch
 from labkit.instrument import optimizer_knobs, shrink
+from labkit.instrument.hooks import arguments
+from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import batch_of
 from labkit.records import jobrecord, runs
 
@@ -117,47 +119,36 @@ def _config() -> None:
         pass
 
 
-def _patch_argparse() -> None:
-    import argparse
-
-    real = argparse.ArgumentParser.parse_known_args
-
-    def parse_known_args(self: Any, args: Any = None, namespace: Any = None) -> Any:
-        out = real(self, args, namespace)
-        if args is None:  # the script's own command line
-            STATE["args"] = out[0]  # read at each save: scripts fill defaults in after parsing (e.g. by mode)
-            _config()
-        return out
-
-    argparse.ArgumentParser.parse_known_args = parse_known_args
+def _arguments(ns: Any, extras: list[str]) -> list[str]:
+    """The script's own command line was parsed: keep its namespace (read at each save: scripts fill defaults in
+    after parsing, e.g. by mode)."""
+    STATE["args"] = ns
+    _config()
+    return extras
 
 
-def _patch_fit(module: Any) -> None:
-    import inspect
+class _FitListener:
+    """Around every ``fit`` (:mod:`labkit.instrument.hooks.fit`): note the call and add the observer callback, last."""
 
-    model_cls = module.Model
-    real_fit = model_cls.fit
-    signature = inspect.signature(real_fit)
-
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def before(self, call: fit_hook.FitCall) -> None:
         try:
-            bound = signature.bind(self, *args, **kwargs)
-            a = bound.arguments
-            STATE["strategy"] = getattr(self, "distribute_strategy", None)
+            a = call.arguments
+            STATE["strategy"] = getattr(call.model, "distribute_strategy", None)
             per_step, how = batch_of(a.get("x"), a.get("batch_size"))
             STATE["fits"].append({"start": time.time(), "batch_per_step": per_step, "batch_from": how,
                                   "epochs": a.get("epochs"), "steps_per_epoch": a.get("steps_per_epoch"),
                                   "initial_epoch": a.get("initial_epoch")})
             # Keras refuses batch-level callbacks under a ParameterServerStrategy: count steps from fit's arguments.
             ps = "ParameterServer" in type(STATE["strategy"]).__name__
-            a["callbacks"] = [*list(a.get("callbacks") or []),
-                              _observer(per_step, batch_hooks=not ps, steps=a.get("steps_per_epoch"))]
-            args, kwargs = bound.args[1:], bound.kwargs
+            call.callbacks.append(_observer(per_step, batch_hooks=not ps, steps=a.get("steps_per_epoch")))
         except Exception as e:  # noqa: BLE001 - never stand between the script and fit
             STATE.setdefault("observer_errors", []).append(f"fit: {type(e).__name__}: {e}")
-        return real_fit(self, *args, **kwargs)
 
-    model_cls.fit = fit
+    def after(self, call: fit_hook.FitCall) -> None:
+        pass
+
+
+_FIT = _FitListener()
 
 
 def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None = None) -> Any:
@@ -257,13 +248,13 @@ def install(folder: str | None = None) -> bool:
         Path(folder).mkdir(parents=True, exist_ok=True)
         STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None,
                      task=contract.settings().task)
-        _patch_argparse()
+        arguments.add(_arguments)
         job = contract.current()
         if job.shrink:
             _from_outside("shrink", job.shrink, shrink.from_spec)
         if job.optimizer:
             _from_outside("optimizer_knobs", job.optimizer, optimizer_knobs.from_spec)
-        when_imported("tf_keras.src.engine.training", _patch_fit)
+        fit_hook.add(_FIT)
         when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
         atexit.register(_at_exit)
         _INSTALLED.append(True)

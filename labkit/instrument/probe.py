@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     # A probe run trains a few batches: optimising their graph (Grappler) costs more than it saves.
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
-    patch_data(tf)
-    patch_model(tf)
+    patch_data()
+    patch_model()
     patch_devices(tf)
     patch_horovod()
     patch_keras(tf, max_epochs)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from labkit.core import patch
 from labkit.instrument import data, probe_allreduce, probe_record
 from labkit.instrument.callback_reads import plain, wrap_callback
+from labkit.instrument.hooks import arguments, conv, dataset
+from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
 from labkit.instrument.probe_record import (
     FAKE_GPUS,
@@ -29,18 +30,11 @@ def patch_arguments(tolerated: list[str]) -> None:
 
     One probed run can then serve several steps: ``--checkpoint-dir DIR`` (step 7's option) reaches a script that
     has it, and a script that has not yet got it still runs steps 1-6. An option the script ignored this way is
-    kept in ``STATE["ignored_args"]``, for the step that asks for it to say so. ``parse_args`` of the standard
-    library goes through ``parse_known_args``, whose unknown arguments it refuses: those are filtered here.
+    kept in ``STATE["ignored_args"]``, for the step that asks for it to say so (:mod:`labkit.instrument.hooks.arguments`
+    passes the arguments the script's parser did not know; ``parse_args`` refuses those kept).
     """
-    import argparse
-    import sys
 
-    real = argparse.ArgumentParser.parse_known_args
-
-    def parse_known_args(self: Any, args: Any = None, namespace: Any = None) -> Any:
-        ns, extras = real(self, args, namespace)
-        if args is not None and list(args) != sys.argv[1:]:
-            return ns, extras  # a parser the script runs on its own list, not the command line
+    def drop_tolerated(_ns: Any, extras: list[str]) -> list[str]:
         kept: list[str] = []
         skip = False
         for i, arg in enumerate(extras):
@@ -55,22 +49,25 @@ def patch_arguments(tolerated: list[str]) -> None:
                 skip = "=" not in arg and i + 1 < len(extras) and not extras[i + 1].startswith("-")
                 continue
             kept.append(arg)
-        return ns, kept
+        return kept
 
-    argparse.ArgumentParser.parse_known_args = parse_known_args
+    arguments.add(drop_tolerated)
 
 
-def patch_data(tf: Any) -> None:
+def patch_data() -> None:
+    """Each rank's own tiny slice of Fashion-MNIST (:mod:`labkit.instrument.hooks.dataset`)."""
     import numpy as np
-
 
     rank = STATE["rank_env"]
 
-    def load_data(*_a: Any, **_k: Any) -> Any:
-        train, test = data.load(TRAIN_PER_RANK, TEST_PER_RANK, offset=rank * (TRAIN_PER_RANK + TEST_PER_RANK))
-        return (train.x.copy(), train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
+    def slice_of_rank(_real: Any) -> Any:
+        def load_data(*_a: Any, **_k: Any) -> Any:
+            train, test = data.load(TRAIN_PER_RANK, TEST_PER_RANK, offset=rank * (TRAIN_PER_RANK + TEST_PER_RANK))
+            return (train.x.copy(), train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
 
-    patch.set_everywhere(tf, "datasets.fashion_mnist", "load_data", load_data)
+        return load_data
+
+    dataset.replace(slice_of_rank)
 
 
 def shrink(filters: int) -> int:
@@ -78,19 +75,9 @@ def shrink(filters: int) -> int:
     return filters if filters <= 16 else max(8, filters // 8)
 
 
-def patch_model(tf: Any) -> None:
-    real = tf.keras.layers.Conv2D
-
-    class Conv2D(real):
-        def __init__(self, filters: int, *args: Any, **kwargs: Any) -> None:
-            super().__init__(shrink(int(filters)), *args, **kwargs)
-
-        @classmethod
-        def from_config(cls, config: dict) -> Any:  # a saved model's layers are already narrow
-            return real.from_config(config)
-
-    Conv2D.__name__ = "Conv2D"
-    patch.set_everywhere(tf, "layers", "Conv2D", Conv2D)
+def patch_model() -> None:
+    """Narrow convolutions (:mod:`labkit.instrument.hooks.conv`)."""
+    conv.narrow(shrink)
 
 
 def patch_devices(tf: Any) -> None:
@@ -255,23 +242,20 @@ def patch_saving(tf: Any) -> None:
     recorder(tf.train.Checkpoint, "write", "checkpoint", 1)
 
 
-def patch_keras(tf: Any, max_epochs: int = 1) -> None:
-    import inspect
+class _FitListener:
+    """Around every ``fit`` (:mod:`labkit.instrument.hooks.fit`): record the call, wrap the script's callbacks to
+    see what they read, add the probe's callback last, and let at most ``max_epochs`` epochs run (none: the rank
+    ends cleanly at its call of fit, for a check that only asks how the script gets there)."""
 
-    model_cls = tf.keras.Model
-    real_fit = model_cls.fit
-    real_evaluate = model_cls.evaluate
-    fit_sig = inspect.signature(real_fit)
+    def __init__(self, tf: Any, max_epochs: int) -> None:
+        self.tf, self.max_epochs = tf, max_epochs
 
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        bound = fit_sig.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        callbacks = list(a.get("callbacks") or [])
+    def before(self, call: fit_hook.FitCall) -> None:
+        a = call.arguments
         record: dict[str, Any] = {"epoch_reads": []}
-        for i, cb in enumerate(callbacks):
+        for i, cb in enumerate(call.callbacks):
             wrap_callback(cb, i, record["epoch_reads"])
-        opt = getattr(self, "optimizer", None)
+        opt = getattr(call.model, "optimizer", None)
         STATE["fit"].append({
             "verbose": a.get("verbose"),
             "epochs": a.get("epochs"),
@@ -279,21 +263,27 @@ def patch_keras(tf: Any, max_epochs: int = 1) -> None:
             "steps_per_epoch": a.get("steps_per_epoch"),
             "validation_steps": a.get("validation_steps"),
             "has_validation": a.get("validation_data") is not None,
-            "callbacks": [f"{type(c).__module__}.{type(c).__qualname__}" for c in callbacks],
+            "callbacks": [f"{type(c).__module__}.{type(c).__qualname__}" for c in call.callbacks],
             "optimizer": f"{type(opt).__module__}.{type(opt).__qualname__}" if opt is not None else None,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         })
         milestone("fit_start")
-        if max_epochs == 0:  # the run was only asked how the script gets to fit: it ends here, cleanly
+        if self.max_epochs == 0:  # the run was only asked how the script gets to fit: it ends here, cleanly
             raise SystemExit(0)
-        a["callbacks"] = callbacks + [make_probe_callback(tf, record)]
-        a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + max_epochs)
-        args2 = {k: v for k, v in a.items() if k != "self"}
+        call.callbacks.append(make_probe_callback(self.tf, record))
+        a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + self.max_epochs)
         STATE["in_fit"] = True
-        try:
-            return real_fit(self, **args2)
-        finally:
-            STATE["in_fit"] = False
+
+    def after(self, call: fit_hook.FitCall) -> None:
+        STATE["in_fit"] = False
+
+
+def patch_keras(tf: Any, max_epochs: int = 1) -> None:
+    import inspect
+
+    fit_hook.add(_FitListener(tf, max_epochs))
+    model_cls = tf.keras.Model
+    real_evaluate = model_cls.evaluate
 
     def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
         if STATE.get("in_fit"):  # fit's own validation pass
@@ -304,5 +294,4 @@ def patch_keras(tf: Any, max_epochs: int = 1) -> None:
         STATE["evaluate"].append({"verbose": bound.arguments.get("verbose")})
         return real_evaluate(self, *args, **kwargs)
 
-    model_cls.fit = fit
     model_cls.evaluate = evaluate

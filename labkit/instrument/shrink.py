@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from labkit.instrument.hooks import conv, dataset
+
 
 def parse(spec: str) -> tuple[int, int, int]:
     """``TRAIN,TEST,DIVISOR`` as three numbers; :class:`ValueError` otherwise."""
@@ -19,30 +21,20 @@ def shrink_filters(filters: int, divisor: int) -> int:
 
 
 def hooks(train: int, test: int, divisor: int) -> dict[str, Callable[[Any], None]]:
-    """The module patches that shrink: the data set's first ``train``/``test`` images, Conv2D's filters."""
+    """The module patches that shrink: the data set's first ``train``/``test`` images, Conv2D's filters
+    (:mod:`labkit.instrument.hooks.dataset`, :mod:`labkit.instrument.hooks.conv`)."""
 
-    def data(module: Any) -> None:
-        real = module.load_data
-
+    def first(real: Any) -> Any:
         def load_data(*a: Any, **k: Any) -> Any:
             (x, y), (xt, yt) = real(*a, **k)
             return (x[:train] if train else x, y[:train] if train else y), (
                 xt[:test] if test else xt, yt[:test] if test else yt)
 
-        module.load_data = load_data
+        return load_data
 
-    def conv(module: Any) -> None:
-        cls = module.Conv2D
-        real_init = cls.__init__
-
-        def __init__(self: Any, filters: int, *a: Any, **k: Any) -> None:
-            real_init(self, shrink_filters(int(filters), divisor), *a, **k)
-
-        cls.__init__ = __init__
-
-    out: dict[str, Callable[[Any], None]] = {"tf_keras.src.datasets.fashion_mnist": data}
+    out: dict[str, Callable[[Any], None]] = {dataset.MODULE: dataset.hook(first)}
     if divisor > 1:
-        out["tf_keras.src.layers.convolutional.conv2d"] = conv
+        out[conv.MODULE] = conv.hook(lambda filters: shrink_filters(filters, divisor))
     return out
 
 

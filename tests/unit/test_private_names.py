@@ -26,7 +26,7 @@ def test_every_private_name_is_where_the_observers_look() -> None:
 
 def test_every_private_module_an_observer_names_is_in_the_table() -> None:
     listed = {entry.module for entry in private_names.NAMES}
-    used = {m for path in INSTRUMENT.glob("*.py") if path.name != "private_names.py"
+    used = {m for path in INSTRUMENT.rglob("*.py") if path.name != "private_names.py"
             for m in private_modules(path.read_text())}
     assert {"tensorflow.python.eager.context", "tf_keras.src.engine.training"} <= used  # the scan sees them
     assert used <= listed, f"add to labkit.instrument.private_names.NAMES: {sorted(used - listed)}"
@@ -34,7 +34,7 @@ def test_every_private_module_an_observer_names_is_in_the_table() -> None:
 
 def test_every_entry_is_still_used_by_the_module_it_names() -> None:
     for entry in private_names.NAMES:
-        source = (INSTRUMENT / f"{entry.user}.py").read_text()
+        source = (INSTRUMENT / f"{entry.user.replace('.', '/')}.py").read_text()
         assert entry.path.split(".")[-1] in source, f"{entry}: no longer used there; remove it from the table"
 
 

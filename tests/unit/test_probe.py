@@ -82,9 +82,11 @@ def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypat
     import argparse
     import sys
 
+    from labkit.instrument.hooks import arguments
     from labkit.instrument.probe_record import STATE
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
+    monkeypatch.setattr(arguments, "_HOOK", arguments._Hook())  # this test's listener only, undone after it
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3", "--checkpoint-dir", "ck"])
     monkeypatch.setitem(STATE, "ignored_args", [])
     probe.patch_arguments(["--checkpoint-dir"])
