@@ -28,7 +28,7 @@ never ends can be told where it was.
 ``--fit-bound F`` stops a rank that has not called ``Model.fit`` within ``F`` times the seconds this
 very process took to import and patch TensorFlow, plus :data:`FIT_FLOOR` seconds: the import is the same
 work on every machine, timed at the moment the check runs, so the bound grows on a slow or busy machine and
-stays short on a fast one (:func:`labkit.instrument.probe_record.watch_fit`).
+stays short on a fast one (:meth:`labkit.instrument.probe_record.Rank.watch_fit`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import sys
 import traceback
 
 from labkit.core import env, stacks
-from labkit.instrument import probe_record
 from labkit.instrument.leave import leave
 from labkit.instrument.probe_patches import (
     patch_arguments,
@@ -50,7 +49,7 @@ from labkit.instrument.probe_patches import (
     patch_model,
     patch_saving,
 )
-from labkit.instrument.probe_record import STATE, milestone
+from labkit.instrument.probe_record import Rank
 
 FIT_FLOOR = 5.0  # seconds added to the fit bound: the script's own start-up is never shorter than this
 
@@ -88,30 +87,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out, script, script_args = os.path.abspath(argv[0]), os.path.abspath(argv[2]), argv[3:]
     os.makedirs(out, exist_ok=True)
-    probe_record.start(out)
-    stacks.install(os.path.join(out, f"stack.{STATE['rank_env']}"), budget)
+    rank = Rank(out)
+    stacks.install(os.path.join(out, f"stack.{rank.rank}"), budget)
     if own_folders:  # as on separate nodes: each rank sees only its own files
-        folder = os.path.join(os.getcwd(), f"rank{STATE['rank_env']}")
+        folder = os.path.join(os.getcwd(), f"rank{rank.rank}")
         os.makedirs(folder, exist_ok=True)
         os.chdir(folder)
-    milestone("start")
+    rank.milestone("start")
     import tensorflow as tf
     # A probe run trains a few batches: optimising their graph (Grappler) costs more than it saves.
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
-    patch_data()
+    patch_data(rank)
     patch_model()
-    patch_devices(tf)
-    patch_horovod()
-    patch_keras(tf, max_epochs)
-    patch_saving(tf)
+    patch_devices(tf, rank)
+    patch_horovod(rank)
+    patch_keras(tf, rank, max_epochs)
+    patch_saving(tf, rank)
     if tolerated:
-        patch_arguments(tolerated)
-    milestone("patched")
+        patch_arguments(rank, tolerated)
+    rank.milestone("patched")
     if factor:
-        STATE["fit_rule"] = {"factor": factor, "floor_s": FIT_FLOOR}
-        probe_record.watch_fit(fit_bound(factor, STATE["times"]["patched"]),
-                               os.path.join(out, f"stack.{STATE['rank_env']}"))
+        rank.state["fit_rule"] = {"factor": factor, "floor_s": FIT_FLOOR}
+        rank.watch_fit(fit_bound(factor, rank.state["times"]["patched"]), os.path.join(out, f"stack.{rank.rank}"))
 
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -121,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException as e:  # noqa: BLE001 - everything is reported to the checker
-        STATE["error"] = {"type": type(e).__name__, "message": str(e)[:2000],
+        rank.state["error"] = {"type": type(e).__name__, "message": str(e)[:2000],
                           "traceback": traceback.format_exc()[-4000:]}
         code = 1
-    STATE["pins"]["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-    STATE["exit_code"] = code
-    milestone("end")
+    rank.state["pins"]["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    rank.state["exit_code"] = code
+    rank.milestone("end")
     sys.stdout.flush()
-    if STATE["error"]:
-        print(STATE["error"]["traceback"], file=sys.stderr)
+    if rank.state["error"]:
+        print(rank.state["error"]["traceback"], file=sys.stderr)
     return code
 
 

@@ -22,19 +22,15 @@ without the first two leaves ``{"error": ...}`` instead of patching nothing in s
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from labkit.instrument import probe_record
-from labkit.instrument.probe_record import STATE
+from labkit.instrument.probe_record import Rank
 
 NAMES = ("_allreduce", "_grouped_allreduce")  # in horovod.tensorflow, called by allreduce() and grouped_allreduce()
 CONDS = ("_allreduce_cond", "_grouped_allreduce_cond")  # in horovod.tensorflow, around the gradients' all-reduce
 GRADIENTS, OTHER = "gradients", "other"
-
-RECORD: dict[str, dict[str, int]] = {GRADIENTS: {}, OTHER: {}}
 
 
 def file_name(rank: int) -> str:
@@ -42,27 +38,16 @@ def file_name(rank: int) -> str:
     return f"allreduce.{rank}.json"
 
 
-def _write(value: dict[str, Any]) -> None:
-    """Rewrite this rank's record whole; never fails into the script."""
-    path = os.path.join(probe_record.OUT, file_name(STATE["rank_env"]))
-    try:
-        with open(path + ".tmp", "w") as f:
-            json.dump(value, f)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass
-
-
-def note(tensors: Sequence[Any], eager: bool) -> None:
+def note(rank: Rank, tensors: Sequence[Any], eager: bool) -> None:
     """Count ``tensors`` by dtype: gradients when built into a graph during ``fit``, other otherwise."""
-    kind = GRADIENTS if not eager and STATE.get("in_fit") else OTHER
+    counts = rank.allreduced[GRADIENTS if not eager and rank.state.get("in_fit") else OTHER]
     for t in tensors:
         dtype = getattr(getattr(t, "dtype", None), "name", None) or str(getattr(t, "dtype", "?"))
-        RECORD[kind][dtype] = RECORD[kind].get(dtype, 0) + 1
-    _write(RECORD)
+        counts[dtype] = counts.get(dtype, 0) + 1
+    rank.write(file_name(rank.rank), rank.allreduced)
 
 
-def patch(hvd_tf: Any, eager: Callable[[], bool] | None = None) -> None:
+def patch(hvd_tf: Any, rank: Rank, eager: Callable[[], bool] | None = None) -> None:
     """Count what ``horovod.tensorflow``'s all-reduce entry points receive, then call them as before.
 
     ``eager`` tells a tensor run now from one built into a graph (default: ``tf.executing_eagerly``)."""
@@ -72,13 +57,14 @@ def patch(hvd_tf: Any, eager: Callable[[], bool] | None = None) -> None:
         eager = tf.executing_eagerly
     missing = [name for name in NAMES if not callable(getattr(hvd_tf, name, None))]
     if missing:
-        _write({"error": f"horovod.tensorflow has no {', '.join(missing)}: this Horovod cannot be observed"})
+        why = f"horovod.tensorflow has no {', '.join(missing)}: this Horovod cannot be observed"
+        rank.write(file_name(rank.rank), {"error": why})
         return
     real_one, real_group = (getattr(hvd_tf, name) for name in NAMES)
 
     def _observed(tensors: Sequence[Any]) -> None:
         try:
-            note(tensors, eager())
+            note(rank, tensors, eager())
         except Exception:  # noqa: BLE001 - observing never breaks the script
             pass
 

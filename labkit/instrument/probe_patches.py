@@ -8,30 +8,22 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from labkit.instrument import data, probe_allreduce, probe_record
+from labkit.instrument import data, probe_allreduce
 from labkit.instrument.callback_reads import plain, wrap_callback
 from labkit.instrument.hooks import arguments, conv, dataset
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
-from labkit.instrument.probe_record import (
-    FAKE_GPUS,
-    REAL,
-    STATE,
-    TEST_PER_RANK,
-    TRAIN_PER_RANK,
-    WEIGHTS,
-    milestone,
-    progress,
-)
+from labkit.instrument.probe_record import FAKE_GPUS, TEST_PER_RANK, TRAIN_PER_RANK, Rank
 
 
-def patch_arguments(tolerated: list[str]) -> None:
+def patch_arguments(rank: Rank, tolerated: list[str]) -> None:
     """Let the script's own command line carry the check's ``tolerated`` options even when it does not define them.
 
     One probed run can then serve several steps: ``--checkpoint-dir DIR`` (step 7's option) reaches a script that
     has it, and a script that has not yet got it still runs steps 1-6. An option the script ignored this way is
-    kept in ``STATE["ignored_args"]``, for the step that asks for it to say so (:mod:`labkit.instrument.hooks.arguments`
-    passes the arguments the script's parser did not know; ``parse_args`` refuses those kept).
+    kept in the record's ``ignored_args``, for the step that asks for it to say so
+    (:mod:`labkit.instrument.hooks.arguments` passes the arguments the script's parser did not know; ``parse_args``
+    refuses those kept).
     """
 
     def drop_tolerated(_ns: Any, extras: list[str]) -> list[str]:
@@ -43,7 +35,7 @@ def patch_arguments(tolerated: list[str]) -> None:
                 continue
             name = arg.split("=", 1)[0]
             if name in tolerated:
-                ignored = STATE.setdefault("ignored_args", [])
+                ignored = rank.state.setdefault("ignored_args", [])
                 if name not in ignored:
                     ignored.append(name)
                 skip = "=" not in arg and i + 1 < len(extras) and not extras[i + 1].startswith("-")
@@ -54,15 +46,15 @@ def patch_arguments(tolerated: list[str]) -> None:
     arguments.add(drop_tolerated)
 
 
-def patch_data() -> None:
+def patch_data(rank: Rank) -> None:
     """Each rank's own tiny slice of Fashion-MNIST (:mod:`labkit.instrument.hooks.dataset`)."""
     import numpy as np
 
-    rank = STATE["rank_env"]
+    offset = rank.rank * (TRAIN_PER_RANK + TEST_PER_RANK)
 
     def slice_of_rank(_real: Any) -> Any:
         def load_data(*_a: Any, **_k: Any) -> Any:
-            train, test = data.load(TRAIN_PER_RANK, TEST_PER_RANK, offset=rank * (TRAIN_PER_RANK + TEST_PER_RANK))
+            train, test = data.load(TRAIN_PER_RANK, TEST_PER_RANK, offset=offset)
             return (train.x.copy(), train.y.astype(np.uint8)), (test.x.copy(), test.y.astype(np.uint8))
 
         return load_data
@@ -80,7 +72,7 @@ def patch_model() -> None:
     conv.narrow(shrink)
 
 
-def patch_devices(tf: Any) -> None:
+def patch_devices(tf: Any, rank: Rank) -> None:
     from tensorflow.python.eager import context
 
     fakes = [context.PhysicalDevice(name=f"/physical_device:GPU:{i}", device_type="GPU") for i in range(FAKE_GPUS)]
@@ -101,21 +93,21 @@ def patch_devices(tf: Any) -> None:
     def set_visible_devices(devices: Any, device_type: str | None = None) -> None:
         devs = [devices] if hasattr(devices, "device_type") else list(devices)
         if device_type == "GPU" or (devs and all(is_fake(d) for d in devs)):
-            STATE["pins"]["visible"] = [d.name for d in devs]
-            milestone("pinned")
+            rank.state["pins"]["visible"] = [d.name for d in devs]
+            rank.milestone("pinned")
             return
         real_set_visible([d for d in devs if not is_fake(d)], device_type)
 
     def get_visible_devices(device_type: str | None = None) -> list[Any]:
         real = [d for d in real_get_visible(device_type) if d.device_type != "GPU"]
         if device_type in (None, "GPU"):
-            visible = STATE["pins"]["visible"]
+            visible = rank.state["pins"]["visible"]
             return real + [f for f in fakes if visible is None or f.name in visible]
         return real
 
     def set_memory_growth(device: Any, enable: bool) -> None:
         if is_fake(device):
-            STATE["pins"]["memory_growth"].append([device.name, bool(enable)])
+            rank.state["pins"]["memory_growth"].append([device.name, bool(enable)])
             return
         real_growth(device, enable)
 
@@ -126,28 +118,28 @@ def patch_devices(tf: Any) -> None:
     tf.config.experimental.set_memory_growth = set_memory_growth
 
 
-def patch_horovod() -> None:
+def patch_horovod(rank: Rank) -> None:
     try:
         import horovod.tensorflow as hvd_tf
         import horovod.tensorflow.keras as hvd_keras
     except Exception as e:  # noqa: BLE001 - reported by the check if the script needs it
-        STATE["hvd_import_error"] = f"{type(e).__name__}: {e}"
+        rank.state["hvd_import_error"] = f"{type(e).__name__}: {e}"
         return
-    REAL["local_rank"] = hvd_tf.local_rank
+    rank.real_local_rank = hvd_tf.local_rank
     real_init = hvd_tf.init
 
     def local_rank() -> int:
-        return probe_record.sim_local_rank(hvd_tf)
+        return rank.sim_local_rank(hvd_tf)
 
     def init(*args: Any, **kwargs: Any) -> Any:
         out = real_init(*args, **kwargs)
-        milestone("hvd_init")
+        rank.milestone("hvd_init")
         return out
 
     for mod in (hvd_tf, hvd_keras):
         mod.local_rank = local_rank
         mod.init = init
-    probe_allreduce.patch(hvd_tf)  # the dtypes Horovod all-reduces: gradients in the step, the rest apart
+    probe_allreduce.patch(hvd_tf, rank)  # the dtypes Horovod all-reduces: gradients in the step, the rest apart
 
 
 def _flat_weights(model: Any) -> Any:
@@ -156,7 +148,7 @@ def _flat_weights(model: Any) -> Any:
     return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).ravel() for v in model.trainable_variables])
 
 
-def make_probe_callback(tf: Any, record: dict) -> Any:
+def make_probe_callback(tf: Any, record: dict, rank: Rank) -> Any:
     class Probe(tf.keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
@@ -167,61 +159,61 @@ def make_probe_callback(tf: Any, record: dict) -> Any:
             self.rates: list[float | None] = []
 
         def on_train_begin(self, logs: Any = None) -> None:
-            WEIGHTS["init"] = _flat_weights(self.model)
-            milestone("train_begin")
+            rank.weights["init"] = _flat_weights(self.model)
+            rank.milestone("train_begin")
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch, self.train_batches, self.test_batches, self.rates = epoch, 0, 0, []
             self.first = getattr(self, "first", epoch)  # the first epoch this fit runs (initial_epoch)
-            STATE["epoch"] = epoch
+            rank.state["epoch"] = epoch
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
             if self.epoch == self.first and batch == 1:
-                WEIGHTS["b1_begin"] = _flat_weights(self.model)
+                rank.weights["b1_begin"] = _flat_weights(self.model)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.train_batches += 1
-            progress("training", self.epoch, self.train_batches)
+            rank.progress("training", self.epoch, self.train_batches)
             if self.epoch == self.first and batch == 0:
-                WEIGHTS["after_b0"] = _flat_weights(self.model)
-                milestone("batch0_end")
+                rank.weights["after_b0"] = _flat_weights(self.model)
+                rank.milestone("batch0_end")
             if self.epoch == self.first and batch == 1:
-                WEIGHTS["b1_end"] = _flat_weights(self.model)
-                _save_weights()  # evidence for steps 3-4 even if the run is cut short later
-                milestone("batch1_end")
+                rank.weights["b1_end"] = _flat_weights(self.model)
+                _save_weights(rank)  # evidence for steps 3-4 even if the run is cut short later
+                rank.milestone("batch1_end")
 
         def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
             self.test_batches += 1
-            progress("validation", self.epoch, self.test_batches)
+            rank.progress("validation", self.epoch, self.test_batches)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            STATE["epochs"].append({
+            rank.state["epochs"].append({
                 "epoch": epoch, "train_batches": self.train_batches, "val_batches": self.test_batches,
                 "final_logs": plain(logs or {}), "lr": self.rates,
                 # the callbacks wrapped append to this very list, epoch after epoch: keep this epoch's reads
                 "reads": [rd for rd in record["epoch_reads"] if rd.get("epoch") == epoch],
             })
-            milestone(f"epoch{epoch}_end")
+            rank.milestone(f"epoch{epoch}_end")
 
         def on_train_end(self, logs: Any = None) -> None:
-            WEIGHTS["final"] = _flat_weights(self.model)
-            _save_weights()
-            milestone("train_end")
+            rank.weights["final"] = _flat_weights(self.model)
+            _save_weights(rank)
+            rank.milestone("train_end")
 
     return Probe()
 
 
-def _save_weights() -> None:
+def _save_weights(rank: Rank) -> None:
     import numpy as np
 
-    path = os.path.join(probe_record.OUT, f"weights.{STATE['rank_env']}.npz")
-    os.makedirs(probe_record.OUT, exist_ok=True)
-    np.savez(path + ".tmp.npz", **WEIGHTS)
+    path = os.path.join(rank.out, f"weights.{rank.rank}.npz")
+    os.makedirs(rank.out, exist_ok=True)
+    np.savez(path + ".tmp.npz", **rank.weights)
     os.replace(path + ".tmp.npz", path)
 
 
-def patch_saving(tf: Any) -> None:
+def patch_saving(tf: Any, rank: Rank) -> None:
     """Record every model or checkpoint save: which path, in which epoch."""
 
     def recorder(owner: Any, name: str, kind: str, path_arg: int) -> None:
@@ -229,9 +221,9 @@ def patch_saving(tf: Any) -> None:
 
         def save(*args: Any, **kwargs: Any) -> Any:
             path = args[path_arg] if len(args) > path_arg else kwargs.get("filepath", kwargs.get("file_prefix"))
-            STATE["saves"].append({"kind": kind, "path": str(path), "epoch": STATE.get("epoch"),
-                                   "in_fit": bool(STATE.get("in_fit"))})
-            probe_record.save()
+            rank.state["saves"].append({"kind": kind, "path": str(path), "epoch": rank.state.get("epoch"),
+                                        "in_fit": bool(rank.state.get("in_fit"))})
+            rank.save()
             return real(*args, **kwargs)
 
         setattr(owner, name, save)
@@ -247,8 +239,8 @@ class _FitListener:
     see what they read, add the probe's callback last, and let at most ``max_epochs`` epochs run (none: the rank
     ends cleanly at its call of fit, for a check that only asks how the script gets there)."""
 
-    def __init__(self, tf: Any, max_epochs: int) -> None:
-        self.tf, self.max_epochs = tf, max_epochs
+    def __init__(self, tf: Any, max_epochs: int, rank: Rank) -> None:
+        self.tf, self.max_epochs, self.rank = tf, max_epochs, rank
 
     def before(self, call: fit_hook.FitCall) -> None:
         a = call.arguments
@@ -256,7 +248,7 @@ class _FitListener:
         for i, cb in enumerate(call.callbacks):
             wrap_callback(cb, i, record["epoch_reads"])
         opt = getattr(call.model, "optimizer", None)
-        STATE["fit"].append({
+        self.rank.state["fit"].append({
             "verbose": a.get("verbose"),
             "epochs": a.get("epochs"),
             "initial_epoch": a.get("initial_epoch"),
@@ -267,31 +259,31 @@ class _FitListener:
             "optimizer": f"{type(opt).__module__}.{type(opt).__qualname__}" if opt is not None else None,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         })
-        milestone("fit_start")
+        self.rank.milestone("fit_start")
         if self.max_epochs == 0:  # the run was only asked how the script gets to fit: it ends here, cleanly
             raise SystemExit(0)
-        call.callbacks.append(make_probe_callback(self.tf, record))
+        call.callbacks.append(make_probe_callback(self.tf, record, self.rank))
         a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + self.max_epochs)
-        STATE["in_fit"] = True
+        self.rank.state["in_fit"] = True
 
     def after(self, call: fit_hook.FitCall) -> None:
-        STATE["in_fit"] = False
+        self.rank.state["in_fit"] = False
 
 
-def patch_keras(tf: Any, max_epochs: int = 1) -> None:
+def patch_keras(tf: Any, rank: Rank, max_epochs: int = 1) -> None:
     import inspect
 
-    fit_hook.add(_FitListener(tf, max_epochs))
+    fit_hook.add(_FitListener(tf, max_epochs, rank))
     model_cls = tf.keras.Model
     real_evaluate = model_cls.evaluate
 
     def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if STATE.get("in_fit"):  # fit's own validation pass
+        if rank.state.get("in_fit"):  # fit's own validation pass
             return real_evaluate(self, *args, **kwargs)
         sig = inspect.signature(real_evaluate)
         bound = sig.bind(self, *args, **kwargs)
         bound.apply_defaults()
-        STATE["evaluate"].append({"verbose": bound.arguments.get("verbose")})
+        rank.state["evaluate"].append({"verbose": bound.arguments.get("verbose")})
         return real_evaluate(self, *args, **kwargs)
 
     model_cls.evaluate = evaluate

@@ -58,9 +58,9 @@ def test_a_rank_that_never_reaches_fit_is_stopped_at_its_bound_with_its_stack(tm
     from labkit.check import ending
     from labkit.instrument import probe_record
 
-    code = (f"import time\nfrom labkit.instrument import probe_record as p\np.start({str(tmp_path)!r})\n"
-            "p.milestone('patched')\n"
-            f"p.watch_fit(1.5, {str(tmp_path / 'stack.0')!r})\n"
+    code = (f"import time\nfrom labkit.instrument import probe_record as p\nr = p.Rank({str(tmp_path)!r})\n"
+            "r.milestone('patched')\n"
+            f"r.watch_fit(1.5, {str(tmp_path / 'stack.0')!r})\n"
             "def stuck():\n    time.sleep(60)\nstuck()\n")
     script = tmp_path / "stuck.py"
     script.write_text(code)
@@ -83,16 +83,16 @@ def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypat
     import sys
 
     from labkit.instrument.hooks import arguments
-    from labkit.instrument.probe_record import STATE
+    from labkit.instrument.probe_record import Rank
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
     monkeypatch.setattr(arguments, "_HOOK", arguments._Hook())  # this test's listener only, undone after it
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3", "--checkpoint-dir", "ck"])
-    monkeypatch.setitem(STATE, "ignored_args", [])
-    probe.patch_arguments(["--checkpoint-dir"])
+    rank = Rank(".")
+    probe.patch_arguments(rank, ["--checkpoint-dir"])
     lacks = argparse.ArgumentParser()
     lacks.add_argument("--epochs", type=int)
-    assert vars(lacks.parse_args()) == {"epochs": 3} and STATE["ignored_args"] == ["--checkpoint-dir"]
+    assert vars(lacks.parse_args()) == {"epochs": 3} and rank.state["ignored_args"] == ["--checkpoint-dir"]
     has = argparse.ArgumentParser()
     has.add_argument("--epochs", type=int)
     has.add_argument("--checkpoint-dir")

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from labkit.instrument import probe_allreduce, probe_record
-from labkit.instrument.probe_record import STATE
+from labkit.instrument import probe_allreduce
+from labkit.instrument.probe_record import Rank
 
 
 def _horovod_tensorflow() -> Path:
@@ -107,23 +107,26 @@ class _Tensor:
 
 
 @pytest.fixture
-def probed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(probe_record, "OUT", str(tmp_path))
-    monkeypatch.setitem(STATE, "rank_env", 1)
-    monkeypatch.setitem(STATE, "in_fit", False)
-    monkeypatch.setattr(probe_allreduce, "RECORD", {probe_allreduce.GRADIENTS: {}, probe_allreduce.OTHER: {}})
+def rank(tmp_path: Path) -> Rank:
+    rank = Rank(str(tmp_path))
+    rank.state["rank_env"] = 1
+    return rank
+
+
+@pytest.fixture
+def probed(tmp_path: Path, rank: Rank) -> Path:
     return tmp_path / probe_allreduce.file_name(1)
 
 
-def test_tensors_built_into_the_training_step_are_gradients_the_rest_other(probed: Path) -> None:
+def test_tensors_built_into_the_training_step_are_gradients_the_rest_other(probed: Path, rank: Rank) -> None:
     calls: list[Any] = []
     graph = {"now": False}
     fake = SimpleNamespace(_allreduce=lambda t, **k: calls.append(("one", t, k)) or "one",
                            _grouped_allreduce=lambda ts, **k: calls.append(("group", ts, k)) or "group")
-    probe_allreduce.patch(fake, eager=lambda: not graph["now"])
+    probe_allreduce.patch(fake, rank, eager=lambda: not graph["now"])
     assert fake._allreduce(_Tensor("float32"), name="m") == "one"  # eager, outside fit
     assert calls[-1][2] == {"name": "m"}  # the arguments passed on
-    STATE["in_fit"] = True
+    rank.state["in_fit"] = True
     fake._allreduce(_Tensor("float32"))  # eager in fit: a metric averaged by a callback
     graph["now"] = True
     group = (_Tensor("float16"), _Tensor("float16"))
@@ -132,17 +135,17 @@ def test_tensors_built_into_the_training_step_are_gradients_the_rest_other(probe
     assert json.loads(probed.read_text()) == {"gradients": {"float16": 3}, "other": {"float32": 2}}
 
 
-def test_a_horovod_without_the_names_is_said_not_patched_in_silence(probed: Path) -> None:
+def test_a_horovod_without_the_names_is_said_not_patched_in_silence(probed: Path, rank: Rank) -> None:
     fake = SimpleNamespace(_allreduce=lambda t: t)
-    probe_allreduce.patch(fake, eager=lambda: True)
+    probe_allreduce.patch(fake, rank, eager=lambda: True)
     assert "no _grouped_allreduce" in json.loads(probed.read_text())["error"]
 
 
-def test_a_failing_observation_never_breaks_the_script(probed: Path) -> None:
+def test_a_failing_observation_never_breaks_the_script(probed: Path, rank: Rank) -> None:
     fake = SimpleNamespace(_allreduce=lambda t: "reduced", _grouped_allreduce=lambda ts: ts)
 
     def broken() -> bool:
         raise RuntimeError("no graph here")
 
-    probe_allreduce.patch(fake, eager=broken)
+    probe_allreduce.patch(fake, rank, eager=broken)
     assert fake._allreduce(_Tensor("float32")) == "reduced" and not probed.exists()
