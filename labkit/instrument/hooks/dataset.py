@@ -31,7 +31,8 @@ def hook(make: Callable[[Loader], Loader]) -> Callable[[Any], None]:
         real = module.load_data
         new = make(real)
         for other in list(sys.modules.values()):  # the public modules already loaded hold the name too
-            if other is not None and getattr(other, "load_data", None) is real:
+            # Their own namespace only: a lazy module's attribute lookup would import what it stands for.
+            if isinstance(getattr(other, "__dict__", None), dict) and other.__dict__.get("load_data") is real:
                 other.load_data = new
         module.load_data = new
 
