@@ -45,7 +45,7 @@ def run_check(
         raise ValueError(f"the {lab} lab has steps 1..{spec.n_steps}, got {step}")
     timeout = spec.timeout if timeout is None else timeout
     checked = _content(script)
-    report = judging.check(lab, Path(script), step, timeout, **kw)
+    report = judging.check(spec, Path(script), step, timeout, **kw)
     if _content(script) != checked:
         report.notes.append(f"{Path(script).name} changed while it was checked: this check is not recorded "
                             "for it; check it again")
@@ -53,7 +53,7 @@ def run_check(
         report.notes.append(problem)
     if (problem := classlog.record_check(report)) is not None:  # a workshop's class record; nothing outside one
         report.notes.append(problem)
-    report.offer = offer.offer(report)  # the step's solution, after it failed the same way a few times
+    report.offer = offer.offer(report, spec)  # the step's solution, after it failed the same way a few times
     return report
 
 

@@ -111,9 +111,10 @@ def _enough(module: Any, evidence: dict[str, Any], covers: int, titles: Sequence
     return not evidence.get("partial") and any(not r.passed for r in judge(module.STEPS, evidence, have, titles))
 
 
-def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | None = None,
+def check(lab: labs.Lab, script: Path, step: int, timeout: float, keep: str | Path | None = None,
           fresh: bool = False, evidence_out: str | Path | None = None) -> Report:
-    """Judge steps 1..``step`` of ``script`` for ``lab`` from one probed run (or its cached evidence).
+    """Judge steps 1..``step`` of ``script`` for ``lab`` (its declaration, looked up once by the caller) from one
+    probed run (or its cached evidence).
 
     ``keep`` keeps the run's working folder; ``evidence_out`` writes the evidence as JSON
     (how the tests' fixtures are recorded); ``fresh`` ignores earlier runs.
@@ -122,28 +123,28 @@ def check(lab: str, script: Path, step: int, timeout: float, keep: str | Path | 
     script = Path(script).resolve()
     if not script.is_file():
         raise FileNotFoundError(f"no such script: {script}")
-    spec, module = labs.get(lab), lab_module(lab)
-    report = Report(lab, str(script))
+    module = lab_module(lab.name)
+    report = Report(lab.name, str(script))
     bad = getattr(module, "syntax_error", syntax_error)(script)
     if bad:
-        report.steps = [StepResult(1, False, f"{spec.step_title(1)}: {bad}")] + [
+        report.steps = [StepResult(1, False, f"{lab.step_title(1)}: {bad}")] + [
             StepResult(k, False, "not checked: fix step 1 first.") for k in range(2, step + 1)]
         report.seconds = time.perf_counter() - start
         return report
     covers = run_covers(module, step)
-    key = digest(script, [script.parent / name for name in spec.files if name != script.name])
-    evidence = None if fresh else _cached(lab, key)
-    if evidence is None or not _enough(module, evidence, covers, spec.steps):
-        with slots.queued(f"{lab} check of {script.name}") as waited:  # the budget starts with the slot
+    key = digest(script, [script.parent / name for name in lab.files if name != script.name])
+    evidence = None if fresh else _cached(lab.name, key)
+    if evidence is None or not _enough(module, evidence, covers, lab.steps):
+        with slots.queued(f"{lab.name} check of {script.name}") as waited:  # the budget starts with the slot
             evidence = collect(module, script, covers, timeout, keep)
         if waited >= 1:
             report.notes.append(f"waited {waited:.0f} s for a check slot before it started")
         if not evidence.get("interrupted") and not evidence.get("timed_out"):  # a busy machine may pass later
-            _CACHE[(lab, key, covers)] = evidence
+            _CACHE[(lab.name, key, covers)] = evidence
     covers = evidence["covers"]
     if evidence_out:
         save(evidence, Path(evidence_out))
-    report.steps = judge(module.STEPS, evidence, min(step, covers), spec.steps)
+    report.steps = judge(module.STEPS, evidence, min(step, covers), lab.steps)
     report.evidence = evidence
     report.notes += left_behind(evidence)
     failed = report.first_failing_step

@@ -39,14 +39,13 @@ def repeated(records: list[checklog.CheckRecord], lab: str, step: int, script: s
     return count
 
 
-def offer(report: Report, times: int = TIMES, cwd: Path | None = None) -> str:
-    """The line to end ``report`` with ('' for none)."""
+def offer(report: Report, lab: labs.Lab, times: int = TIMES, cwd: Path | None = None) -> str:
+    """The line to end ``report`` of ``lab`` with ('' for none)."""
     step = report.first_failing_step
     if step is None:
         return ""
     checked = Path(report.script)
     try:
-        lab = labs.get(report.lab)
         count = repeated(checklog.read(checklog.checks_file(checked)), lab.name, step, checked.name, times)
         if count < times:
             return ""

@@ -182,10 +182,9 @@ def _revealed_steps(lab: labs.Lab, folder: Path) -> list[int]:
     return [k for k in range(1, lab.n_steps + 1) if read_shared(folder / file_name(lab, k)) is not None]
 
 
-def find(lab: labs.Lab | str, step: int, script: Path | None = None, environ: dict[str, str] | None = None,
+def find(lab: labs.Lab, step: int, script: Path | None = None, environ: dict[str, str] | None = None,
          cwd: Path | None = None) -> Solution:
     """The solution after ``step`` of ``lab`` that this learner may see; :class:`NotAvailable` says why not."""
-    lab = labs.get(lab) if isinstance(lab, str) else lab
     name = file_name(lab, step)
     folder = revealed_dir(environ)
     if folder is not None:  # a workshop: the steps the instructor revealed, and only those

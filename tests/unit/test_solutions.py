@@ -283,14 +283,14 @@ def test_the_solution_is_offered_after_three_same_failures(tmp_path: Path, monke
     same = "validation_steps is not divided by hvd.size()\nrank 0 validated 157 batches"
     for k in range(2):
         script.write_text(script.read_text() + f"# try {k}\n")  # another version each time: failures still count
-        assert offer.offer(_failed(script, same)) == ""
+        assert offer.offer(_failed(script, same), HOROVOD) == ""
     report = _failed(script, same.replace("157", "158"))  # the same first line
-    line = offer.offer(report)
+    line = offer.offer(report, HOROVOD)
     assert line.startswith("Step 5 has failed 3 times in a row with the same message: `labkit solution horovod 5` ")
     assert "solutions.show('horovod', 5)" in line and "\n" not in line
     report.offer = line
     assert report.format().splitlines()[-1] == line and line in report._repr_html_().replace("&#x27;", "'")
-    assert offer.offer(_failed(script, "another message")) == ""  # a new way of failing starts again
+    assert offer.offer(_failed(script, "another message"), HOROVOD) == ""  # a new way of failing starts again
     _failed(script, "fine", step=6)  # step 5 passed in a later check
     assert offer.repeated(checklog.read(checklog.checks_file(script)), "horovod", 5, script.name) == 0
 
@@ -300,13 +300,14 @@ def test_the_offer_names_the_script_and_who_to_ask(tmp_path: Path, courses: dict
     script = _starter(tmp_path / "course" / "labs")
     for _ in range(3):
         report = _failed(script, "no hvd.DistributedOptimizer", step=3)
-    assert "`labkit solution horovod 3 " + str(script) + "`" in offer.offer(report, cwd=tmp_path)
+    assert "`labkit solution horovod 3 " + str(script) + "`" in offer.offer(report, HOROVOD, cwd=tmp_path)
     graded = tmp_path / "graded"
     shutil.copytree(courses[solutions.GRADED], graded, ignore=shutil.ignore_patterns("*.ipynb", "docs", "labkit"))
     script = graded / "labs" / HOROVOD.starter
     for _ in range(3):
         report = _failed(script, "no hvd.DistributedOptimizer", step=3)
-    assert "ask your instructor" in offer.offer(report) and "labkit solution" not in offer.offer(report)
+    line = offer.offer(report, HOROVOD)
+    assert "ask your instructor" in line and "labkit solution" not in line
     monkeypatch.setenv(contract.SOLUTIONS_DIR, str(tmp_path / "revealed"))
-    assert "ask your instructor" in offer.offer(report)  # in a workshop, step 3 not revealed
+    assert "ask your instructor" in offer.offer(report, HOROVOD)  # in a workshop, step 3 not revealed
     assert json.loads(Report("horovod", "x.py", [], offer="o").to_json())["offer"] == "o"
