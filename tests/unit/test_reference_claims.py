@@ -117,3 +117,65 @@ def test_lab5_the_fast_worker_takes_more_steps_and_every_step_runs() -> None:
     assert steps["0"] >= 2 * steps["1"], steps
     assert "188 with the default batch of 32 on 6,000 images" in text
     assert sum(steps.values()) >= 188 * rec["epochs_run"], (steps, rec["epochs_run"])
+
+
+def communication() -> dict:
+    return json.loads((LABS / "reference" / "communication.json").read_text())
+
+
+def test_lab6_the_step_time_and_the_model_use_the_reference_single_worker() -> None:
+    one = point("horovod-sweep", 1).images_per_sec
+    assert one
+    step_ms = 1000 * 32 / one
+    text = answer("06_scaling.ipynb", "what speedup and\nefficiency do you expect from the Horovod script")
+    assert f"a step of about {round(step_ms)} ms of compute" in text and f"at the {round(one)} images/sec" in text
+    from labkit.figures.scaling_model import efficiency
+
+    loss = {n: round(100 * (1 - efficiency(32 / one, 0.18e6 * 4, n, 5e9))) for n in (2, 8)}  # the cell's own case
+    model = cell("06_scaling.ipynb", "The\nsmall model on this machine loses little")
+    said = f"about {loss[2]}% at 2 workers and {loss[8]}% at 8 (with the reference's step of\n{round(step_ms)} ms"
+    assert said in model
+
+
+def test_lab6_threads_none_against_one_thread_quotes_the_reference_runs() -> None:
+    one, two = point("horovod-sweep", 1).images_per_sec, point("horovod-sweep", 2).images_per_sec
+    both = reference.record("mirrored", label="1 device(s)")["images_per_sec"]
+    assert one and two
+    text = cell("06_scaling.ipynb", "one worker with one thread trained")
+    assert f"one worker with one thread trained {round(one)} images/sec" in text
+    assert f"each\n{round(two):,}: a speedup of {two / one:.2f} (efficiency {round(100 * two / one / 2)}%)" in text
+    assert f"trained about {round(both, -1):,.0f} images/sec" in text
+    assert f"a speedup of only about {two / both:.2f} (efficiency about {round(100 * two / both / 2)}%)" in text
+
+
+def test_lab3_a_second_logical_device_quotes_its_gain() -> None:
+    one = reference.record("mirrored", label="1 device(s)")["images_per_sec"]
+    two = reference.record("mirrored", label="2 device(s)")["images_per_sec"]
+    text = answer("03_mirrored_strategy.ipynb", 'reference.show("mirrored")')
+    gain = round(100 * (two / one - 1))
+    assert f"one device trained {round(one):,} images/sec and two\ndevices {round(two):,}: {gain}% more" in text
+
+
+def test_lab8_fusion_quotes_the_reference_ratio() -> None:
+    fused, unfused = (v for v in communication()["knobs"]["fusion"]["variants"])
+    assert unfused["env"]["HOROVOD_FUSION_THRESHOLD"] == "0"
+    text = answer("08_communication.ipynb", "Unfused?")
+    assert f"about {unfused['comm_s'] / fused['comm_s']:.1f} times" in text
+    assert f"({round(1000 * unfused['comm_s'])} ms against {round(1000 * fused['comm_s'])} ms a step" in text
+
+
+def test_lab8_fp16_stayed_inside_the_float32_band_as_often_as_the_text_says() -> None:
+    f32, f16, again = (v["val_accuracy"] for v in communication()["compression"]["variants"])
+    inside = [e + 1 for e, (a, h, b) in enumerate(zip(f32, f16, again, strict=True)) if min(a, b) <= h <= max(a, b)]
+    assert inside == [2], inside
+    spread = max(abs(a - b) for a, b in zip(f32, again, strict=True))
+    text = answer("08_communication.ipynb", "Does it cost accuracy?")
+    assert "stayed inside the float32 runs' band once in six\nepochs, after epoch 2" in text
+    assert f"differed by up to {round(100 * spread)} points" in text
+
+
+def test_lab8_the_compression_cell_trains_as_many_times_as_it_says() -> None:
+    from labkit.measure import compression
+
+    assert len(compression.VARIANTS) == 3
+    assert "trains your Horovod script three times" in cell("08_communication.ipynb", "**Does it cost accuracy?**")
