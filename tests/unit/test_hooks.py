@@ -15,6 +15,7 @@ import pytest
 
 from labkit.instrument.hooks import arguments, conv, dataset
 from labkit.instrument.hooks import fit as fit_hook
+from labkit.instrument.hooks.listeners import Listeners
 
 
 class Model:
@@ -38,8 +39,7 @@ class Listener:
 
 @pytest.fixture()
 def hook(monkeypatch: pytest.MonkeyPatch) -> type:
-    monkeypatch.setattr(fit_hook, "_HOOK", fit_hook._Hook())
-    monkeypatch.setattr(fit_hook._HOOK, "installed", True)  # wrapped by hand below, never tf-keras's own
+    monkeypatch.setattr(fit_hook, "_HOOK", Listeners(lambda: None))  # wrapped by hand below, never tf-keras's own
     cls = type("Model", (Model,), {})
     fit_hook.wrap(cls)
     return cls
@@ -83,7 +83,7 @@ def test_a_listener_may_change_the_arguments_or_end_the_process_before_fit(hook:
 
 def test_the_command_line_passes_every_listener_and_a_parsers_own_list_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
-    monkeypatch.setattr(arguments, "_HOOK", arguments._Hook())
+    monkeypatch.setattr(arguments, "_HOOK", arguments.new_hook())
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3", "--extra", "x"])
     seen: list[tuple[int, list[str]]] = []
 

@@ -86,7 +86,7 @@ def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypat
     from labkit.instrument.probe_record import Rank
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
-    monkeypatch.setattr(arguments, "_HOOK", arguments._Hook())  # this test's listener only, undone after it
+    monkeypatch.setattr(arguments, "_HOOK", arguments.new_hook())  # this test's listener only, undone after it
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3", "--checkpoint-dir", "ck"])
     rank = Rank(".")
     probe.patch_arguments(rank, ["--checkpoint-dir"])

@@ -13,30 +13,26 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from labkit.instrument.hooks.listeners import Listeners
+
 Listener = Callable[[argparse.Namespace, list[str]], list[str]]
 
 
-class _Hook:
-    def __init__(self) -> None:
-        self.listeners: list[Listener] = []
-        self.installed = False
+def new_hook() -> Listeners[Listener]:
+    """The listeners of the command line's parsing; the wrapper goes in with the first."""
+    return Listeners(lambda: _wrap(argparse.ArgumentParser))
 
 
-_HOOK = _Hook()
+_HOOK = new_hook()
 
 
 def add(listener: Listener) -> None:
     """Call ``listener`` at every parse of the command line from now on (once, however often it is added)."""
-    if listener not in _HOOK.listeners:
-        _HOOK.listeners.append(listener)
-    if not _HOOK.installed:
-        _HOOK.installed = True
-        _wrap(argparse.ArgumentParser)
+    _HOOK.add(listener)
 
 
 def remove(listener: Listener) -> None:
-    if listener in _HOOK.listeners:
-        _HOOK.listeners.remove(listener)
+    _HOOK.remove(listener)
 
 
 def _wrap(parser_cls: Any) -> None:
@@ -46,7 +42,7 @@ def _wrap(parser_cls: Any) -> None:
         ns, extras = real(self, args, namespace)
         if args is not None and list(args) != sys.argv[1:]:
             return ns, extras  # a parser the script runs on its own list, not the command line
-        for listener in list(_HOOK.listeners):
+        for listener in list(_HOOK.items):
             extras = listener(ns, list(extras))
         return ns, extras
 

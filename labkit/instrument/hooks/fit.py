@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from labkit.core import patch
+from labkit.instrument.hooks.listeners import Listeners
 
 MODULE = "tf_keras.src.engine.training"
 
@@ -42,29 +43,21 @@ class Listener(Protocol):
     def after(self, call: FitCall) -> None: ...
 
 
-class _Hook:
-    """The listeners, and whether the wrapper is in place."""
-
-    def __init__(self) -> None:
-        self.listeners: list[Listener] = []
-        self.installed = False
+def new_hook() -> Listeners[Listener]:
+    """The listeners of ``fit``; the wrapper goes in with the first, when tf-keras's training module is executed."""
+    return Listeners(lambda: patch.when_imported(MODULE, lambda module: wrap(module.Model)))
 
 
-_HOOK = _Hook()
+_HOOK = new_hook()
 
 
 def add(listener: Listener) -> None:
     """Call ``listener`` around every ``fit`` of this process from now on (once, however often it is added)."""
-    if listener not in _HOOK.listeners:
-        _HOOK.listeners.append(listener)
-    if not _HOOK.installed:
-        _HOOK.installed = True
-        patch.when_imported(MODULE, lambda module: wrap(module.Model))
+    _HOOK.add(listener)
 
 
 def remove(listener: Listener) -> None:
-    if listener in _HOOK.listeners:
-        _HOOK.listeners.remove(listener)
+    _HOOK.remove(listener)
 
 
 def wrap(model_cls: Any) -> None:
@@ -73,7 +66,7 @@ def wrap(model_cls: Any) -> None:
     signature = inspect.signature(real_fit)
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        listeners = list(_HOOK.listeners)
+        listeners = list(_HOOK.items)
         if not listeners:
             return real_fit(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)  # a wrong call raises fit's own TypeError, as without us
