@@ -44,7 +44,10 @@ def _missing() -> str | None:
     return browser.missing()
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
+# 115 s on a clean clone with the hub's and the nodes' bring-up: make test-heavy, for make test's budget
+# (test_workshop_slurm.py keeps learners' batch jobs in their seats, hostile learners included, in make test).
+pytestmark = [pytest.mark.slow, pytest.mark.heavy,
+              pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
 
 
 def _snapshot() -> dict[str, object]:
