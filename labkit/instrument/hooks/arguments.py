@@ -31,10 +31,6 @@ def add(listener: Listener) -> None:
     _HOOK.add(listener)
 
 
-def remove(listener: Listener) -> None:
-    _HOOK.remove(listener)
-
-
 def _wrap(parser_cls: Any) -> None:
     real = parser_cls.parse_known_args
 

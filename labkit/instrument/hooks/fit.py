@@ -56,10 +56,6 @@ def add(listener: Listener) -> None:
     _HOOK.add(listener)
 
 
-def remove(listener: Listener) -> None:
-    _HOOK.remove(listener)
-
-
 def wrap(model_cls: Any) -> None:
     """Replace ``model_cls.fit`` by the wrapper (exposed for tests, which wrap a class of their own)."""
     real_fit = model_cls.fit

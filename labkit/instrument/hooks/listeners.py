@@ -23,7 +23,3 @@ class Listeners(Generic[T]):
         if not self.installed:
             self.installed = True
             self._install()
-
-    def remove(self, listener: T) -> None:
-        if listener in self.items:
-            self.items.remove(listener)
