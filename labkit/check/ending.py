@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import stacks
+from labkit.records.hvd_probe import FitBound, FitRule
 
 RECENT = 10.0  # seconds: progress this close to the end means training was still going
 _OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -150,15 +151,13 @@ def busy(rank: int | str, run: dict[str, Any], where: str, last: str, train_batc
     return None
 
 
-def bound_text(state: dict[str, Any]) -> str:
+def bound_text(bound: FitBound | None, rule: FitRule | None) -> str:
     """How a rank stopped by its bound on reaching ``Model.fit`` was stopped (:mod:`labkit.instrument.probe`)."""
-    b, rule = state.get("fit_bound") or {}, state.get("fit_rule") or {}
-    base = f"when the check stopped it {b.get('after_s', 0):.0f} s after it started"
-    patched, factor = b.get("patched_s"), rule.get("factor")
-    if patched is None or factor is None:
+    base = f"when the check stopped it {bound.after_s if bound else 0:.0f} s after it started"
+    if bound is None or bound.patched_s is None or rule is None:
         return f"{base} (a correct script calls model.fit sooner)"
-    return (f"{base} (a correct script calls model.fit within {b.get('bound_s', 0):.0f} s here: {factor:g} times "
-            f"the {patched:.1f} s this rank took to import TensorFlow, plus {rule.get('floor_s', 0):.0f} s)")
+    return (f"{base} (a correct script calls model.fit within {bound.bound_s:.0f} s here: {rule.factor:g} times "
+            f"the {bound.patched_s:.1f} s this rank took to import TensorFlow, plus {rule.floor_s:.0f} s)")
 
 
 WHAT = {"own": "busy in its own code", "library": "busy in its own code", "importing": "still importing modules",

@@ -15,6 +15,7 @@ from labkit.check import hvd_runs as hr
 from labkit.check import lr_rule
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
+from labkit.records.hvd_probe import Evidence
 
 # Step 8's run: --base-lr unlike any mode's default, epochs enough for a 5-epoch warm-up (NVIDIA's lab),
 # a target accuracy no run reaches (training must not stop early).
@@ -39,18 +40,18 @@ MOMENTUM = ("This crash comes from Horovod's learning-rate callback: by default 
             "fails. Pass `momentum_correction=False` to LearningRateWarmupCallback.")
 
 
-def momentum_crash(ev: dict[str, Any]) -> bool:
+def momentum_crash(ev: Evidence) -> bool:
     """Whether a rank of any run crashed in Horovod's momentum correction."""
-    runs = [ev, *(ev.get("resume") or {}).values(), *([ev["lr_run"]] if ev.get("lr_run") else [])]
-    return any("_adjust_learning_rate" in ((s.get("error") or {}).get("traceback") or "")
-               and "momentum" in ((s.get("error") or {}).get("traceback") or "")
-               for run in runs for s in run.get("states", {}).values())
+    resume = [ev.resume.first, ev.resume.second] if ev.resume else []
+    runs = [run for run in (ev, *resume, ev.lr_run) if run is not None]
+    tracebacks = [s.error.traceback for run in runs for s in run.states.values() if s.error]
+    return any("_adjust_learning_rate" in tb and "momentum" in tb for tb in tracebacks)
 
 
 def explained(judge: Any) -> Any:
     """``judge``, its failures completed with the cause of a crash that shows far from its step."""
 
-    def run(ev: dict[str, Any]) -> str:
+    def run(ev: Evidence) -> str:
         try:
             return judge(ev)
         except Failed as e:
@@ -62,19 +63,19 @@ def explained(judge: Any) -> Any:
     return run
 
 
-def step_8(ev: dict[str, Any]) -> str:
-    run = ev.get("lr_run")
+def step_8(ev: Evidence) -> str:
+    run = ev.lr_run
     if run is None:
         raise Failed("the learning-rate run did not happen: steps 1-7 must pass first.")
-    logs = " ".join(i.get("log_tail", "") + i.get("error", "") for i in run["ranks"].values())
+    logs = " ".join(i.log_tail + i.error for i in run.ranks.values())
     if "unrecognized arguments" in logs:
         raise Failed(f"the check runs your script with `{' '.join(LR_ARGS)}` (the lab's command line), and it "
                      "refused an argument: keep the starter's arguments.")
     hr.need(run, "train_end")
-    rates = {f"rank {r}": [ep.get("lr") or [] for ep in hr.state(run, r)["epochs"]] for r in range(run["np"])}
+    rates = {f"rank {r}": [ep.lr for ep in run.state(r).epochs] for r in range(run.np)}
     done = len(rates["rank 0"])
     if done < LR_EPOCHS:
         raise Failed(f"training stopped after {done} of the {LR_EPOCHS} epochs the check asked for (--epochs "
                      f"{LR_EPOCHS}), too soon to see the warm-up end.")
-    return lr_rule.judge(rates, BASE_LR, run["np"], WORDS)
+    return lr_rule.judge(rates, BASE_LR, run.np, WORDS)
 

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from labkit.check import hvd_runs as hr
 from labkit.check.verdict import Failed
+from labkit.records.hvd_probe import Evidence, Run
 
 CHECKPOINT_DIR = "checkpoints"  # the folder the check gives the script (--checkpoint-dir)
 CHECKPOINT_ARGS = ["--checkpoint-dir", CHECKPOINT_DIR]
@@ -15,16 +14,15 @@ RESTORE = ("Restore the checkpoint's weights on rank 0 into the model every rank
            "the other ranks.")
 
 
-def _resume_runs(ev: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    runs = ev.get("resume") or {}
-    if "first" not in runs:
+def _resume_runs(ev: Evidence) -> tuple[Run, Run | None]:
+    if ev.resume is None:
         raise Failed("the checkpoint runs did not happen: steps 1-6 must pass first.")
-    first = runs["first"]
-    logs = " ".join(i.get("log_tail", "") + i.get("error", "") for i in first["ranks"].values())
+    first = ev.resume.first
+    logs = " ".join(i.log_tail + i.error for i in first.ranks.values())
     if hr.ignored(first, "--checkpoint-dir") or ("unrecognized arguments" in logs and "--checkpoint-dir" in logs):
         raise Failed("the check runs your script with `--checkpoint-dir DIR` (the lab's command line): add that "
                      "argument, default '' for no checkpoints.")
-    return first, runs.get("second")
+    return first, ev.resume.second
 
 
 def _on_other_disk(why: str) -> str:
@@ -36,25 +34,25 @@ def _on_other_disk(why: str) -> str:
     return why
 
 
-def step_7(ev: dict[str, Any]) -> str:
+def step_7(ev: Evidence) -> str:
     first, second = _resume_runs(ev)
     hr.need(first, "train_end")
-    saves = {r: [s for s in hr.state(first, r).get("saves", []) if s.get("in_fit")] for r in range(first["np"])}
+    saves = {r: [s for s in first.state(r).saves if s.in_fit] for r in range(first.np)}
     if not saves[0]:
         raise Failed(f"with `--checkpoint-dir {CHECKPOINT_DIR}` rank 0 saved no checkpoint during training: append "
                      "`tf.keras.callbacks.ModelCheckpoint(os.path.join(args.checkpoint_dir, "
                      "'checkpoint-{epoch}.h5'))` to the callbacks on rank 0.")
     others = [r for r in saves if r and saves[r]]
     if others:
-        raise Failed(f"rank {others[0]} saved checkpoints too ({saves[others[0]][0]['path']}): on a shared disk the "
+        raise Failed(f"rank {others[0]} saved checkpoints too ({saves[others[0]][0].path}): on a shared disk the "
                      "ranks would overwrite each other's files. Add ModelCheckpoint only when hvd.rank() == 0.")
     if second is None:
         raise Failed("the second run (which should resume) did not happen.")
     try:
         hr.need(second, "batch1_end")
     except Failed as e:
-        opts = {r: (hr.state(second, r).get("fit") or [{}])[0].get("optimizer") or ""
-                for r in range(second["np"]) if str(r) in second["states"]}
+        opts = {r: (second.states[r].fit[0].optimizer if second.states[r].fit else None) or ""
+                for r in range(second.np) if r in second.states}
         if len({"horovod" in o for o in opts.values()}) > 1:
             raise Failed("in the resumed run rank 0's optimizer no longer averaged gradients (a plain "
                          f"{opts.get(0, '?').rsplit('.', 1)[-1]} from the loaded model), so the ranks waited for each "
@@ -64,8 +62,8 @@ def step_7(ev: dict[str, Any]) -> str:
                          "name, and a model loaded whole brings optimizer variables named unlike the other ranks' "
                          f"fresh ones. {RESTORE}") from None
         raise Failed(_on_other_disk(str(e))) from None
-    saved_epochs = len(hr.state(first, 0).get("epochs", []))
-    starts = [(hr.state(second, r)["fit"][0].get("initial_epoch") or 0) for r in range(second["np"])]
+    saved_epochs = len(first.state(0).epochs)
+    starts = [(second.state(r).fit[0].initial_epoch or 0) for r in range(second.np)]
     if starts[0] != saved_epochs:
         raise Failed(f"the second run started at epoch {starts[0]} although rank 0 had saved a checkpoint after epoch "
                      f"{saved_epochs}: find the latest checkpoint-<epoch> file and pass `initial_epoch=<its epoch>` "
@@ -79,11 +77,11 @@ def step_7(ev: dict[str, Any]) -> str:
     saved, resumed = hr.weights(first, 0).get("final"), hr.weights(second, 0).get("init")
     if saved is None or resumed is None or hr.rel(saved, resumed) > 1e-5:
         raise Failed(f"rank 0 resumed at epoch {starts[0]} but not from the checkpoint's weights. {RESTORE}")
-    upd = {r: hr.weights(second, r)["b1_end"] - hr.weights(second, r)["b1_begin"] for r in range(second["np"])}
+    upd = {r: hr.weights(second, r)["b1_end"] - hr.weights(second, r)["b1_begin"] for r in range(second.np)}
     if hr.rel(upd[0], upd[1]) > 1e-3:
         raise Failed("after resuming, the ranks applied different weight updates: the optimizer rank 0 trains with "
                      f"does not average gradients. {RESTORE}")
-    finals = [hr.weights(second, r).get("final") for r in range(second["np"])]
+    finals = [hr.weights(second, r).get("final") for r in range(second.np)]
     if not hr.reached(second, "train_end") or hr.rel(finals[0], finals[1]) > 1e-4:
         raise Failed("after resuming, the ranks ended with different weights: keep "
                      "`BroadcastGlobalVariablesCallback(0)` so every rank gets the weights rank 0 loaded.")

@@ -20,6 +20,7 @@ from labkit.check import ending
 from labkit.check.verdict import Failed
 from labkit.launching import launch
 from labkit.launching.jobspec import JobSpec
+from labkit.records.hvd_probe import Run
 
 NP = 2
 BATCH = 16
@@ -54,8 +55,8 @@ def _project(w: np.ndarray) -> list[float]:
     return [float(v) for v in np.bincount(where, weights=sign * w.astype(np.float64), minlength=PROJECTION)]
 
 
-def reached(ev: dict[str, Any], milestone: str) -> bool:
-    return len(ev["states"]) == ev["np"] and all(milestone in s.get("milestones", []) for s in ev["states"].values())
+def reached(run: Run, milestone: str) -> bool:
+    return len(run.states) == run.np and all(s.reached(milestone) for s in run.states.values())
 
 
 def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
@@ -111,13 +112,9 @@ def _how_it_ended(info: dict[str, Any], st: dict[str, Any] | None, out: Path, r:
         info["left_running"] = left
 
 
-def ignored(ev: dict[str, Any], option: str) -> bool:
+def ignored(run: Run, option: str) -> bool:
     """Whether a rank of the run ran without ``option`` because the script does not define it."""
-    return any(option in (s.get("ignored_args") or []) for s in ev["states"].values())
-
-
-def state(ev: dict[str, Any], rank: int) -> dict[str, Any]:
-    return ev["states"][str(rank)]
+    return any(option in s.ignored_args for s in run.states.values())
 
 
 def script_frames(tb: str) -> str:
@@ -130,64 +127,63 @@ def script_frames(tb: str) -> str:
     return f" (at {Path(path).name}:{line})"
 
 
-def why_not(ev: dict[str, Any], rank: int, milestone: str) -> str:
+def why_not(run: Run, rank: int, milestone: str) -> str:
     """Why ``rank`` never reached ``milestone``: its crash, or a hang."""
-    st = ev["states"].get(str(rank))
-    info = ev["ranks"].get(str(rank), {})
+    st = run.states.get(rank)
+    info = run.end(rank)
     where = STAGE_TEXT.get(milestone, milestone)
-    if st and st.get("error"):
-        err = st["error"]
+    if st and st.error:
+        err = st.error
         shut = ("\nHorovod shut down because a rank waited too long for the others in a collective operation: "
                 "a deadlock (the ranks did not make the same Horovod calls in the same order), or a machine too "
-                "busy for the check." if "has been shut down" in err["message"] else "")
-        return (f"rank {rank} crashed before {where}: {err['type']}: {err['message'][:300]}"
-                f"{script_frames(err.get('traceback', ''))}{shut}")
-    exit_code = info.get("exit")
+                "busy for the check." if "has been shut down" in err.message else "")
+        return (f"rank {rank} crashed before {where}: {err.type}: {err.message[:300]}"
+                f"{script_frames(err.traceback)}{shut}")
     if st is None:
-        tail = (info.get("error") or info.get("log_tail", "")).strip()[-600:]
+        tail = (info.error or info.log_tail).strip()[-600:]
         return f"rank {rank} failed before the script started: " + (
-            tail if tail else ending.exit_text(exit_code, bool(ev.get("oom_kills"))) + ".")
-    if st.get("exit_code") is not None or (exit_code is not None and "end" in st.get("milestones", [])):
+            tail if tail else ending.exit_text(info.exit, bool(run.oom_kills)) + ".")
+    if st.exit_code is not None or (info.exit is not None and st.reached("end")):
         return f"rank {rank} ended without reaching {where} (did the script call model.fit?)"
-    last = st.get("milestones", ["start"])[-1]
-    run, per_epoch = info.get("running_at_end"), -(-st.get("data", {}).get("train", 0) // ev.get("batch", BATCH))
-    if run and st.get("fit_bound"):
-        run = {**run, "stopped": ending.bound_text(st)}
-    told = ending.busy(rank, run, where, last, per_epoch) if run else None
+    last = st.milestones[-1] if st.milestones else "start"
+    stopped, per_epoch = info.running_at_end, -(-st.data.train // run.batch)
+    if stopped and st.fit_bound:
+        stopped = {**stopped, "stopped": ending.bound_text(st.fit_bound, st.fit_rule)}
+    told = ending.busy(rank, stopped, where, last, per_epoch) if stopped else None
     if told:
         return told
-    if ev.get("timed_out") or info.get("stalled"):
+    if run.timed_out or info.stalled:
         return (
             f"rank {rank} never reached {where}: it was stuck after '{last}', waiting in a collective "
             "operation the other rank did not join (a deadlock). Every rank must make the same Horovod "
             "calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order."
         )
-    return (f"rank {rank} stopped after '{last}' before {where}: "
-            f"{ending.exit_text(exit_code, bool(ev.get('oom_kills')))}.")
+    return f"rank {rank} stopped after '{last}' before {where}: {ending.exit_text(info.exit, bool(run.oom_kills))}."
 
 
-def need(ev: dict[str, Any], milestone: str) -> None:
+def need(run: Run, milestone: str) -> None:
     """Fail unless every rank got as far as ``milestone``; a crashed rank explains the others."""
-    if ev.get("start_error"):
-        raise Failed(f"the job could not start:\n{ev['start_error']}")
-    missing = [r for r in range(ev["np"])
-               if milestone not in ev["states"].get(str(r), {}).get("milestones", [])]
+    if run.start_error:
+        raise Failed(f"the job could not start:\n{run.start_error}")
+    missing = [r for r in range(run.np) if r not in run.states or not run.states[r].reached(milestone)]
     if missing:
-        raise Failed(why_not(ev, _culprit(ev, missing), milestone))
+        raise Failed(why_not(run, _culprit(run, missing), milestone))
 
 
-def _culprit(ev: dict[str, Any], missing: list[int]) -> int:
+def _culprit(run: Run, missing: list[int]) -> int:
     """The rank whose fate explains the others': a crash of its own, then one busy in its own code (the
     others wait for it), then a crash caused by another rank (Horovod shut down), then the first missing."""
     def error(r: int) -> str:
-        return ((ev["states"].get(str(r)) or {}).get("error") or {}).get("message", "")
+        st = run.states.get(r)
+        return st.error.message if st and st.error else ""
 
     def busy(r: int) -> bool:
-        run = ev["ranks"].get(str(r), {}).get("running_at_end") or {}
-        return (run.get("where") or {}).get("kind") in ("own", "library")
+        stopped = run.end(r).running_at_end or {}
+        return (stopped.get("where") or {}).get("kind") in ("own", "library")
 
     def bounded(r: int) -> bool:
-        return bool((ev["states"].get(str(r)) or {}).get("fit_bound"))
+        st = run.states.get(r)
+        return bool(st and st.fit_bound)
 
     for pick in (lambda r: error(r) and "has been shut down" not in error(r), bounded, busy, error):
         found = [r for r in missing if pick(r)]
@@ -201,5 +197,5 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b)) / denom if denom else 0.0
 
 
-def weights(ev: dict[str, Any], rank: int) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in ev["weights"].get(str(rank), {}).items()}
+def weights(run: Run, rank: int) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in run.weights.get(rank, {}).items()}

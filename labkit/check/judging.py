@@ -4,6 +4,8 @@ A lab's check module (``labkit.check.lab_*``, listed in :data:`labkit.check.judg
 
 * ``collect(script, upto, timeout, work) -> dict``: run the script under a probe and
   return the *evidence*, a JSON-able dict of what the processes did;
+* ``evidence(data)`` (optional): the evidence as typed records, parsed once before the judges (a lab without it
+  gives its judges the JSON dict);
 * ``STEPS``: one judge per step, a plain function of the evidence that returns what
   passed or raises :class:`~labkit.check.verdict.Failed` with what to change;
 * ``upto(step) -> int`` (optional): how many steps one run covers when step ``step``
@@ -30,25 +32,34 @@ from typing import Any
 from labkit.check import judges
 from labkit.check.ending import left_behind
 from labkit.check.report import Report, StepResult
-from labkit.check.verdict import Failed, Judge
+from labkit.check.verdict import Failed
 from labkit.core import env, files, slots
 from labkit.course import labs
+from labkit.records import typed
 
 # Bumped whenever the evidence a probe run produces changes shape; recorded fixtures
 # carry it, and the tests compare a fresh run's evidence with them.
 FORMAT = 2
 
-def judge(steps: Sequence[Judge], evidence: dict[str, Any], upto: int, titles: Sequence[str]) -> list[StepResult]:
-    """Judge steps 1..``upto`` in order; after the first failure the rest are not judged."""
+def judge(module: Any, evidence: dict[str, Any], upto: int, titles: Sequence[str]) -> list[StepResult]:
+    """Judge steps 1..``upto`` of ``module`` (a lab's judges) in order; after the first failure the rest are not
+    judged. A module with ``evidence(data)`` gets its judges the typed records it parses, once, here."""
     results: list[StepResult] = []
     run_error = evidence.get("run_error")
-    for k, fn in enumerate(steps[:upto], 1):
+    parse = getattr(module, "evidence", None)
+    try:
+        seen = parse(evidence) if parse else evidence
+    except typed.RecordError as e:
+        bad = f"{titles[0]}: the run's record could not be read ({e}); was a file in the check's folder changed?"
+        return [StepResult(1, False, bad)] + [StepResult(k, False, "not checked: fix step 1 first.")
+                                              for k in range(2, upto + 1)]
+    for k, fn in enumerate(module.STEPS[:upto], 1):
         failed = next((r.step for r in results if not r.passed), None)
         if failed is not None:
             results.append(StepResult(k, False, f"not checked: fix step {failed} first."))
             continue
         try:
-            results.append(StepResult(k, True, f"{titles[k - 1]}: {fn(evidence)}"))
+            results.append(StepResult(k, True, f"{titles[k - 1]}: {fn(seen)}"))
             continue
         except Failed as e:
             msg = f"{titles[k - 1]}: {e}"
@@ -108,7 +119,7 @@ def _enough(module: Any, evidence: dict[str, Any], covers: int, titles: Sequence
     have = evidence.get("covers", 0)
     if have >= covers:
         return True
-    return not evidence.get("partial") and any(not r.passed for r in judge(module.STEPS, evidence, have, titles))
+    return not evidence.get("partial") and any(not r.passed for r in judge(module, evidence, have, titles))
 
 
 def check(lab: labs.Lab, script: Path, step: int, timeout: float, keep: str | Path | None = None,
@@ -144,7 +155,7 @@ def check(lab: labs.Lab, script: Path, step: int, timeout: float, keep: str | Pa
     covers = evidence["covers"]
     if evidence_out:
         save(evidence, Path(evidence_out))
-    report.steps = judge(module.STEPS, evidence, min(step, covers), lab.steps)
+    report.steps = judge(module, evidence, min(step, covers), lab.steps)
     report.evidence = evidence
     report.notes += left_behind(evidence)
     failed = report.first_failing_step

@@ -25,7 +25,10 @@ from labkit.check import hvd_runs as hr
 from labkit.check.lab_horovod import ARGS as HOROVOD_ARGS
 from labkit.check.verdict import Failed
 from labkit.instrument import probe_allreduce
+from labkit.records import hvd_probe
+from labkit.records.hvd_probe import Evidence
 
+evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
 FLAG = "--fp16-allreduce"
 ARGS = [*HOROVOD_ARGS, FLAG]
 HALF = "float16"
@@ -59,10 +62,10 @@ def read(out: Path, np: int) -> dict[str, dict[str, Any]]:
     return records
 
 
-def refused(ev: dict[str, Any]) -> bool:
+def refused(ev: Evidence) -> bool:
     """Whether the script's argument parser refused the option (argparse: "unrecognized arguments")."""
-    for info in ev.get("ranks", {}).values():
-        said = f"{info.get('error') or ''}\n{info.get('log_tail') or ''}"
+    for info in ev.ranks.values():
+        said = f"{info.error}\n{info.log_tail}"
         if "unrecognized arguments" in said and FLAG in said:
             return True
     return False
@@ -88,32 +91,33 @@ def _not_half(rank: int, grads: dict[str, int]) -> str:
             "Horovod's `hvd.Compression.fp16`.")
 
 
-def step_1(ev: dict[str, Any]) -> str:
+def step_1(ev: Evidence) -> str:
     if refused(ev):
-        alone = not all((s.get("hvd") or {}).get("initialized") for s in ev["states"].values()) or not ev["states"]
+        alone = not all(s.hvd.initialized for s in ev.states.values()) or not ev.states
         raise Failed(f"the script does not accept {FLAG} (argparse: unrecognized arguments): add the {FLAG} option "
                      "to parse_args, e.g. `p.add_argument(\"--fp16-allreduce\", action=\"store_true\")`; then, "
                      "when it is set, pass `compression=hvd.Compression.fp16` to hvd.DistributedOptimizer."
                      + (" Horovod was not initialised before the script stopped: if this is not yet your Horovod "
                         "script of lab 2, finish that lab first." if alone else ""))
     hr.need(ev, "batch1_end")
-    n = ev["np"]
-    if not all(hr.state(ev, r).get("hvd", {}).get("initialized") for r in range(n)):
+    n = ev.np
+    if not all(ev.state(r).hvd.initialized for r in range(n)):
         raise Failed("Horovod was not initialised: this exercise continues your Horovod script of lab 2. Finish "
                      "its eight steps first (`labkit check horovod fashion_mnist.py`).")
-    records = ev.get("allreduce") or {}
-    broken = next((rec["error"] for rec in records.values() if rec.get("error")), None)
+    records = ev.allreduce
+    broken = next((rec.error for rec in records.values() if rec.error), None)
     if broken:
         raise Failed(f"the check could not see what Horovod all-reduced: {broken}.")
     for r in range(n):
-        grads = {d: k for d, k in ((records.get(str(r)) or {}).get(probe_allreduce.GRADIENTS) or {}).items() if k}
+        rec = records.get(r)
+        grads = {d: k for d, k in (rec.gradients if rec else {}).items() if k}
         if not grads:
             raise Failed(f"rank {r} all-reduced no gradients in the training step: its optimizer is not Horovod's. "
                          "Wrap it as in lab 2 (step 3), `opt = hvd.DistributedOptimizer(opt)`, and with "
                          f"{FLAG} pass it `compression=hvd.Compression.fp16`.")
         if set(grads) != {HALF}:
             raise Failed(_not_half(r, grads))
-    per_rank = sum(records["0"][probe_allreduce.GRADIENTS].values())
+    per_rank = sum(records[0].gradients.values())
     return (f"each rank all-reduced its {per_rank} gradient tensors as float16, half the bytes of float32 (the check "
             f"runs with {FLAG} only: without it they should stay float32).")
 

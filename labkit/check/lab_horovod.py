@@ -23,7 +23,11 @@ from labkit.check.hvd_lr import LR_ARGS, LR_EPOCHS, explained, lr_args, step_8
 from labkit.check.hvd_resume import CHECKPOINT_ARGS, step_7
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
+from labkit.records import hvd_probe, typed
+from labkit.records.hvd_probe import Evidence
 
+# The judges read the evidence as typed records, parsed once by :func:`labkit.check.judging.judge`.
+evidence = hvd_probe.read
 ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BATCH)]
 
 
@@ -52,7 +56,7 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     first = copy.deepcopy(ev)
     ev["resume"] = {"first": first}
     ev["lr_run"] = copy.deepcopy(first)
-    if _passes(ev, 6) and hr.reached(first, "train_end") and not hr.ignored(first, CHECKPOINT_ARGS[0]):
+    if _passes(ev, 6) and _first_run_saved(ev):
         left = max(10.0, deadline - time.monotonic())
         ev["resume"]["second"] = hr.run(script, [*lr_args(LR_EPOCHS + 1), *CHECKPOINT_ARGS], work / "probe-second",
                                         work / "resume", left, own_folders=True)
@@ -61,32 +65,42 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
 
 def _passes(ev: dict[str, Any], steps: int) -> bool:
     try:
+        typed_ev = evidence(ev)
         for judge in STEPS[:steps]:
-            judge(ev)
-    except (Failed, KeyError, IndexError, TypeError):
+            judge(typed_ev)
+    except (Failed, typed.RecordError, KeyError, IndexError, TypeError):
         return False
     return True
 
 
-def step_1(ev: dict[str, Any]) -> str:
+def _first_run_saved(ev: dict[str, Any]) -> bool:
+    """Whether the first checkpoint run trained to its end with ``--checkpoint-dir`` (then the second may resume)."""
+    try:
+        first = evidence(ev).resume
+    except typed.RecordError:
+        return False
+    return first is not None and hr.reached(first.first, "train_end") and not hr.ignored(first.first,
+                                                                                          CHECKPOINT_ARGS[0])
+
+
+def step_1(ev: Evidence) -> str:
     hr.need(ev, "fit_start")
-    n = ev["np"]
-    s0 = hr.state(ev, 0)
-    if "hvd_import_error" in s0 and not s0.get("hvd", {}).get("initialized"):
-        raise Failed(f"Horovod cannot be imported here ({s0['hvd_import_error']}); run `make setup`.")
-    hvds = [hr.state(ev, r).get("hvd", {}) for r in range(n)]
-    if not all(h.get("initialized") for h in hvds):
+    n = ev.np
+    s0 = ev.state(0)
+    if s0.hvd_import_error is not None and not s0.hvd.initialized:
+        raise Failed(f"Horovod cannot be imported here ({s0.hvd_import_error}); run `make setup`.")
+    hvds = [ev.state(r).hvd for r in range(n)]
+    if not all(h.initialized for h in hvds):
         raise Failed(f"Horovod was not initialised: the {n} processes each trained alone. Add "
                      "`import horovod.tensorflow.keras as hvd` and call `hvd.init()` at the start of the script.")
-    if any(h.get("size") != n for h in hvds):
-        raise Failed(f"hvd.size() was {[h.get('size') for h in hvds]} instead of {n} on every rank.")
+    if any(h.size != n for h in hvds):
+        raise Failed(f"hvd.size() was {[h.size for h in hvds]} instead of {n} on every rank.")
     problems = []
     for r in range(n):
-        st = hr.state(ev, r)
-        local = st["hvd"]["local_rank"]
-        visible = st["pins"]["visible"]
-        cvd = (st["fit"][0].get("cuda_visible_devices") if st.get("fit") else None) or st["pins"].get(
-            "cuda_visible_devices")
+        st = ev.state(r)
+        local = st.hvd.local_rank
+        visible = st.pins.visible
+        cvd = (st.fit[0].cuda_visible_devices if st.fit else None) or st.pins.cuda_visible_devices
         if visible == [f"/physical_device:GPU:{local}"] or (visible is None and cvd == str(local)):
             continue
         if visible is None:
@@ -101,7 +115,7 @@ def step_1(ev: dict[str, Any]) -> str:
                             f"instead of GPU {local}.{hint}")
     if problems:
         raise Failed(" ".join(problems))
-    growth = all(hr.state(ev, r)["pins"]["memory_growth"] for r in range(n))
+    growth = all(ev.state(r).pins.memory_growth for r in range(n))
     extra = "" if growth else " (Tip: also call tf.config.experimental.set_memory_growth(gpu, True).)"
     return f"Horovod initialised on {n} ranks; each rank pinned the GPU of its local rank.{extra}"
 
@@ -110,29 +124,29 @@ def _prints_progress(verbose: Any) -> bool:
     return verbose not in (0, False, None) and verbose != "0"
 
 
-def step_2(ev: dict[str, Any]) -> str:
+def step_2(ev: Evidence) -> str:
     hr.need(ev, "fit_start")
-    v0 = hr.state(ev, 0)["fit"][0]["verbose"]
+    v0 = ev.state(0).fit[0].verbose
     if not _prints_progress(v0) and v0 != "auto":
         raise Failed(f"rank 0 called model.fit with verbose={v0!r}: rank 0 should still print progress "
                      "(verbose=1).")
     noisy = []
-    for r in range(1, ev["np"]):
-        st = hr.state(ev, r)
-        calls = [c["verbose"] for c in st.get("fit", [])] + [c["verbose"] for c in st.get("evaluate", [])]
+    for r in range(1, ev.np):
+        st = ev.state(r)
+        calls = [c.verbose for c in st.fit] + [c.verbose for c in st.evaluate]
         if any(_prints_progress(v) for v in calls):
             noisy.append(r)
     if noisy:
         raise Failed(f"rank(s) {noisy} also print Keras progress "
-                     f"(verbose={hr.state(ev, noisy[0])['fit'][0]['verbose']!r}). "
+                     f"(verbose={ev.state(noisy[0]).fit[0].verbose!r}). "
                      "Set `verbose = 1 if hvd.rank() == 0 else 0` and pass it to fit() and evaluate().")
     return "only rank 0 prints training progress."
 
 
-def step_3(ev: dict[str, Any]) -> str:
+def step_3(ev: Evidence) -> str:
     hr.need(ev, "batch1_end")
     upd = {}
-    for r in range(ev["np"]):
+    for r in range(ev.np):
         w = hr.weights(ev, r)
         if "b1_begin" not in w or "b1_end" not in w:
             raise Failed(f"rank {r} recorded no second training batch, so the update could not be compared.")
@@ -140,7 +154,7 @@ def step_3(ev: dict[str, Any]) -> str:
     if not any(np.linalg.norm(u) for u in upd.values()):
         raise Failed("no weight changed during a training step (is the learning rate 0?).")
     diff = hr.rel(upd[0], upd[1])
-    opt = hr.state(ev, 0)["fit"][0].get("optimizer") or "?"
+    opt = ev.state(0).fit[0].optimizer or "?"
     if diff > 1e-3:
         hint = "" if "horovod" not in opt else " (the optimizer is a Horovod one, yet the updates differ)"
         raise Failed(
@@ -150,9 +164,9 @@ def step_3(ev: dict[str, Any]) -> str:
     return f"both ranks applied the same averaged update in each step (relative difference {diff:.1e})."
 
 
-def step_4(ev: dict[str, Any]) -> str:
+def step_4(ev: Evidence) -> str:
     hr.need(ev, "train_end")
-    w = {r: hr.weights(ev, r) for r in range(ev["np"])}
+    w = {r: hr.weights(ev, r) for r in range(ev.np)}
     if any(k not in w[r] for r in w for k in ("init", "after_b0", "final")):
         raise Failed("the weight snapshots of a rank are missing; training did not finish on both ranks.")
     final_diff = hr.rel(w[0]["final"], w[1]["final"])
@@ -192,16 +206,16 @@ def _validation_failure(r: int, v: int, full: int, n: int, steps: Any) -> str:
             f"worker does. {divide}")
 
 
-def step_5(ev: dict[str, Any]) -> str:
+def step_5(ev: Evidence) -> str:
     hr.need(ev, "epoch0_end")
-    n, batch = ev["np"], ev["batch"]
-    data = hr.state(ev, 0)["data"]
-    full_train, full_val = -(-data["train"] // batch), -(-data["test"] // batch)
+    n, batch = ev.np, ev.batch
+    data = ev.state(0).data
+    full_train, full_val = -(-data.train // batch), -(-data.test // batch)
     for r in range(n):
-        ep = hr.state(ev, r)["epochs"][0]
-        if not _within(ep["train_batches"], full_train / n):
+        ep = ev.state(r).epochs[0]
+        if not _within(ep.train_batches, full_train / n):
             raise Failed(
-                f"rank {r} ran {ep['train_batches']} training batches in an epoch of {full_train}; with {n} "
+                f"rank {r} ran {ep.train_batches} training batches in an epoch of {full_train}; with {n} "
                 f"workers each should run about {full_train} // {n} = {full_train // n}. "
                 "Pass `steps_per_epoch=<batches per epoch> // hvd.size()` to fit().")
         # Validation is judged by what a rank runs, not by how the script says it: about a shard each (test
@@ -209,23 +223,23 @@ def step_5(ev: dict[str, Any]) -> str:
         # batches / N on an unsharded, shuffled one) passes. About the whole test set, or 3x it, is what a single
         # worker runs: validation_steps not divided by the workers. (With 3 workers the lab's rule is the whole
         # test set and the two cannot be told apart; the check runs 2.)
-        v = ep["val_batches"]
+        v = ep.val_batches
         right = min(abs(v - full_val / n), abs(v - 3 * full_val / n))
         undivided = min(abs(v - full_val), abs(v - 3 * full_val))
         if (_within(v, full_val / n) or _within(v, 3 * full_val / n)) and right <= undivided:
             continue
         if (_within(v, full_val) or _within(v, 3 * full_val)) and undivided < right:
-            raise Failed(_validation_failure(r, v, full_val, n, hr.state(ev, r)["fit"][0].get("validation_steps")))
+            raise Failed(_validation_failure(r, v, full_val, n, ev.state(r).fit[0].validation_steps))
         raise Failed(
             f"rank {r} ran {v} validation batches per epoch of {full_val}; with {n} workers each should run about "
             f"{full_val} // {n} = {full_val // n} (a shard each) or about 3 * {full_val} // {n} = "
             f"{3 * full_val // n} (the lab's rule). Pass `validation_steps=<test batches> // hvd.size()` with a "
             "sharded test set, or `3 * <test batches> // hvd.size()`, to fit().")
-    ep0 = hr.state(ev, 0)["epochs"][0]
-    v0 = ep0["val_batches"]
+    ep0 = ev.state(0).epochs[0]
+    v0 = ep0.val_batches
     how = ("a shard of the test set each" if abs(v0 - full_val / n) <= abs(v0 - 3 * full_val / n)
            else "the lab's rule: 3 x the test batches over the workers")
-    return (f"each worker ran {ep0['train_batches']} of {full_train} training batches and {v0} validation batches "
+    return (f"each worker ran {ep0.train_batches} of {full_train} training batches and {v0} validation batches "
             f"per epoch, with {full_val} test batches ({how}).")
 
 
@@ -233,10 +247,10 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
 
 
-def step_6(ev: dict[str, Any]) -> str:
+def step_6(ev: Evidence) -> str:
     hr.need(ev, "epoch0_end")
-    n = ev["np"]
-    finals = [hr.state(ev, r)["epochs"][0]["final_logs"] for r in range(n)]
+    n = ev.np
+    finals = [ev.state(r).epochs[0].final_logs for r in range(n)]
     keys = sorted(k for k in finals[0] if k.startswith("val_") and all(k in f for f in finals))
     if not keys:
         raise Failed("no validation metrics were logged: pass validation_data and validation_steps to fit().")
@@ -246,13 +260,13 @@ def step_6(ev: dict[str, Any]) -> str:
                      "each rank only saw its own validation batches. Add "
                      "`hvd.callbacks.MetricAverageCallback()` to the callbacks.")
     for r in range(n):
-        for rd in hr.state(ev, r)["epochs"][0]["reads"]:
-            if rd["callback"].startswith("horovod.") or rd.get("epoch", 0) != 0:  # judged on the first epoch
+        for rd in ev.state(r).epochs[0].reads:
+            if rd.callback.startswith("horovod.") or rd.epoch != 0:  # judged on the first epoch
                 continue
-            stale = [k for k in rd["read"] if k in keys and k in rd["seen"] and not _same(rd["seen"][k], finals[r][k])]
+            stale = [k for k in rd.read if k in keys and k in rd.seen and not _same(rd.seen[k], finals[r][k])]
             if stale:
-                name = rd["callback"].rsplit(".", 1)[-1]
-                raise Failed(f"{name} (callback #{rd['index']} on rank {r}) read {stale[0]} before it was averaged. "
+                name = rd.callback.rsplit(".", 1)[-1]
+                raise Failed(f"{name} (callback #{rd.index} on rank {r}) read {stale[0]} before it was averaged. "
                              f"Put MetricAverageCallback before {name} in the callbacks list.")
     return "validation metrics are averaged over the workers before any callback reads them."
 

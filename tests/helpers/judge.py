@@ -24,7 +24,7 @@ def judge_case(case) -> Report:  # a probe_cases.Case
         f"{case.fixture} was recorded in another evidence format: run `make probe-fixtures`")
     module = judging.lab_module(case.lab)
     upto = min(case.step or spec.n_steps, evidence["covers"])
-    return Report(case.lab, case.name, judging.judge(module.STEPS, evidence, upto, spec.steps))
+    return Report(case.lab, case.name, judging.judge(module, evidence, upto, spec.steps))
 
 
 def expect_case(report: Report, case) -> None:

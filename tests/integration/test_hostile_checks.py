@@ -105,15 +105,15 @@ def test_an_endless_epoch_is_told_from_a_deadlock() -> None:
     moving = {"where": {"kind": "training", "at": fit}, "after": 60.0,
               "progress": {"phase": "training", "epoch": 0, "batch": 900, "age": 0.5}}
     with pytest.raises(check.judging.Failed) as e:
-        hvd_runs.need(_evidence(running_at_end=moving), "epoch0_end")
+        hvd_runs.need(lab_horovod.evidence(_evidence(running_at_end=moving)), "epoch0_end")
     assert "epoch never ends" in str(e.value) and "steps_per_epoch" in str(e.value) and "deadlock" not in str(e.value)
     stuck = {**moving, "where": {"kind": "collective", "at": fit},
              "progress": {"phase": "training", "epoch": 0, "batch": 1, "age": 50.0}}
     with pytest.raises(check.judging.Failed, match="deadlock"):
-        hvd_runs.need(_evidence(running_at_end=stuck), "epoch0_end")
+        hvd_runs.need(lab_horovod.evidence(_evidence(running_at_end=stuck)), "epoch0_end")
     tracing = {**moving, "where": {"kind": "tracing", "at": fit}, "progress": {}}
     with pytest.raises(check.judging.Failed, match="not a hang"):
-        hvd_runs.need(_evidence(running_at_end=tracing), "epoch0_end")
+        hvd_runs.need(lab_horovod.evidence(_evidence(running_at_end=tracing)), "epoch0_end")
 
 
 def test_the_rank_to_blame_is_the_one_whose_fate_explains_the_others() -> None:
@@ -123,10 +123,10 @@ def test_the_rank_to_blame_is_the_one_whose_fate_explains_the_others() -> None:
     ev = _evidence(running_at_end=loop)
     ev["states"]["1"]["error"] = {"type": "ValueError", "message": "bad shape", "traceback": ""}
     with pytest.raises(check.judging.Failed, match="rank 1 crashed"):
-        hvd_runs.need(ev, "epoch0_end")
+        hvd_runs.need(lab_horovod.evidence(ev), "epoch0_end")
     ev["states"]["1"]["error"]["message"] = "Horovod has been shut down. This was caused by an exception"
     with pytest.raises(check.judging.Failed, match="rank 0 never reached .* busy in its own code at s.py:5"):
-        hvd_runs.need(ev, "epoch0_end")
+        hvd_runs.need(lab_horovod.evidence(ev), "epoch0_end")
 
 
 def test_a_rank_that_vanished_is_not_told_as_exit_code_none() -> None:
@@ -135,7 +135,7 @@ def test_a_rank_that_vanished_is_not_told_as_exit_code_none() -> None:
     ev["ranks"]["0"]["exit"] = None
     ev["states"]["0"]["milestones"] = ["start"]
     with pytest.raises(check.judging.Failed) as e:
-        lab_horovod.step_1(ev)
+        lab_horovod.step_1(lab_horovod.evidence(ev))
     assert "None" not in str(e.value) and "killed before it could report" in str(e.value), str(e.value)
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ def test_judge_stops_at_the_first_failure_and_adds_the_run_error() -> None:
     def bad(ev: dict[str, Any]) -> str:
         raise judging.Failed("change this")
 
-    results = judging.judge([ok, bad, ok], {"run_error": "boom"}, 3, ["one", "two", "three"])
+    results = judging.judge(SimpleNamespace(STEPS=[ok, bad, ok]), {"run_error": "boom"}, 3, ["one", "two", "three"])
     assert [r.passed for r in results] == [True, False, False]
     assert results[0].message == "one: fine"
     assert "two: change this" in results[1].message and "boom" in results[1].message
@@ -35,7 +36,7 @@ def test_evidence_missing_a_field_fails_the_step_with_a_reason() -> None:
     def needs(ev: dict[str, Any]) -> str:
         return ev["records"]["worker.0"]
 
-    [r] = judging.judge([needs], {}, 1, ["step"])
+    [r] = judging.judge(SimpleNamespace(STEPS=[needs]), {}, 1, ["step"])
     assert not r.passed and "did not record" in r.message and "records" in r.message
 
 
@@ -205,10 +206,10 @@ def test_step_8_explains_horovods_momentum_correction_crash() -> None:
               for r in range(2)},
           "ranks": {str(r): {"exit": 1, "error": "", "log_tail": ""} for r in range(2)}}
     with pytest.raises(judging.Failed, match="momentum_correction=False"):
-        lab_horovod.STEPS[2](ev)
+        lab_horovod.STEPS[2](lab_horovod.evidence(ev))
     ev["states"]["0"]["error"]["traceback"] = ev["states"]["1"]["error"]["traceback"] = "elsewhere"
     with pytest.raises(judging.Failed) as e:
-        lab_horovod.STEPS[2](ev)
+        lab_horovod.STEPS[2](lab_horovod.evidence(ev))
     assert "momentum_correction" not in str(e.value)
 
 

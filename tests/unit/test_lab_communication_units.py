@@ -31,7 +31,7 @@ def _evidence(gradients: dict[str, int] | None, milestones: list[str] = TRAINED,
 
 def _fails(ev: dict[str, Any]) -> str:
     with pytest.raises(judging.Failed) as failed:
-        lab_communication.step_1(ev)
+        lab_communication.step_1(lab_communication.evidence(ev))
     return str(failed.value)
 
 
@@ -41,7 +41,8 @@ def test_one_run_with_the_flag_as_the_horovod_check_runs_the_script() -> None:
 
 
 def test_float16_gradients_pass_whatever_else_was_all_reduced() -> None:
-    said = lab_communication.step_1(_evidence({"float16": 26}, other={"float32": 4}))  # metrics stay float32
+    ev = _evidence({"float16": 26}, other={"float32": 4})  # the metrics stay float32
+    said = lab_communication.step_1(lab_communication.evidence(ev))
     assert "each rank all-reduced its 26 gradient tensors as float16" in said
     assert "without it they should stay float32" in said
 
@@ -73,7 +74,7 @@ def test_a_script_without_the_option_is_told_to_add_it() -> None:
     for state in ev["states"].values():  # the starter: Horovod is lab 2's step 1
         state["hvd"] = {"initialized": False}
     assert "if this is not yet your Horovod script of lab 2, finish that lab first" in _fails(ev)
-    results = judging.judge(lab_communication.STEPS, ev, 1, labs.get("communication").steps)
+    results = judging.judge(lab_communication, ev, 1, labs.get("communication").steps)
     title = "the --fp16-allreduce option sends the gradients as float16"
     assert not results[0].passed and results[0].message.startswith(f"{title}: the script does not accept")
 

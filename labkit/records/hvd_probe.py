@@ -1,0 +1,222 @@
+"""The evidence of a probed Horovod run, typed: what each rank recorded and how it ended.
+
+A probed rank (:mod:`labkit.instrument.probe`) writes ``probe.N.json``; :func:`labkit.check.hvd_runs.run` adds how
+each rank ended and the weights it snapshotted, and a check keeps the whole as its evidence (JSON, the format of
+:data:`labkit.check.judging.FORMAT`, which the tests' recorded runs carry). :func:`read` turns that JSON into these
+records once, at the file boundary, with every field checked (:mod:`labkit.records.typed`); the judges of the
+Horovod and communication labs read only these objects.
+
+Values a learner's script passed to ``fit`` (``verbose``, ``epochs``, ``validation_steps``...) are kept as the JSON
+value recorded (``Any``): a script may pass an int, a string or a NumPy number, and each judge says what it expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.records import typed
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The exception that ended a rank's script."""
+
+    type: str = ""
+    message: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class HorovodState:
+    """What Horovod said at the rank's last milestone (``local_rank`` as the probe mirrors it to the script)."""
+
+    initialized: bool = False
+    rank: int | None = None
+    size: int | None = None
+    local_rank: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Pins:
+    """The GPUs the script made visible, asked memory growth for, and ``CUDA_VISIBLE_DEVICES`` at the end."""
+
+    visible: list[str] | None = None
+    memory_growth: list[list[Any]] = field(default_factory=list)
+    cuda_visible_devices: str | None = None
+
+
+@dataclass(frozen=True)
+class FitCall:
+    """One call of ``Model.fit``: the arguments the judges read, the callbacks and optimizer by class name."""
+
+    verbose: Any = None
+    epochs: Any = None
+    initial_epoch: Any = None
+    steps_per_epoch: Any = None
+    validation_steps: Any = None
+    has_validation: bool = False
+    callbacks: list[str] = field(default_factory=list)
+    optimizer: str | None = None
+    cuda_visible_devices: str | None = None
+
+
+@dataclass(frozen=True)
+class EvaluateCall:
+    """One call of ``Model.evaluate`` outside fit."""
+
+    verbose: Any = None
+
+
+@dataclass(frozen=True)
+class Save:
+    """One save of a model, its weights or a checkpoint."""
+
+    kind: str = ""
+    path: str = ""
+    epoch: int | None = None
+    in_fit: bool = False
+
+
+@dataclass(frozen=True)
+class CallbackRead:
+    """What one of the script's callbacks read from the epoch's logs, and the values they held then."""
+
+    callback: str = ""
+    index: int = 0
+    epoch: int = 0
+    read: list[str] = field(default_factory=list)
+    seen: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One epoch of training: the batches run, the logs at its end, the learning rate of every batch."""
+
+    epoch: int = 0
+    train_batches: int = 0
+    val_batches: int = 0
+    final_logs: dict[str, float] = field(default_factory=dict)
+    lr: list[float | None] = field(default_factory=list)
+    reads: list[CallbackRead] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DataSize:
+    """The images each rank was given."""
+
+    train: int = 0
+    test: int = 0
+
+
+@dataclass(frozen=True)
+class FitBound:
+    """A rank stopped because it had not called fit in time."""
+
+    bound_s: float = 0.0
+    after_s: float = 0.0
+    patched_s: float | None = None
+
+
+@dataclass(frozen=True)
+class FitRule:
+    """The rule the bound came from: ``factor`` times the TensorFlow import, plus ``floor_s``."""
+
+    factor: float = 0.0
+    floor_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """``probe.N.json``: everything one probed rank saw."""
+
+    rank_env: int = 0
+    milestones: list[str] = field(default_factory=list)
+    hvd: HorovodState = field(default_factory=HorovodState)
+    pins: Pins = field(default_factory=Pins)
+    fit: list[FitCall] = field(default_factory=list)
+    evaluate: list[EvaluateCall] = field(default_factory=list)
+    saves: list[Save] = field(default_factory=list)
+    epochs: list[Epoch] = field(default_factory=list)
+    data: DataSize = field(default_factory=DataSize)
+    error: Failure | None = None
+    times: dict[str, float] = field(default_factory=dict)
+    fit_bound: FitBound | None = None
+    fit_rule: FitRule | None = None
+    ignored_args: list[str] = field(default_factory=list)
+    hvd_import_error: str | None = None
+    exit_code: int | None = None
+
+    def reached(self, milestone: str) -> bool:
+        return milestone in self.milestones
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How one rank's process ended, seen from the launcher: exit status, what it said, where it was stopped."""
+
+    exit: int | None = None
+    error: str = ""
+    log_tail: str = ""
+    stalled: bool = False
+    running_at_end: dict[str, Any] | None = None  # labkit.check.ending.still_running's account
+    left_running: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Allreduced:
+    """``allreduce.N.json``: the tensors a rank all-reduced, by dtype, in training steps and elsewhere."""
+
+    gradients: dict[str, int] = field(default_factory=dict)
+    other: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One probed run of the script on ``np`` ranks."""
+
+    np: int
+    batch: int = 16
+    lab: str = "horovod"
+    states: dict[int, RankRecord] = field(default_factory=dict)
+    weights: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+    ranks: dict[int, RankEnd] = field(default_factory=dict)
+    timed_out: bool = False
+    interrupted: bool = False
+    returncode: int | None = None
+    start_error: str | None = None
+    oom_kills: int = 0
+    args: list[str] = field(default_factory=list)
+    allreduce: dict[int, Allreduced] = field(default_factory=dict)  # the communication lab's run
+
+    def state(self, rank: int) -> RankRecord:
+        """Rank ``rank``'s record (a ``KeyError`` for a rank that left none: the judges ask :func:`need` first)."""
+        return self.states[rank]
+
+    def end(self, rank: int) -> RankEnd:
+        return self.ranks.get(rank, RankEnd())
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The Horovod lab's checkpoint runs: the first saves, the second must resume from what it saved."""
+
+    first: Run
+    second: Run | None = None
+
+
+@dataclass(frozen=True)
+class Evidence(Run):
+    """A Horovod or communication check's evidence: its main run, and the Horovod lab's later runs."""
+
+    resume: Resume | None = None
+    lr_run: Run | None = None
+    partial: bool = False
+    covers: int = 0
+
+
+def read(data: Any, where: str = "evidence") -> Evidence:
+    """A check's evidence (decoded JSON) as :class:`Evidence`; :class:`typed.RecordError` names what is wrong."""
+    return typed.parse(Evidence, data, where)
