@@ -8,9 +8,12 @@ from typing import Any
 from labkit.check import ending, tfdist
 from labkit.check.verdict import Failed
 from labkit.core import contract, output
+from labkit.records import tfdist_probe
+from labkit.records.tfdist_probe import Fit, Mirrored, Task
 
 DEVICES = 2
 MODEL = "saved/model.keras"
+evidence = tfdist_probe.mirrored  # the judges read typed records (labkit.check.judging.judge parses them once)
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
@@ -34,62 +37,63 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
             **({"ranks": {"0": {"left_running": left}}} if left else {})}  # optional: what the script left running
 
 
-def _record(ev: dict[str, Any]) -> dict[str, Any]:
-    rec = ev["records"].get("local.0")
+def _record(ev: Mirrored) -> Task:
+    rec = ev.records.get("local.0")
     if not rec:
         raise Failed("the script did not get to training")
     return rec
 
 
-def _fit(ev: dict[str, Any]) -> dict[str, Any]:
+def _fit(ev: Mirrored) -> Fit:
     return tfdist.last_fit(_record(ev), "the script")
 
 
-def step_1(ev: dict[str, Any]) -> str:
-    strategies = ev["records"].get("local.0", {}).get("strategies", [])
-    made = [s for s in strategies if s["class"].startswith("Mirrored")]
+def step_1(ev: Mirrored) -> str:
+    rec = ev.records.get("local.0")
+    strategies = rec.strategies if rec else []
+    made = [s for s in strategies if s.cls.startswith("Mirrored")]
     if not made:
-        others = [s["class"] for s in strategies]
+        others = [s.cls for s in strategies]
         raise Failed("no tf.distribute.MirroredStrategy was created"
                      + (f" (only {', '.join(others)})" if others else "")
                      + ": split the CPU into --devices logical devices and create MirroredStrategy over them")
-    n = made[-1].get("replicas")
-    if n != ev["devices"]:
-        raise Failed(f"the MirroredStrategy has {n} replica(s) for --devices {ev['devices']}: call "
+    n = made[-1].replicas
+    if n != ev.devices:
+        raise Failed(f"the MirroredStrategy has {n} replica(s) for --devices {ev.devices}: call "
                      "tf.config.set_logical_device_configuration on the CPU with --devices entries before "
                      "any tensor is created, then give MirroredStrategy those devices")
-    return f"MirroredStrategy with {n} replicas in sync on {', '.join(made[-1].get('devices', []))}"
+    return f"MirroredStrategy with {n} replicas in sync on {', '.join(made[-1].devices)}"
 
 
-def step_2(ev: dict[str, Any]) -> str:
+def step_2(ev: Mirrored) -> str:
     f = _fit(ev)
-    n = ev["devices"]
-    if not f["strategy"].startswith("Mirrored"):
-        raise Failed(f"the model belongs to {f['strategy']}: build and compile it inside "
+    n = ev.devices
+    if not f.strategy.startswith("Mirrored"):
+        raise Failed(f"the model belongs to {f.strategy}: build and compile it inside "
                      "`with strategy.scope():` so that its variables are mirrored")
-    v = f["variables"]
-    if not any("Mirrored" in t for t in v["types"]) or v["copies"] != n:
-        raise Failed(f"the model's variables are {v['types']} with {v['copies']} copies; expected "
+    v = f.variables
+    if not any("Mirrored" in t for t in v.types) or v.copies != n:
+        raise Failed(f"the model's variables are {v.types} with {v.copies} copies; expected "
                      f"MirroredVariables with {n} copies: create the model in the strategy's scope")
-    if (f.get("after") or {}).get("replicas_equal") is not True:
+    if f.after is None or f.after.replicas_equal is not True:
         raise Failed("after training the copies of the variables differ between replicas")
     return f"variables are MirroredVariables with {n} copies, identical on every replica after training"
 
 
-def step_3(ev: dict[str, Any]) -> str:
-    f, n, batch = _fit(ev), ev["devices"], ev["batch"]
-    spe = tfdist.global_batch(f, batch, n, ev["train"], "each replica")
+def step_3(ev: Mirrored) -> str:
+    f, n, batch = _fit(ev), ev.devices, ev.batch
+    spe = tfdist.global_batch(f, batch, n, ev.train, "each replica")
     return f"the global batch of {batch * n} is split into {n} x {batch}; steps_per_epoch={spe}"
 
 
-def step_4(ev: dict[str, Any]) -> str:
-    if ev["model_path"] not in ev["files"]:
-        raise Failed(f"nothing was saved to --model-path ({Path(ev['model_path']).name}): "
+def step_4(ev: Mirrored) -> str:
+    if ev.model_path not in ev.files:
+        raise Failed(f"nothing was saved to --model-path ({Path(ev.model_path).name}): "
                      "call model.save(args.model_path)")
-    load = _record(ev).get("load") or {}
-    if not load.get("ok"):
-        raise Failed(f"the saved model does not load: {load.get('error')}")
-    if not load.get("same_weights"):
+    load = _record(ev).load or tfdist_probe.Load()
+    if not load.ok:
+        raise Failed(f"the saved model does not load: {load.error}")
+    if not load.same_weights:
         raise Failed("the saved model's weights differ from the trained ones: save after training")
     return "the saved model reloads with the trained weights"
 

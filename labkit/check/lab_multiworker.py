@@ -17,10 +17,13 @@ from labkit.check import lr_rule, tfdist
 from labkit.check.verdict import Failed
 from labkit.core import contract, proc
 from labkit.launching.jobspec import JobSpec
+from labkit.records import tfdist_probe
+from labkit.records.tfdist_probe import Event, Fit, MultiWorker, Task
 from labkit.tfdist import cluster
 from labkit.tfdist.cluster import Tasks
 
 WORKERS = 2
+evidence = tfdist_probe.multi_worker  # the judges read typed records (labkit.check.judging.judge parses them once)
 MODEL = "saved/model.keras"
 BASE_LR, LR_EPOCHS = 0.02, 6  # --base-lr unlike any mode's default; epochs enough for a 5-epoch warm-up
 WORDS = lr_rule.Words(
@@ -82,51 +85,51 @@ def _kill_and_restart(c: cluster.Cluster, probe: Path, deadline: float) -> dict[
     return {"killed": True, "epoch": begun[0]["epoch"], "restarted": restarted}
 
 
-def _names(ev: dict[str, Any]) -> list[str]:
-    return [f"worker.{i}" for i in range(ev["workers"])]
+def _names(ev: MultiWorker) -> list[str]:
+    return [f"worker.{i}" for i in range(ev.workers)]
 
 
-def _records(ev: dict[str, Any]) -> list[dict[str, Any]]:
-    missing = [n for n in _names(ev) if n not in ev["records"]]
+def _records(ev: MultiWorker) -> list[Task]:
+    missing = [n for n in _names(ev) if n not in ev.records]
     if missing:
-        raise Failed(f"{', '.join(missing)} did not get to training" + (" (the run timed out)" if ev["timed_out"]
+        raise Failed(f"{', '.join(missing)} did not get to training" + (" (the run timed out)" if ev.timed_out
                                                                          else ""))
-    return [ev["records"][n] for n in _names(ev)]
+    return [ev.records[n] for n in _names(ev)]
 
 
-def _fits(ev: dict[str, Any]) -> list[dict[str, Any]]:
+def _fits(ev: MultiWorker) -> list[Fit]:
     return [tfdist.last_fit(r, n) for r, n in zip(_records(ev), _names(ev), strict=True)]
 
 
-def step_1(ev: dict[str, Any]) -> str:
-    fits, n = _fits(ev), ev["workers"]
+def step_1(ev: MultiWorker) -> str:
+    fits, n = _fits(ev), ev.workers
     for name, r, f in zip(_names(ev), _records(ev), fits, strict=True):
-        made = [s["class"] for s in r.get("strategies", [])]
-        if f["replicas"] == 1 and not made:
+        made = [s.cls for s in r.strategies]
+        if f.replicas == 1 and not made:
             raise Failed(f"{name} trained alone (1 replica, no strategy): create "
                          "tf.distribute.MultiWorkerMirroredStrategy() at the start of main()")
-        if f["strategy"] != "CollectiveAllReduceStrategy":
-            raise Failed(f"{name}'s model belongs to {f['strategy']}, not the MultiWorkerMirroredStrategy "
+        if f.strategy != "CollectiveAllReduceStrategy":
+            raise Failed(f"{name}'s model belongs to {f.strategy}, not the MultiWorkerMirroredStrategy "
                          f"(strategies created: {', '.join(made) or 'none'}): build and compile the model "
                          "inside `with strategy.scope():`")
-        if f["replicas"] != n:
-            raise Failed(f"{name} had num_replicas_in_sync={f['replicas']} but the cluster has {n} workers: "
+        if f.replicas != n:
+            raise Failed(f"{name} had num_replicas_in_sync={f.replicas} but the cluster has {n} workers: "
                          "create the strategy first thing in main(), so that it reads TF_CONFIG")
-        if not any("Mirrored" in t for t in f["variables"]["types"]):
-            raise Failed(f"{name}'s variables are {f['variables']['types']}, not MirroredVariables: "
+        if not any("Mirrored" in t for t in f.variables.types):
+            raise Failed(f"{name}'s variables are {f.variables.types}, not MirroredVariables: "
                          "create the model inside strategy.scope()")
-    digests = {f.get("weights") for f in fits}
+    digests = {f.weights for f in fits}
     if len(digests) != 1 or None in digests:
         raise Failed("the workers finished with different weights: they did not train one model together")
     return (f"both workers joined one MultiWorkerMirroredStrategy (num_replicas_in_sync={n}); "
             "variables are MirroredVariables and identical on every worker after training")
 
 
-def step_2(ev: dict[str, Any]) -> str:
-    fits, n, batch = _fits(ev), ev["workers"], ev["batch"]
-    spe = [tfdist.global_batch(f, batch, n, ev["train"], f"each replica of {name}")
+def step_2(ev: MultiWorker) -> str:
+    fits, n, batch = _fits(ev), ev.workers, ev.batch
+    spe = [tfdist.global_batch(f, batch, n, ev.train, f"each replica of {name}")
            for name, f in zip(_names(ev), fits, strict=True)][0]
-    seen = [{x for b in f["batches"]["ids"] for replica in b for x in replica} for f in fits]
+    seen = [{x for b in (f.batches.ids if f.batches else []) for replica in b for x in replica} for f in fits]
     common = seen[0] & seen[1]
     if len(common) > 0.1 * min(len(s) for s in seen):
         raise Failed(f"workers 0 and 1 trained on the same examples ({len(common)} of {len(seen[0])} shared in "
@@ -137,43 +140,43 @@ def step_2(ev: dict[str, Any]) -> str:
             f"steps_per_epoch={spe} covers the data once, and the workers' shards do not overlap")
 
 
-def step_3(ev: dict[str, Any]) -> str:
+def step_3(ev: MultiWorker) -> str:
     recs = _records(ev)
     for name, r in zip(_names(ev), recs, strict=True):
-        if r.get("exit") not in (0, None) or r.get("error"):
-            raise Failed(f"{name} failed: {r.get('error', 'exit ' + str(r.get('exit')))}")
-        if not r.get("saves"):
+        if r.exit not in (0, None) or r.error:
+            raise Failed(f"{name} failed: {r.error or 'exit ' + str(r.exit)}")
+        if not r.saves:
             raise Failed(f"{name} never called model.save: in multi-worker training every worker saves "
                          "(saving may need all workers); non-chief workers save to a temporary path")
-    chief_files = ev["files"]["worker0"]
-    if ev["model_path"] not in chief_files:
-        raise Failed(f"the chief did not write --model-path ({ev['model_path']}) in its folder; it wrote "
+    chief_files = ev.files.get("worker0", [])
+    if ev.model_path not in chief_files:
+        raise Failed(f"the chief did not write --model-path ({ev.model_path}) in its folder; it wrote "
                      f"{chief_files or 'nothing'}")
-    load = recs[0].get("load") or {}
-    if not load.get("ok") or not load.get("same_weights"):
-        raise Failed(f"the chief's saved model does not reload with the trained weights: {load}")
-    other = ev["files"]["worker1"]
+    load = recs[0].load or tfdist_probe.Load()
+    if not load.ok or not load.same_weights:
+        raise Failed(f"the chief's saved model does not reload with the trained weights: {load.error or load}")
+    other = ev.files.get("worker1", [])
     if other:
         raise Failed(f"worker 1 left {', '.join(other[:5])} behind: only the chief keeps the model and logs; "
                      "non-chief workers save to a temporary folder (e.g. workertemp_1) and delete it")
-    if ev["progress_bar"].get("worker.1"):
+    if ev.progress_bar.get("worker.1"):
         raise Failed("worker 1 printed the progress bar too: set verbose=0 on all workers but the chief")
     return ("every worker saved; only the chief's model (which reloads with the trained weights) and logs "
             "remain; worker 1 cleaned up its temporary copy and printed nothing")
 
 
-def step_4(ev: dict[str, Any]) -> str:
-    kill = ev["kill"]
-    if not kill.get("killed"):
-        raise Failed(f"could not kill a worker mid-training: {kill.get('why', 'training ended first')}")
-    ev0 = ev["events"]["worker.0"]
-    pids = list(dict.fromkeys(e["pid"] for e in ev0))
+def step_4(ev: MultiWorker) -> str:
+    kill = ev.kill
+    if not kill.killed:
+        raise Failed(f"could not kill a worker mid-training: {kill.why or 'training ended first'}")
+    ev0 = ev.events.get("worker.0", [])
+    pids = list(dict.fromkeys(e.pid for e in ev0))
     if len(pids) < 2:
         raise Failed("the chief did not train again after the restart")
-    first = [e for e in ev0 if e["pid"] == pids[0]]
-    last = [e for e in ev0 if e["pid"] == pids[-1]]
-    done = sorted({e["epoch"] for e in first if e["kind"] == "epoch_end"})
-    again = sorted({e["epoch"] for e in last if e["kind"] == "epoch_begin"})
+    first = [e for e in ev0 if e.pid == pids[0]]
+    last = [e for e in ev0 if e.pid == pids[-1]]
+    done = sorted({e.epoch for e in first if e.kind == "epoch_end" and e.epoch is not None})
+    again = sorted({e.epoch for e in last if e.kind == "epoch_begin" and e.epoch is not None})
     if not again:
         raise Failed("after the restart the chief began no epoch")
     repeated = sorted(set(done) & set(again))
@@ -181,28 +184,28 @@ def step_4(ev: dict[str, Any]) -> str:
         raise Failed(f"worker 1 was killed after epoch(s) {[d + 1 for d in done]} had completed, and the "
                      f"restarted cluster trained epoch(s) {[r + 1 for r in repeated]} again: add "
                      "tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir) to the callbacks")
-    ended = {e["epoch"] for e in last if e["kind"] == "epoch_end"}
-    if not any(e["kind"] == "fit_end" for e in last) or max(ended, default=-1) != ev["epochs"] - 1:
+    ended = {e.epoch for e in last if e.kind == "epoch_end" and e.epoch is not None}
+    if not any(e.kind == "fit_end" for e in last) or max(ended, default=-1) != ev.epochs - 1:
         raise Failed("after the restart training did not finish all epochs")
-    return (f"worker 1 was killed during epoch {kill['epoch'] + 1}; after the restart training resumed at epoch "
+    return (f"worker 1 was killed during epoch {(kill.epoch or 0) + 1}; after the restart training resumed at epoch "
             f"{again[0] + 1} (epochs {[d + 1 for d in done]} were not repeated) and finished")
 
 
-def _rates(events: list[dict[str, Any]]) -> list[list[float | None]]:
+def _rates(events: list[Event]) -> list[list[float | None]]:
     """The rate of each batch, epoch by epoch; an epoch begun again after a restart counts as last run."""
-    by_epoch = {e["epoch"]: e.get("lr") or [] for e in sorted(events, key=lambda e: e["t"]) if e["kind"] == "epoch_end"}
+    by_epoch = {e.epoch: e.lr for e in sorted(events, key=lambda e: e.t) if e.kind == "epoch_end"}
     return [by_epoch[k] for k in sorted(by_epoch)]
 
 
-def step_5(ev: dict[str, Any]) -> str:
-    if not ev.get("base_lr"):
+def step_5(ev: MultiWorker) -> str:
+    if not ev.base_lr:
         raise Failed("the learning-rate run did not happen: steps 1-4 must pass first.")
-    rates = {name: _rates(ev["events"].get(name, [])) for name in _names(ev)}
+    rates = {name: _rates(ev.events.get(name, [])) for name in _names(ev)}
     done = len(rates["worker.0"])
-    if done < ev["epochs"]:
-        raise Failed(f"the chief ended {done} of the {ev['epochs']} epochs the check asked for (--epochs "
-                     f"{ev['epochs']}), too few to see the warm-up end.")
-    return lr_rule.judge(rates, ev["base_lr"], _fits(ev)[0]["replicas"], WORDS)
+    if done < ev.epochs:
+        raise Failed(f"the chief ended {done} of the {ev.epochs} epochs the check asked for (--epochs "
+                     f"{ev.epochs}), too few to see the warm-up end.")
+    return lr_rule.judge(rates, ev.base_lr, _fits(ev)[0].replicas or 0, WORDS)
 
 
 STEPS = [step_1, step_2, step_3, step_4, step_5]

@@ -9,10 +9,13 @@ from typing import Any
 from labkit.check import ending, tfdist
 from labkit.check.verdict import Failed
 from labkit.launching.jobspec import JobSpec
+from labkit.records import tfdist_probe
+from labkit.records.tfdist_probe import Fit, ParameterServer, Task
 from labkit.tfdist import cluster
 from labkit.tfdist.cluster import Tasks
 
 SERVERS = ("worker.0", "worker.1", "ps.0")
+evidence = tfdist_probe.parameter_server  # the judges read typed records (labkit.check.judging.judge parses them)
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
@@ -38,20 +41,20 @@ def _where(probe: Path, timed_out: bool, timeout: float) -> str:
     return "\nthe chief: " + ending.where_text(where)
 
 
-def _chief(ev: dict[str, Any]) -> dict[str, Any]:
-    if "chief.0" not in ev["records"]:
-        raise Failed("the chief did not start the script" + (" (timed out)" if ev["timed_out"] else ""))
-    return ev["records"]["chief.0"]
+def _chief(ev: ParameterServer) -> Task:
+    if "chief.0" not in ev.records:
+        raise Failed("the chief did not start the script" + (" (timed out)" if ev.timed_out else ""))
+    return ev.records["chief.0"]
 
 
-def step_1(ev: dict[str, Any]) -> str:
-    recs = ev["records"]
+def step_1(ev: ParameterServer) -> str:
+    recs = ev.records
     for name in SERVERS:  # a server that stopped serving explains the rest
         r = recs.get(name)
-        if r is not None and r.get("exit") is not None and not r.get("fits"):
-            raise Failed(f"{name} exited (code {r['exit']}) instead of serving until the cluster stops: "
+        if r is not None and r.exit is not None and not r.fits:
+            raise Failed(f"{name} exited (code {r.exit}) instead of serving until the cluster stops: "
                          "start a tf.distribute.Server for it and call server.join()")
-    made = [s["class"] for s in _chief(ev).get("strategies", [])]
+    made = [s.cls for s in _chief(ev).strategies]
     if not any(m.startswith("ParameterServerStrategy") for m in made):
         raise Failed("the chief created no tf.distribute.ParameterServerStrategy"
                      + (f" (only {', '.join(made)})" if made else "")
@@ -60,24 +63,24 @@ def step_1(ev: dict[str, Any]) -> str:
         r = recs.get(name)
         if r is None:
             raise Failed(f"{name} did not start")
-        if r.get("fits"):
+        if r.fits:
             raise Failed(f"{name} trained a model itself: workers and parameter servers only serve; start a "
                          "tf.distribute.Server for them and join() it, and let the chief train")
     return "the chief created a ParameterServerStrategy; workers and the parameter server served until stopped"
 
 
-def step_2(ev: dict[str, Any]) -> str:
+def step_2(ev: ParameterServer) -> str:
     rec = _chief(ev)
-    if rec.get("fits"):
+    if rec.fits:
         f = tfdist.last_fit(rec, "the chief")
-        devices = f["variables"]["devices"]
-        if not f["strategy"].startswith("ParameterServerStrategy"):
-            raise Failed(f"the model belongs to {f['strategy']}: build and compile it inside "
+        devices = f.variables.devices
+        if not f.strategy.startswith("ParameterServerStrategy"):
+            raise Failed(f"the model belongs to {f.strategy}: build and compile it inside "
                          "`with strategy.scope():`")
     else:  # a custom training loop: the variables created under the strategy
-        if rec.get("error"):
-            raise Failed(f"the chief stopped with an error: {rec['error'][-600:]}")
-        devices = sorted(rec.get("ps_variable_devices") or {})
+        if rec.error:
+            raise Failed(f"the chief stopped with an error: {rec.error[-600:]}")
+        devices = sorted(rec.ps_variable_devices)
         if not devices:
             raise Failed("no variable was created under the ParameterServerStrategy: create the model (and "
                          "optimizer) inside `with strategy.scope():`")
@@ -87,26 +90,26 @@ def step_2(ev: dict[str, Any]) -> str:
     return f"every model variable lives on the parameter server ({devices[0]})"
 
 
-def step_3(ev: dict[str, Any]) -> str:
+def step_3(ev: ParameterServer) -> str:
     rec = _chief(ev)
-    want = ev["epochs"] * ev["steps_per_epoch"]
-    co = rec.get("coordinator") or {}
-    if rec.get("error"):
-        raise Failed(f"the chief stopped with an error: {rec['error'][-600:]}")
-    if not co.get("created") or co.get("scheduled", 0) < want:
-        raise Failed(f"the ClusterCoordinator scheduled {co.get('scheduled', 0)} steps, expected at least "
+    want = ev.epochs * ev.steps_per_epoch
+    co = rec.coordinator
+    if rec.error:
+        raise Failed(f"the chief stopped with an error: {rec.error[-600:]}")
+    if not co.created or co.scheduled < want:
+        raise Failed(f"the ClusterCoordinator scheduled {co.scheduled} steps, expected at least "
                      f"{want}: train with model.fit(..., steps_per_epoch=...) or coordinator.schedule")
-    f = rec["fits"][-1] if rec.get("fits") else {}
-    if f.get("iterations") is not None and f["iterations"] < want:
-        raise Failed(f"only {f['iterations']} of {want} scheduled steps updated the variables")
-    per_worker = co.get("per_worker_datasets") or []
+    f = rec.fits[-1] if rec.fits else Fit()
+    if f.iterations is not None and f.iterations < want:
+        raise Failed(f"only {f.iterations} of {want} scheduled steps updated the variables")
+    per_worker = co.per_worker_datasets
     if not per_worker:
         raise Failed("no worker built its own input pipeline: give fit a tf.data.Dataset or a "
                      "DatasetCreator, or in a custom loop use coordinator.create_per_worker_dataset(dataset_fn)")
-    if f.get("dataset_fn_calls") == []:
+    if f.dataset_fn_calls == []:
         raise Failed("the dataset function given to DatasetCreator was never called")
-    updates = f" (variables updated {f['iterations']} times)" if f.get("iterations") is not None else ""
-    return (f"a ClusterCoordinator ran {co.get('scheduled')} steps on the workers{updates}; each worker builds "
+    updates = f" (variables updated {f.iterations} times)" if f.iterations is not None else ""
+    return (f"a ClusterCoordinator ran {co.scheduled} steps on the workers{updates}; each worker builds "
             f"its own input pipeline ({', '.join(sorted(set(per_worker)))})")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from labkit.check.verdict import Failed
 from labkit.core import proc
 from labkit.launching import launchers
+from labkit.records.tfdist_probe import Fit, Task
 
 TRAIN, TEST, BATCH = 256, 128, 16
 COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", str(BATCH),
@@ -74,29 +75,29 @@ def _ends(p: proc.Proc, timeout: float) -> bool:
     return proc.wait_until(lambda: not p.alive(), timeout, every=0.1)
 
 
-def last_fit(rec: dict[str, Any], who: str) -> dict[str, Any]:
+def last_fit(rec: Task, who: str) -> Fit:
     """The last ``fit`` call ``who`` made; fails when it crashed or never trained."""
-    if rec.get("error"):
-        raise Failed(f"{who} stopped with an error: {rec['error'][-600:]}")
-    if not rec.get("fits"):
+    if rec.error:
+        raise Failed(f"{who} stopped with an error: {rec.error[-600:]}")
+    if not rec.fits:
         raise Failed(f"{who} never called model.fit(...)")
-    return rec["fits"][-1]
+    return rec.fits[-1]
 
 
-def global_batch(f: dict[str, Any], per_replica: int, replicas: int, train: int, who: str) -> int | None:
+def global_batch(f: Fit, per_replica: int, replicas: int, train: int, who: str) -> Any:
     """Each replica got ``per_replica`` examples and steps_per_epoch covers the data once; returns it."""
-    b = f.get("batches") or {}
-    if not b.get("per_replica_batch"):
-        why = f.get("batches_error") or b.get("note") or "nothing was recorded"
+    b = f.batches
+    if b is None or not b.per_replica_batch:
+        why = f.batches_error or (b.note if b else None) or "nothing was recorded"
         raise Failed(f"could not sample the batches fit trains on ({why}): pass fit a tf.data.Dataset, a "
                      "distributed dataset, a DatasetCreator with steps_per_epoch, or arrays with batch_size")
-    sizes = {s for row in b["per_replica_batch"] for s in row}
+    sizes = {s for row in b.per_replica_batch for s in row}
     gb = per_replica * replicas
     if sizes != {per_replica}:
         raise Failed(f"{who} received batches of {sorted(sizes)} examples but --batch-size is {per_replica} per "
                      "replica: batch the dataset by the global batch, batch_size * strategy.num_replicas_in_sync "
                      "(the strategy splits it over the replicas)")
-    spe = f.get("steps_per_epoch")
+    spe = f.steps_per_epoch
     if spe and not (train * 0.9 <= spe * gb <= train + gb):
         raise Failed(f"steps_per_epoch={spe} with a global batch of {gb} is {spe * gb} "
                      f"examples per epoch for {train} training images: compute it from the global batch")

@@ -6,7 +6,8 @@ field's path (``probe.1.json: epochs[0].train_batches: expected int, got 'x'``),
 file. Keys the dataclass does not declare are ignored (a newer writer may add some); missing fields take their
 defaults. Supported annotations: dataclasses, ``int``, ``float`` (an int is accepted), ``str``, ``bool``, ``Any``,
 ``X | None``, ``list[X]``, ``tuple[X, ...]`` and ``dict[str | int, X]`` (JSON object keys are strings: an ``int`` key
-is converted).
+is converted). A field whose JSON name is a Python keyword says it in its metadata:
+``cls: str = field(default="", metadata={typed.JSON_KEY: "class"})``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from functools import cache
 from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
+JSON_KEY = "json"  # a field's metadata key for a JSON name Python cannot spell (``class``)
 MAX_ITEMS = 100_000  # entries of one list or object: more is no record a probe writes
 
 
@@ -103,8 +105,9 @@ def _record(cls: Any, data: Any, where: str) -> Any:
     hints = _hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
-        if f.name in data:
-            values[f.name] = _value(hints[f.name], data[f.name], f"{where}.{f.name}")
+        key = f.metadata.get(JSON_KEY, f.name)
+        if key in data:
+            values[f.name] = _value(hints[f.name], data[key], f"{where}.{key}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise RecordError(f"{where}: the field {f.name!r} is missing")
+            raise RecordError(f"{where}: the field {key!r} is missing")
     return cls(**values)

@@ -22,7 +22,7 @@ def test_a_model_never_saved_fails_step_4() -> None:
     ev = judging.load(find("mirrored", "after_step_04").fixture)
     ev["files"] = [f for f in ev["files"] if f != ev["model_path"]]
     with pytest.raises(judging.Failed, match="model.save"):
-        lab_mirrored.step_4(ev)
+        lab_mirrored.step_4(lab_mirrored.evidence(ev))
 
 
 @pytest.mark.slow

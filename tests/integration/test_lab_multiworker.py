@@ -10,6 +10,8 @@ from helpers.judge import expect_case, judge_case, real_check_matches_recording
 from helpers.probe_cases import CASES, find
 
 from labkit.check import judging, lab_multiworker
+from labkit.records import typed
+from labkit.records.tfdist_probe import Event
 
 HERE = [c for c in CASES if c.lab == "multiworker"]
 
@@ -23,14 +25,14 @@ def test_step_4_says_why_when_no_worker_could_be_killed() -> None:
     ev = judging.load(find("multiworker", "after_step_04").fixture)
     ev["kill"] = {"killed": False, "why": "the second epoch did not begin in time"}
     with pytest.raises(judging.Failed, match="second epoch did not begin"):
-        lab_multiworker.step_4(ev)
+        lab_multiworker.step_4(lab_multiworker.evidence(ev))
 
 
 def test_worker_1_printing_progress_fails_step_3() -> None:
     ev = judging.load(find("multiworker", "after_step_04").fixture)
     ev["progress_bar"]["worker.1"] = True
     with pytest.raises(judging.Failed, match="verbose=0"):
-        lab_multiworker.step_3(ev)
+        lab_multiworker.step_3(lab_multiworker.evidence(ev))
 
 
 @pytest.mark.slow
@@ -46,4 +48,4 @@ def test_step_5_takes_an_epoch_run_again_after_a_restart_from_its_last_run() -> 
 
     events = [end(0, 1, [0.02] * 2), end(1, 2, [0.5] * 2),  # epoch 2 of the killed process, then again
               end(1, 3, [0.03] * 2), end(2, 4, [0.04] * 2)]
-    assert lab_multiworker._rates(events) == [[0.02] * 2, [0.03] * 2, [0.04] * 2]
+    assert lab_multiworker._rates([typed.parse(Event, e) for e in events]) == [[0.02] * 2, [0.03] * 2, [0.04] * 2]

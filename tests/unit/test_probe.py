@@ -57,6 +57,7 @@ def test_a_rank_that_never_reaches_fit_is_stopped_at_its_bound_with_its_stack(tm
 
     from labkit.check import ending
     from labkit.instrument import probe_record
+    from labkit.records import hvd_probe
 
     code = (f"import time\nfrom labkit.instrument import probe_record as p\nr = p.Rank({str(tmp_path)!r})\n"
             "r.milestone('patched')\n"
@@ -73,7 +74,9 @@ def test_a_rank_that_never_reaches_fit_is_stopped_at_its_bound_with_its_stack(tm
     assert where and where["where"]["at"]["function"] == "stuck" and "time.sleep(60)" in where["where"]["at"]["code"]
     state["fit_rule"] = {"factor": 4, "floor_s": 10}
     state["fit_bound"]["patched_s"] = 2.0
-    assert "a correct script calls model.fit within 2 s here: 4 times the 2.0 s" in ending.bound_text(state)
+    record = hvd_probe.read({"np": 2, "states": {"0": state}}).state(0)
+    assert "a correct script calls model.fit within 2 s here: 4 times the 2.0 s" in ending.bound_text(
+        record.fit_bound, record.fit_rule)
 
 
 def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypatch) -> None:

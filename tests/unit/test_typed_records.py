@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 from helpers.probe_cases import CASES
 
-from labkit.check import judging, lab_horovod
+from labkit.check import judging, lab_horovod, lab_multiworker
 from labkit.course import labs
-from labkit.records import hvd_probe, typed
+from labkit.records import hvd_probe, tfdist_probe, typed
 
 
 @dataclass(frozen=True)
@@ -69,3 +69,21 @@ def test_a_tampered_rank_record_fails_step_1_naming_the_field() -> None:
     assert [r.passed for r in results] == [False] * 8
     assert "states.1.epochs[0].train_batches: expected int, got 'many'" in results[0].message
     assert "fix step 1" in results[1].message
+
+
+def test_every_recorded_tf_distribute_run_reads_as_typed_evidence() -> None:
+    read = {"mirrored": tfdist_probe.mirrored, "multiworker": tfdist_probe.multi_worker,
+            "parameter-server": tfdist_probe.parameter_server}
+    cases = [c for c in CASES if c.lab in read]
+    assert {c.lab for c in cases} == set(read)
+    for case in cases:
+        ev = read[case.lab](judging.load(case.fixture))
+        assert all(isinstance(t, tfdist_probe.Task) for t in ev.records.values())
+        assert all(s.cls for t in ev.records.values() for s in t.strategies)  # "class" in the JSON
+
+
+def test_a_tampered_task_record_fails_step_1_naming_the_field() -> None:
+    ev = judging.load(next(c for c in CASES if c.lab == "multiworker").fixture)
+    ev["records"]["worker.1"]["fits"] = [{"replicas": "two"}]
+    results = judging.judge(lab_multiworker, ev, 3, labs.get("multiworker").steps)
+    assert not results[0].passed and "records.worker.1.fits[0].replicas: expected int, got 'two'" in results[0].message

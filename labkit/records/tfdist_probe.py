@@ -1,0 +1,187 @@
+"""The evidence of a probed tf.distribute run, typed: each task's record and events, and what each lab's check adds.
+
+A task under :mod:`labkit.instrument.dprobe` writes ``TASK.json`` (its strategies, fit calls, saves, the
+parameter-server coordinator) and ``TASK.events.jsonl``; the check of the MirroredStrategy, MultiWorkerMirroredStrategy
+or ParameterServerStrategy lab adds what it saw from outside (files left, a worker killed) and keeps the whole as its
+evidence (JSON, :data:`labkit.check.judging.FORMAT`). Each lab's ``evidence`` function turns that JSON into these
+records once, every field checked (:mod:`labkit.records.typed`); its judges read only these objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.records import typed
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A ``tf.distribute`` strategy the task created."""
+
+    cls: str = field(default="", metadata={typed.JSON_KEY: "class"})
+    replicas: int | None = None
+    replicas_error: str | None = None
+    devices: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Variables:
+    """The model's variables: their classes, devices, copies, and whether the replicas' copies are equal."""
+
+    types: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    replicas_equal: bool | None = None
+    copies: int = 1
+
+
+@dataclass(frozen=True)
+class Batches:
+    """The first batches each local replica received: their sizes, and the ids of their examples."""
+
+    per_replica_batch: list[list[int]] = field(default_factory=list)
+    ids: list[list[list[float]]] = field(default_factory=list)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One call of ``Model.fit`` in a task."""
+
+    strategy: str = ""
+    replicas: int | None = None
+    input: str = ""
+    epochs: Any = None  # as the script passed them
+    steps_per_epoch: Any = None
+    callbacks: list[str] = field(default_factory=list)
+    variables: Variables = field(default_factory=Variables)
+    after: Variables | None = None  # after training
+    batches: Batches | None = None
+    batches_error: str | None = None
+    weights: str | None = None  # a digest of the trained weights
+    iterations: int | None = None
+    dataset_fn_calls: list[int | None] | None = None  # a DatasetCreator's calls, by input pipeline
+
+
+@dataclass(frozen=True)
+class Coordinator:
+    """The parameter-server ``ClusterCoordinator``: created, steps scheduled, joins, per-worker datasets."""
+
+    created: int = 0
+    scheduled: int = 0
+    joined: int = 0
+    workers: int | None = None
+    per_worker_datasets: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Load:
+    """The saved model, loaded again after the script: whether it loads, with the trained weights."""
+
+    ok: bool = False
+    same_weights: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """``TASK.json``: what one task (``worker.0``, ``ps.0``, ``chief.0``, ``local.0``) did."""
+
+    task: str = ""
+    pid: int | None = None
+    start: float | None = None
+    fits: list[Fit] = field(default_factory=list)
+    saves: list[str] = field(default_factory=list)
+    strategies: list[Strategy] = field(default_factory=list)
+    coordinator: Coordinator = field(default_factory=Coordinator)
+    ps_variable_devices: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    exit: int | None = None
+    load: Load | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of ``TASK.events.jsonl``: ``fit_begin``, ``epoch_begin``, ``epoch_end`` (with the rate of each
+    batch), ``fit_end``."""
+
+    kind: str
+    pid: int = 0
+    t: float = 0.0
+    epoch: int | None = None
+    lr: list[float | None] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Left:
+    """What a task's process left running when it ended."""
+
+    left_running: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every tf.distribute check's evidence has."""
+
+    lab: str = ""
+    records: dict[str, Task] = field(default_factory=dict)
+    timed_out: bool = False
+    run_error: str | None = None
+    ranks: dict[str, Left] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Mirrored(Run):
+    """The MirroredStrategy check: one process on ``devices`` logical CPUs, and the files it left."""
+
+    devices: int = 2
+    batch: int = 16
+    train: int = 0
+    model_path: str = ""
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Worker 1 killed during training and the dead restarted (or why not)."""
+
+    killed: bool = False
+    epoch: int | None = None
+    restarted: list[str] = field(default_factory=list)
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class MultiWorker(Run):
+    """The MultiWorkerMirroredStrategy check: a 2-worker cluster, each worker in a folder of its own."""
+
+    workers: int = 2
+    batch: int = 16
+    train: int = 0
+    epochs: int = 0
+    base_lr: float | None = None
+    model_path: str = ""
+    events: dict[str, list[Event]] = field(default_factory=dict)
+    files: dict[str, list[str]] = field(default_factory=dict)
+    progress_bar: dict[str, bool] = field(default_factory=dict)
+    kill: Kill = field(default_factory=Kill)
+
+
+@dataclass(frozen=True)
+class ParameterServer(Run):
+    """The ParameterServerStrategy check: a chief, 2 workers and a parameter server."""
+
+    epochs: int = 0
+    steps_per_epoch: int = 0
+
+
+def mirrored(data: Any) -> Mirrored:
+    return typed.parse(Mirrored, data, "evidence")
+
+
+def multi_worker(data: Any) -> MultiWorker:
+    return typed.parse(MultiWorker, data, "evidence")
+
+
+def parameter_server(data: Any) -> ParameterServer:
+    return typed.parse(ParameterServer, data, "evidence")
