@@ -32,7 +32,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from labkit.check import sbatch_dry
+from labkit.check import sbatch_dry, scale_out_evidence
+from labkit.check.scale_out_evidence import Batch, Evidence, Request
 from labkit.check.scale_out_ranks import ALONE, Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
 from labkit.check.verdict import Failed
 from labkit.course import labs
@@ -49,6 +50,7 @@ MAX_SECONDS = 30 * 60
 LAUNCH_HINT = "`mpirun python fashion_mnist.py` or `srun --mpi=pmix python fashion_mnist.py`"
 PER_NODE_HINT = "#SBATCH --nodes=2 and #SBATCH --ntasks-per-node=4"
 GPU_HINT = "#SBATCH --gpus-per-node=4 (or --gres=gpu:4)"
+evidence = scale_out_evidence.read  # the judges read typed records (labkit.check.judging.judge parses them once)
 
 
 def files(script: Path) -> tuple[Path, Path]:
@@ -160,14 +162,16 @@ def _hostfile_error(name: str, error: str, offered: mpimap.JobMap) -> str:
     return f"OpenMPI refuses {name}: {error}"
 
 
-def step_1(ev: dict[str, Any]) -> str:
-    h = ev["hostfile"]
-    name = h["file"]
-    if not h["exists"]:
+def step_1(ev: Evidence) -> str:
+    h = ev.hostfile
+    if h is None:
+        raise Failed("the hostfile was not looked at")
+    name = h.file
+    if not h.exists:
         raise Failed(f"there is no {name} next to the batch script: write the hostfile there, one line per node of "
                      "the cluster.")
-    job, offered = mpimap.JobMap.from_dict(h["map"]), mpimap.JobMap.from_dict(h["offered"])
-    how = ("OpenMPI's mapper" if h["mapper"] == "mpirun" else
+    job, offered = h.map, h.offered
+    how = ("OpenMPI's mapper" if h.mapper == "mpirun" else
            "labkit's reading of the hostfile: there is no mpirun here, and OpenMPI reads a few lines differently")
     names = [n.name for n in offered.nodes] or [n.name for n in job.nodes]
     colon = next((n for n in names if ":" in n), None)
@@ -188,14 +192,14 @@ def step_1(ev: dict[str, Any]) -> str:
     placed = [(node, r) for r, (node, _local, _app) in enumerate(job.placement())]
     per_node = {n.lower(): sum(1 for node, _ in placed if node.lower() == n.lower()) for n in CLUSTER.names}
     if any(count != CLUSTER.gpus for count in per_node.values()):
-        raise Failed(f"`{h['command']}` puts {layout_text(placed)}: the cluster's nodes have {CLUSTER.gpus} GPUs "
+        raise Failed(f"`{h.command}` puts {layout_text(placed)}: the cluster's nodes have {CLUSTER.gpus} GPUs "
                      f"each, one rank per GPU, so {CLUSTER.gpus} ranks on each node. Give each node slots="
                      f"{CLUSTER.gpus} (by node now: {_offered_text(offered)}).")
     if offered.total_slots is not None and offered.total_slots > NP:
         raise Failed(f"{name} offers {offered.total_slots} slots (by node: {_offered_text(offered)}) on a cluster of "
                      f"{NP} GPUs: `mpirun --hostfile {name}` without -np would start {offered.total_slots} ranks. "
                      "Give each node as many slots as it has GPUs.")
-    return (f"`{h['command']}` puts {layout_text(placed)}, local ranks 0-{CLUSTER.gpus - 1} on each "
+    return (f"`{h.command}` puts {layout_text(placed)}, local ranks 0-{CLUSTER.gpus - 1} on each "
             f"(placed by {how}).")
 
 
@@ -239,8 +243,8 @@ def runs_script(command: tuple[str, ...]) -> bool:
     return script is not None and Path(script).name == SCRIPT
 
 
-def _ignored_note(req: dict[str, Any], first: int | None = None) -> str:
-    lines = req.get("ignored") or []
+def _ignored_note(req: Request | None) -> str:
+    lines = req.ignored if req else []
     if not lines:
         return ""
     return (f" Note: sbatch reads no #SBATCH line after the first command, so it ignores line"
@@ -248,9 +252,9 @@ def _ignored_note(req: dict[str, Any], first: int | None = None) -> str:
             "up, before any command.")
 
 
-def job_text(req: dict[str, Any]) -> str:
+def job_text(req: Request) -> str:
     """``the job holds 2 nodes (gpu01, gpu02) with 4 tasks each``."""
-    nodes, tasks = req["nodes"], req["tasks"]
+    nodes, tasks = req.nodes, req.tasks
     each = f"{tasks[0]} task{'s' if tasks[0] > 1 else ''} each" if len(set(tasks)) == 1 else \
         f"{' and '.join(map(str, tasks))} tasks"
     if len(nodes) == 1:
@@ -263,14 +267,14 @@ def _training(launches: list[Launched]) -> list[Launched]:
             if any(runs_script(r.command) for r in la.ranks) or (la.error and SCRIPT in la.line)]
 
 
-def _judge_layout(la: Launched, req: dict[str, Any]) -> None:
+def _judge_layout(la: Launched, req: Request) -> None:
     ranks = la.ranks
     placed = [(r.node, r.rank) for r in ranks]
     per_node = {n: sum(1 for r in ranks if r.node == n) for n in CLUSTER.names}
     if len(ranks) == NP and all(v == CLUSTER.gpus for v in per_node.values()):
         return
     job = job_text(req)
-    wants_job = req["nodes"] != list(CLUSTER.names) or req["tasks"] != [CLUSTER.gpus] * len(CLUSTER.names)
+    wants_job = req.nodes != list(CLUSTER.names) or req.tasks != [CLUSTER.gpus] * len(CLUSTER.names)
     fix = (f"ask Slurm for {len(CLUSTER.names)} nodes and {CLUSTER.gpus} tasks on each ({PER_NODE_HINT})"
            if wants_job else f"start one rank per task of the job: {NP} ranks (mpirun and srun start one per task "
                              "when not told how many)")
@@ -279,16 +283,16 @@ def _judge_layout(la: Launched, req: dict[str, Any]) -> None:
                  + _ignored_note(req))
 
 
-def _judge_gpus(ranks: tuple[Rank, ...], req: dict[str, Any]) -> None:
+def _judge_gpus(ranks: tuple[Rank, ...], req: Request) -> None:
     blind = [r for r in ranks if r.gpus <= r.local_rank]
     if not blind:
         return
-    if not max(req["gpus"]):
+    if not max(req.gpus, default=0):
         raise Failed("the job asks Slurm for no GPUs: every rank would see none and train on the CPU. Ask for each "
                      f"node's GPUs: {GPU_HINT}." + _ignored_note(req))
     r = blind[0]
-    if req.get("task_gpus"):
-        option = req.get("gpu_option") or "the job's GPU request"
+    if req.task_gpus:
+        option = req.gpu_option or "the job's GPU request"
         raise Failed(f"{option} binds {r.gpus} GPU to each task: each rank sees only its own, as GPU 0, and "
                      f"`gpus[hvd.local_rank()]` fails on local ranks 1-{CLUSTER.gpus - 1} (rank {r.rank}, local rank "
                      f"{r.local_rank} on {r.node}, sees {r.gpus}). Ask for GPUs per node instead, {GPU_HINT}: every "
@@ -297,48 +301,52 @@ def _judge_gpus(ranks: tuple[Rank, ...], req: dict[str, Any]) -> None:
                  f"`gpus[hvd.local_rank()]` has no GPU {r.local_rank}: ask for {GPU_HINT}.")
 
 
-def _judge_time(req: dict[str, Any]) -> str:
-    if not req["time_given"]:
+def _judge_time(req: Request) -> str:
+    if not req.time_given:
         raise Failed("the job asks for no time limit: Slurm gives it the partition's default, often hours or days. "
                      "Add #SBATCH --time=00:30:00 (30 minutes)." + _ignored_note(req))
-    secs = req["time"]
+    secs = req.time
     if secs is None or secs > MAX_SECONDS:
         raise Failed(f"the job asks for {sr.minutes_text(secs)}; the exercise allows 30 minutes at most: "
                      "#SBATCH --time=00:30:00 (or --time=30).")
     return sr.minutes_text(secs)
 
 
-def _no_training(b: dict[str, Any], launches: list[Launched]) -> str:
-    run = b["run"]
+def _no_training(b: Batch, launches: list[Launched]) -> str:
+    run = b.run
     if launches:
         started = "; ".join(f"`{la.line}`" for la in launches)
         return (f"no rank runs {SCRIPT}: the script started {started}. Start `python {SCRIPT}` on every rank, e.g. "
                 f"{LAUNCH_HINT}.")
-    if run["code"]:
-        tail = "\n".join(run["output"].strip().splitlines()[-6:])
-        return (f"the script stopped (exit code {run['code']}) before it started any rank of {SCRIPT}"
+    if run is not None and run.code:
+        tail = "\n".join(run.output.strip().splitlines()[-6:])
+        return (f"the script stopped (exit code {run.code}) before it started any rank of {SCRIPT}"
                 + (f":\n{tail}" if tail else "."))
     return f"the script starts no rank of {SCRIPT}: add a line that starts it, e.g. {LAUNCH_HINT}."
 
 
-def step_2(ev: dict[str, Any]) -> str:
-    b = ev["batch"]
-    name = b["file"]
-    if not b["exists"]:
+def step_2(ev: Evidence) -> str:
+    b = ev.batch
+    if b is None:
+        raise Failed("the batch script was not looked at")
+    name = b.file
+    if not b.exists:
         raise Failed(f"there is no {name}: write the batch script there.")
-    if b.get("python"):
+    if b.python:
         raise Failed(f"{name} is a Python file: give the Slurm batch script ({labs.get(LAB).starter}).")
-    if b.get("refused"):
-        raise Failed(b["refused"] + _ignored_note(b.get("request") or {}))
-    run, req = b["run"], b["request"]
-    if run["syntax"]:
-        raise Failed(f"bash cannot read {name}: {run['syntax']}")
-    if run["timed_out"]:
-        still = "; ".join(f"`{c}`" for c in run["still_running"][:4]) or "its shell"
-        raise Failed(f"the script was still running after {run['bound']:.0f} s of the dry run, where srun, "
+    if b.refused:
+        raise Failed(b.refused + _ignored_note(b.request))
+    run, req = b.run, b.request
+    if run is None or req is None:
+        raise Failed(f"the dry run of {name} left no record")
+    if run.syntax:
+        raise Failed(f"bash cannot read {name}: {run.syntax}")
+    if run.timed_out:
+        still = "; ".join(f"`{c}`" for c in run.still_running[:4]) or "its shell"
+        raise Failed(f"the script was still running after {run.bound:.0f} s of the dry run, where srun, "
                      f"mpirun and horovodrun return at once (still running: {still}). A batch script only starts "
                      "the ranks: remove what waits or loops.")
-    launches = [Launched.from_dict(d) for d in b["launches"]]
+    launches = b.launches
     training = _training(launches)
     if not training:
         raise Failed(_no_training(b, launches) + _ignored_note(req))

@@ -69,11 +69,6 @@ class Launched:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ranks": [asdict(r) for r in self.ranks]}
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Launched:
-        ranks = tuple(Rank(**{**r, "command": tuple(r["command"])}) for r in d.get("ranks", []))
-        return cls(d["tool"], d["line"], ranks, d.get("error", ""), d.get("mapper", ""), d.get("note", ""))
-
 
 # ----------------------------------------------------------------------------- the mapper
 

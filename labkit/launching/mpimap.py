@@ -66,12 +66,6 @@ class JobMap:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> JobMap:
-        nodes = tuple(NodeMap(n["name"], n["slots"], n["max_slots"], tuple(n["ranks"]), tuple(n["apps"]))
-                      for n in d.get("nodes", []))
-        return cls(nodes, d.get("total_slots"), d.get("error", ""), d.get("mapper", "mpirun"))
-
     def placement(self) -> list[tuple[str, int, int]]:
         """``(node, local rank, app)`` of each rank, in rank order."""
         where = {r: (n.name, local, n.apps[local] if local < len(n.apps) else 0)

@@ -60,7 +60,7 @@ def _value(tp: Any, data: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return _record(tp, data, where)
     if origin is list or origin is tuple:
-        if not isinstance(data, list) or len(data) > MAX_ITEMS:
+        if not isinstance(data, list | tuple) or len(data) > MAX_ITEMS:  # a tuple: asdict of a record
             raise _fail(where, "a list", data)
         item = typing.get_args(tp)[0]
         items = [_value(item, v, f"{where}[{i}]") for i, v in enumerate(data)]

@@ -19,6 +19,7 @@ from labkit.launching.launch_lines import is_launcher, python_script, read_launc
 from labkit.launching.sbatch import SlurmOptions
 from labkit.launching.sbatch_read import BatchError, read_directives, read_request, seconds
 from labkit.launching.slurm_alloc import Allocation, Cluster, allocate, compress_nodelist, counts_text
+from labkit.records import typed
 
 CLUSTER = Cluster()
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mpimap"
@@ -228,7 +229,7 @@ def test_the_job_map_as_openmpi_prints_it() -> None:
     assert job.error == "" and job.np == 8 and job.total_slots == 8
     assert job.placement()[:5] == [("gpu01", 0, 0), ("gpu01", 1, 0), ("gpu01", 2, 0), ("gpu01", 3, 0),
                                    ("gpu02", 0, 0)]
-    assert mpimap.JobMap.from_dict(job.to_dict()) == job
+    assert typed.parse(mpimap.JobMap, job.to_dict()) == job
     bad = mpimap.parse_map(MEASURED_PARSE_ERROR)
     assert bad.nodes == () and bad.error.startswith("Open RTE detected a parse error in the hostfile")
     assert "internal error" not in bad.error and "line number 1" in bad.error
@@ -296,7 +297,7 @@ def test_launches_become_ranks_without_a_mapper() -> None:
     assert [(r.node, r.local_rank, r.world, r.gpus) for r in one.ranks] == [("gpu01", 0, 1, 4)]
     step = launched(_call("srun", "--mpi=pmix", "python", "fashion_mnist.py"), allocate(read_request(GOOD), CLUSTER))
     assert step.mapper == "slurm" and len(step.ranks) == 8 and {r.world for r in step.ranks} == {8}
-    assert Launched.from_dict(step.to_dict()) == step
+    assert typed.parse(Launched, step.to_dict()) == step
     alone = launched(_call("srun", "--mpi=none", "python", "x.py"), allocate(read_request(GOOD), CLUSTER))
     assert {r.world for r in alone.ranks} == {1}
     nested = launched(_call("srun", "mpirun", "python", "x.py"), allocate(read_request(GOOD), CLUSTER))
@@ -330,7 +331,7 @@ def _hostfile_ev(nodes: list[tuple[str, int, list[int]]], error: str = "", offer
 
 def test_step_1_passes_four_ranks_on_each_node() -> None:
     ev = _hostfile_ev([("gpu01", 4, [0, 1, 2, 3]), ("gpu02", 4, [4, 5, 6, 7])])
-    assert "puts ranks 0-3 on gpu01 and 4-7 on gpu02, local ranks 0-3 on each" in lab.step_1(ev)
+    assert "puts ranks 0-3 on gpu01 and 4-7 on gpu02, local ranks 0-3 on each" in _judged(1, ev)
 
 
 @pytest.mark.parametrize(("ev", "said"), [
@@ -350,7 +351,7 @@ def test_step_1_passes_four_ranks_on_each_node() -> None:
 ])
 def test_step_1_fails_with_what_to_change(ev: dict, said: str) -> None:
     with pytest.raises(Failed, match=said.replace("(", r"\(").replace("`", "`")):
-        lab.step_1(ev)
+        _judged(1, ev)
 
 
 def _batch_ev(text: str, *calls: tuple[str, ...], **run: object) -> dict:
@@ -367,10 +368,10 @@ SRUN = ("srun", "--mpi=pmix", "python", "fashion_mnist.py")
 
 
 def test_step_2_passes_one_rank_per_gpu_for_half_an_hour() -> None:
-    said = lab.step_2(_batch_ev(GOOD, SRUN))
+    said = _judged(2, _batch_ev(GOOD, SRUN))
     assert "starts 8 ranks, ranks 0-3 on gpu01 and 4-7 on gpu02, local ranks 0-3 on each" in said
     assert "seeing its node's 4 GPUs; time limit 30 min" in said
-    assert "MpiDefault" in lab.step_2(_batch_ev(GOOD, ("srun", "python", "fashion_mnist.py")))
+    assert "MpiDefault" in _judged(2, _batch_ev(GOOD, ("srun", "python", "fashion_mnist.py")))
 
 
 @pytest.mark.parametrize(("text", "calls", "said"), [
@@ -392,21 +393,21 @@ def test_step_2_passes_one_rank_per_gpu_for_half_an_hour() -> None:
 ])
 def test_step_2_fails_with_what_to_change(text: str, calls: list[tuple[str, ...]], said: str) -> None:
     with pytest.raises(Failed) as e:
-        lab.step_2(_batch_ev(text, *calls))
+        _judged(2, _batch_ev(text, *calls))
     assert said in str(e.value)
 
 
 def test_step_2_names_what_ran_too_long_or_could_not_be_read() -> None:
     ev = _batch_ev(GOOD, timed_out=True, still_running=["sleep 1000"], bound=10.0)
     with pytest.raises(Failed, match="still running after 10 s of the dry run.*`sleep 1000`"):
-        lab.step_2(ev)
+        _judged(2, ev)
     ev["batch"]["run"].update(timed_out=False, syntax="cluster.sbatch: line 3: syntax error near unexpected token")
     with pytest.raises(Failed, match="bash cannot read cluster.sbatch: cluster.sbatch: line 3"):
-        lab.step_2(ev)
+        _judged(2, ev)
     with pytest.raises(Failed, match="Slurm would refuse this job"):
-        lab.step_2({"batch": {"file": "cluster.sbatch", "exists": True, "refused": "Slurm would refuse this job (x)"}})
+        _judged(2, {"batch": {"file": "cluster.sbatch", "exists": True, "refused": "Slurm would refuse this job (x)"}})
     with pytest.raises(Failed, match="is a Python file"):
-        lab.step_2({"batch": {"file": "cluster.py", "exists": True, "python": True}})
+        _judged(2, {"batch": {"file": "cluster.py", "exists": True, "python": True}})
 
 
 def test_the_lab_s_files_are_found_from_either() -> None:
@@ -442,3 +443,8 @@ def test_the_job_map_as_openmpi_5_prints_it() -> None:
         [("gpu02", k, 1) for k in (1, 2, 3)]
     bad = mpimap.parse_map((FIXTURES / "openmpi-5.0.11-too-many.txt").read_text())  # a hostfile saying "slot=4"
     assert bad.nodes == () and bad.error.startswith("PRTE detected a parse error in the hostfile")
+
+
+def _judged(step: int, ev: dict) -> str:
+    """A judge of the lab given the evidence as the check gives it: parsed once into typed records."""
+    return lab.STEPS[step - 1](lab.evidence(ev))
