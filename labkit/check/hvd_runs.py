@@ -114,7 +114,7 @@ def _how_it_ended(info: dict[str, Any], st: dict[str, Any] | None, out: Path, r:
 
 def ignored(run: Run, option: str) -> bool:
     """Whether a rank of the run ran without ``option`` because the script does not define it."""
-    return any(option in s.ignored_args for s in run.states.values())
+    return any(option in (s.ignored_args or []) for s in run.states.values())
 
 
 def script_frames(tb: str) -> str:

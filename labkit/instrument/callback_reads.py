@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from labkit.records.hvd_probe import CallbackRead
+
 
 class RecordingLogs(dict):
     """A logs dict that remembers which keys a callback read."""
@@ -47,7 +49,7 @@ def plain(logs: dict) -> dict[str, float]:
     return out
 
 
-def wrap_callback(cb: Any, index: int, epoch_reads: list) -> None:
+def wrap_callback(cb: Any, index: int, epoch_reads: list[CallbackRead]) -> None:
     """Record what ``cb.on_epoch_end`` reads from the logs, and the values it saw."""
     original = cb.on_epoch_end
     name = f"{type(cb).__module__}.{type(cb).__qualname__}"
@@ -62,7 +64,7 @@ def wrap_callback(cb: Any, index: int, epoch_reads: list) -> None:
         finally:
             for k in list(dict.keys(proxy)):
                 logs[k] = dict.__getitem__(proxy, k)
-            epoch_reads.append({"epoch": epoch, "index": index, "callback": name,
-                                "read": sorted(proxy.read), "seen": seen})
+            epoch_reads.append(CallbackRead(callback=name, index=index, epoch=epoch, read=sorted(proxy.read),
+                                            seen=seen))
 
     cb.on_epoch_end = on_epoch_end

@@ -50,6 +50,7 @@ from labkit.instrument.probe_patches import (
     patch_saving,
 )
 from labkit.instrument.probe_record import Rank
+from labkit.records.hvd_probe import Failure, FitRule
 
 FIT_FLOOR = 5.0  # seconds added to the fit bound: the script's own start-up is never shorter than this
 
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         patch_arguments(rank, tolerated)
     rank.milestone("patched")
     if factor:
-        rank.state["fit_rule"] = {"factor": factor, "floor_s": FIT_FLOOR}
-        rank.watch_fit(fit_bound(factor, rank.state["times"]["patched"]), os.path.join(out, f"stack.{rank.rank}"))
+        rank.state.fit_rule = FitRule(factor, FIT_FLOOR)
+        rank.watch_fit(fit_bound(factor, rank.state.times["patched"]), os.path.join(out, f"stack.{rank.rank}"))
 
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -119,15 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException as e:  # noqa: BLE001 - everything is reported to the checker
-        rank.state["error"] = {"type": type(e).__name__, "message": str(e)[:2000],
-                          "traceback": traceback.format_exc()[-4000:]}
+        rank.state.error = Failure(type(e).__name__, str(e)[:2000], traceback.format_exc()[-4000:])
         code = 1
-    rank.state["pins"]["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-    rank.state["exit_code"] = code
+    rank.state.pins.cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    rank.state.exit_code = code
     rank.milestone("end")
     sys.stdout.flush()
-    if rank.state["error"]:
-        print(rank.state["error"]["traceback"], file=sys.stderr)
+    if rank.state.error:
+        print(rank.state.error.traceback, file=sys.stderr)
     return code
 
 

@@ -40,7 +40,7 @@ def file_name(rank: int) -> str:
 
 def note(rank: Rank, tensors: Sequence[Any], eager: bool) -> None:
     """Count ``tensors`` by dtype: gradients when built into a graph during ``fit``, other otherwise."""
-    counts = rank.allreduced[GRADIENTS if not eager and rank.state.get("in_fit") else OTHER]
+    counts = rank.allreduced[GRADIENTS if not eager and rank.state.in_fit else OTHER]
     for t in tensors:
         dtype = getattr(getattr(t, "dtype", None), "name", None) or str(getattr(t, "dtype", "?"))
         counts[dtype] = counts.get(dtype, 0) + 1

@@ -14,6 +14,7 @@ from labkit.instrument.hooks import arguments, conv, dataset
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
 from labkit.instrument.probe_record import FAKE_GPUS, TEST_PER_RANK, TRAIN_PER_RANK, Rank
+from labkit.records.hvd_probe import CallbackRead, Epoch, EvaluateCall, FitCall, Save
 
 
 def patch_arguments(rank: Rank, tolerated: list[str]) -> None:
@@ -35,9 +36,10 @@ def patch_arguments(rank: Rank, tolerated: list[str]) -> None:
                 continue
             name = arg.split("=", 1)[0]
             if name in tolerated:
-                ignored = rank.state.setdefault("ignored_args", [])
-                if name not in ignored:
-                    ignored.append(name)
+                if rank.state.ignored_args is None:
+                    rank.state.ignored_args = []
+                if name not in rank.state.ignored_args:
+                    rank.state.ignored_args.append(name)
                 skip = "=" not in arg and i + 1 < len(extras) and not extras[i + 1].startswith("-")
                 continue
             kept.append(arg)
@@ -93,7 +95,7 @@ def patch_devices(tf: Any, rank: Rank) -> None:
     def set_visible_devices(devices: Any, device_type: str | None = None) -> None:
         devs = [devices] if hasattr(devices, "device_type") else list(devices)
         if device_type == "GPU" or (devs and all(is_fake(d) for d in devs)):
-            rank.state["pins"]["visible"] = [d.name for d in devs]
+            rank.state.pins.visible = [d.name for d in devs]
             rank.milestone("pinned")
             return
         real_set_visible([d for d in devs if not is_fake(d)], device_type)
@@ -101,13 +103,13 @@ def patch_devices(tf: Any, rank: Rank) -> None:
     def get_visible_devices(device_type: str | None = None) -> list[Any]:
         real = [d for d in real_get_visible(device_type) if d.device_type != "GPU"]
         if device_type in (None, "GPU"):
-            visible = rank.state["pins"]["visible"]
+            visible = rank.state.pins.visible
             return real + [f for f in fakes if visible is None or f.name in visible]
         return real
 
     def set_memory_growth(device: Any, enable: bool) -> None:
         if is_fake(device):
-            rank.state["pins"]["memory_growth"].append([device.name, bool(enable)])
+            rank.state.pins.memory_growth.append([device.name, bool(enable)])
             return
         real_growth(device, enable)
 
@@ -123,7 +125,7 @@ def patch_horovod(rank: Rank) -> None:
         import horovod.tensorflow as hvd_tf
         import horovod.tensorflow.keras as hvd_keras
     except Exception as e:  # noqa: BLE001 - reported by the check if the script needs it
-        rank.state["hvd_import_error"] = f"{type(e).__name__}: {e}"
+        rank.state.hvd_import_error = f"{type(e).__name__}: {e}"
         return
     rank.real_local_rank = hvd_tf.local_rank
     real_init = hvd_tf.init
@@ -148,7 +150,7 @@ def _flat_weights(model: Any) -> Any:
     return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).ravel() for v in model.trainable_variables])
 
 
-def make_probe_callback(tf: Any, record: dict, rank: Rank) -> Any:
+def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) -> Any:
     class Probe(tf.keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
@@ -165,7 +167,7 @@ def make_probe_callback(tf: Any, record: dict, rank: Rank) -> Any:
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch, self.train_batches, self.test_batches, self.rates = epoch, 0, 0, []
             self.first = getattr(self, "first", epoch)  # the first epoch this fit runs (initial_epoch)
-            rank.state["epoch"] = epoch
+            rank.state.epoch = epoch
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
@@ -188,12 +190,12 @@ def make_probe_callback(tf: Any, record: dict, rank: Rank) -> Any:
             rank.progress("validation", self.epoch, self.test_batches)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            rank.state["epochs"].append({
-                "epoch": epoch, "train_batches": self.train_batches, "val_batches": self.test_batches,
-                "final_logs": plain(logs or {}), "lr": self.rates,
+            rank.state.epochs.append(Epoch(
+                epoch=epoch, train_batches=self.train_batches, val_batches=self.test_batches,
+                final_logs=plain(logs or {}), lr=self.rates,
                 # the callbacks wrapped append to this very list, epoch after epoch: keep this epoch's reads
-                "reads": [rd for rd in record["epoch_reads"] if rd.get("epoch") == epoch],
-            })
+                reads=[rd for rd in epoch_reads if rd.epoch == epoch],
+            ))
             rank.milestone(f"epoch{epoch}_end")
 
         def on_train_end(self, logs: Any = None) -> None:
@@ -221,8 +223,7 @@ def patch_saving(tf: Any, rank: Rank) -> None:
 
         def save(*args: Any, **kwargs: Any) -> Any:
             path = args[path_arg] if len(args) > path_arg else kwargs.get("filepath", kwargs.get("file_prefix"))
-            rank.state["saves"].append({"kind": kind, "path": str(path), "epoch": rank.state.get("epoch"),
-                                        "in_fit": bool(rank.state.get("in_fit"))})
+            rank.state.saves.append(Save(kind, str(path), rank.state.epoch, bool(rank.state.in_fit)))
             rank.save()
             return real(*args, **kwargs)
 
@@ -244,30 +245,30 @@ class _FitListener:
 
     def before(self, call: fit_hook.FitCall) -> None:
         a = call.arguments
-        record: dict[str, Any] = {"epoch_reads": []}
+        epoch_reads: list[CallbackRead] = []
         for i, cb in enumerate(call.callbacks):
-            wrap_callback(cb, i, record["epoch_reads"])
+            wrap_callback(cb, i, epoch_reads)
         opt = getattr(call.model, "optimizer", None)
-        self.rank.state["fit"].append({
-            "verbose": a.get("verbose"),
-            "epochs": a.get("epochs"),
-            "initial_epoch": a.get("initial_epoch"),
-            "steps_per_epoch": a.get("steps_per_epoch"),
-            "validation_steps": a.get("validation_steps"),
-            "has_validation": a.get("validation_data") is not None,
-            "callbacks": [f"{type(c).__module__}.{type(c).__qualname__}" for c in call.callbacks],
-            "optimizer": f"{type(opt).__module__}.{type(opt).__qualname__}" if opt is not None else None,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        })
+        self.rank.state.fit.append(FitCall(
+            verbose=a.get("verbose"),
+            epochs=a.get("epochs"),
+            initial_epoch=a.get("initial_epoch"),
+            steps_per_epoch=a.get("steps_per_epoch"),
+            validation_steps=a.get("validation_steps"),
+            has_validation=a.get("validation_data") is not None,
+            callbacks=[f"{type(c).__module__}.{type(c).__qualname__}" for c in call.callbacks],
+            optimizer=f"{type(opt).__module__}.{type(opt).__qualname__}" if opt is not None else None,
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        ))
         self.rank.milestone("fit_start")
         if self.max_epochs == 0:  # the run was only asked how the script gets to fit: it ends here, cleanly
             raise SystemExit(0)
-        call.callbacks.append(make_probe_callback(self.tf, record, self.rank))
+        call.callbacks.append(make_probe_callback(self.tf, epoch_reads, self.rank))
         a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + self.max_epochs)
-        self.rank.state["in_fit"] = True
+        self.rank.state.in_fit = True
 
     def after(self, call: fit_hook.FitCall) -> None:
-        self.rank.state["in_fit"] = False
+        self.rank.state.in_fit = False
 
 
 def patch_keras(tf: Any, rank: Rank, max_epochs: int = 1) -> None:
@@ -278,12 +279,12 @@ def patch_keras(tf: Any, rank: Rank, max_epochs: int = 1) -> None:
     real_evaluate = model_cls.evaluate
 
     def evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if rank.state.get("in_fit"):  # fit's own validation pass
+        if rank.state.in_fit:  # fit's own validation pass
             return real_evaluate(self, *args, **kwargs)
         sig = inspect.signature(real_evaluate)
         bound = sig.bind(self, *args, **kwargs)
         bound.apply_defaults()
-        rank.state["evaluate"].append({"verbose": bound.arguments.get("verbose")})
+        rank.state.evaluate.append(EvaluateCall(bound.arguments.get("verbose")))
         return real_evaluate(self, *args, **kwargs)
 
     model_cls.evaluate = evaluate

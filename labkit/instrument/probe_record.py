@@ -1,6 +1,7 @@
 """What a probed rank saw, written as it goes (:mod:`labkit.instrument.probe`).
 
-One :class:`Rank` object per probed process holds everything the probe keeps: its record (``state``, rewritten to
+One :class:`Rank` object per probed process holds everything the probe keeps: its record (``state``, a
+:class:`labkit.records.hvd_probe.RankRecord` rewritten to
 ``OUT/probe.N.json`` at every milestone, so that a rank that hangs or is killed still leaves its evidence), the
 weight snapshots (``OUT/weights.N.npz``), what Horovod all-reduced (``OUT/allreduce.N.json``) and where training is
 (``OUT/progress.N.json``, at most once a second). The patches of :mod:`labkit.instrument.probe_patches` are given
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from labkit.core.identity import rank_from_env
+from labkit.records import typed
+from labkit.records.hvd_probe import DataSize, FitBound, HorovodState, RankRecord
 
 TRAIN_PER_RANK = 192
 TEST_PER_RANK = 64
@@ -30,19 +33,8 @@ class Rank:
     def __init__(self, out: str) -> None:
         self.out = out
         self.t0 = time.monotonic()
-        self.state: dict[str, Any] = {
-            "rank_env": rank_from_env(),
-            "milestones": [],
-            "hvd": {},
-            "pins": {"visible": None, "memory_growth": [], "cuda_visible_devices": None},
-            "fit": [],
-            "evaluate": [],
-            "saves": [],
-            "epochs": [],
-            "data": {"train": TRAIN_PER_RANK, "test": TEST_PER_RANK},
-            "error": None,
-            "times": {},  # seconds from the probe's start to each milestone
-        }
+        # times: seconds from the probe's start to each milestone
+        self.state = RankRecord(rank_env=rank_from_env(), data=DataSize(TRAIN_PER_RANK, TEST_PER_RANK))
         self.weights: dict[str, Any] = {}  # snapshots of the flat trainable weights, by moment
         self.allreduced: dict[str, dict[str, int]] = {"gradients": {}, "other": {}}  # tensors by dtype
         self.real_local_rank: Callable[[], int] | None = None  # Horovod's own, before the probe mirrors it
@@ -50,7 +42,7 @@ class Rank:
 
     @property
     def rank(self) -> int:
-        return int(self.state["rank_env"])
+        return self.state.rank_env
 
     def write(self, name: str, value: Any) -> None:
         """Write ``OUT/name`` whole; never fails into the script (which may have deleted the folder)."""
@@ -65,7 +57,7 @@ class Rank:
 
     def save(self) -> None:
         """Rewrite ``probe.N.json`` with everything seen so far."""
-        self.write(f"probe.{self.rank}.json", self.state)
+        self.write(f"probe.{self.rank}.json", typed.dump(self.state))
 
     def progress(self, phase: str, epoch: int, batch: int) -> None:
         """Where training is (at most one write a second): tells a loop that never ends from a hang."""
@@ -79,8 +71,8 @@ class Rank:
         return time.monotonic() - self.t0
 
     def milestone(self, name: str) -> None:
-        self.state["milestones"].append(name)
-        self.state["times"].setdefault(name, round(self.since_start(), 2))
+        self.state.milestones.append(name)
+        self.state.times.setdefault(name, round(self.since_start(), 2))
         self._hvd_state()
         self.save()
 
@@ -90,12 +82,11 @@ class Rank:
             return
         try:
             if mod.is_initialized():
-                self.state["hvd"] = {"initialized": True, "rank": mod.rank(), "size": mod.size(),
-                                     "local_rank": self.sim_local_rank(mod)}
+                self.state.hvd = HorovodState(True, mod.rank(), mod.size(), self.sim_local_rank(mod))
             else:
-                self.state["hvd"] = {"initialized": False}
+                self.state.hvd = HorovodState(False)
         except Exception as e:  # noqa: BLE001
-            self.state["hvd"] = {"initialized": False, "error": str(e)}
+            self.state.hvd = HorovodState(False, error=str(e))
 
     def sim_local_rank(self, mod: Any) -> int:
         """The mirrored local rank the script is shown: local_size - 1 - real local rank."""
@@ -118,11 +109,11 @@ class Rank:
             left = bound - self.since_start()
             if left > 0:
                 time.sleep(left)
-            if milestone_name in self.state["milestones"] or "end" in self.state["milestones"]:
+            if milestone_name in self.state.milestones or "end" in self.state.milestones:
                 return
             stacks.dump(stem)
-            self.state["fit_bound"] = {"bound_s": round(bound, 1), "after_s": round(self.since_start(), 1),
-                                       "patched_s": self.state["times"].get("patched")}
+            self.state.fit_bound = FitBound(round(bound, 1), round(self.since_start(), 1),
+                                            self.state.times.get("patched"))
             self.save()
             sys.stdout.flush()
             sys.stderr.flush()

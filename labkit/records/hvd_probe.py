@@ -38,7 +38,7 @@ class HorovodState:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Pins:
     """The GPUs the script made visible, asked memory growth for, and ``CUDA_VISIBLE_DEVICES`` at the end."""
 
@@ -127,9 +127,10 @@ class FitRule:
     floor_s: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class RankRecord:
-    """``probe.N.json``: everything one probed rank saw."""
+    """``probe.N.json``: everything one probed rank saw (the probe's :class:`labkit.instrument.probe_record.Rank`
+    fills it in as the script runs and rewrites the file at every milestone)."""
 
     rank_env: int = 0
     milestones: list[str] = field(default_factory=list)
@@ -142,11 +143,13 @@ class RankRecord:
     data: DataSize = field(default_factory=DataSize)
     error: Failure | None = None
     times: dict[str, float] = field(default_factory=dict)
-    fit_bound: FitBound | None = None
-    fit_rule: FitRule | None = None
-    ignored_args: list[str] = field(default_factory=list)
-    hvd_import_error: str | None = None
-    exit_code: int | None = None
+    fit_bound: FitBound | None = field(default=None, metadata=typed.OMIT_NONE)
+    fit_rule: FitRule | None = field(default=None, metadata=typed.OMIT_NONE)
+    ignored_args: list[str] | None = field(default=None, metadata=typed.OMIT_NONE)  # options the script lacks
+    hvd_import_error: str | None = field(default=None, metadata=typed.OMIT_NONE)
+    exit_code: int | None = field(default=None, metadata=typed.OMIT_NONE)
+    epoch: int | None = field(default=None, metadata=typed.OMIT_NONE)  # the epoch training is in
+    in_fit: bool | None = field(default=None, metadata=typed.OMIT_NONE)  # inside fit (None: fit never called)
 
     def reached(self, milestone: str) -> bool:
         return milestone in self.milestones

@@ -3,11 +3,11 @@
 :func:`parse` is the one place a record written by another process (a probed rank, an earlier check) becomes an
 object: a field of the wrong type, or a required one missing, raises :class:`RecordError` naming the file and the
 field's path (``probe.1.json: epochs[0].train_batches: expected int, got 'x'``), never a ``KeyError`` far from the
-file. Keys the dataclass does not declare are ignored (a newer writer may add some); missing fields take their
-defaults. Supported annotations: dataclasses, ``int``, ``float`` (an int is accepted), ``str``, ``bool``, ``Any``,
-``X | None``, ``list[X]``, ``tuple[X, ...]`` and ``dict[str | int, X]`` (JSON object keys are strings: an ``int`` key
-is converted). A field whose JSON name is a Python keyword says it in its metadata:
-``cls: str = field(default="", metadata={typed.JSON_KEY: "class"})``.
+file. :func:`dump` is its inverse, for the writer. Keys the dataclass does not declare are ignored (a newer writer
+may add some); missing fields take their defaults. Supported annotations: dataclasses, ``int``, ``float`` (an int is
+accepted), ``str``, ``bool``, ``Any``, ``X | None``, ``list[X]``, ``tuple[X, ...]`` and ``dict[str | int, X]`` (JSON
+object keys are strings: an ``int`` key is converted). A field whose JSON name is a Python keyword says it in its
+metadata: ``cls: str = field(default="", metadata={typed.JSON_KEY: "class"})``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
 JSON_KEY = "json"  # a field's metadata key for a JSON name Python cannot spell (``class``)
+OMIT_NONE = {"omit_none": True}  # a field's metadata: :func:`dump` leaves it out while it is None
 MAX_ITEMS = 100_000  # entries of one list or object: more is no record a probe writes
 
 
@@ -35,6 +36,19 @@ def _hints(cls: type) -> dict[str, Any]:
 def parse(cls: type[T], data: Any, where: str = "record") -> T:
     """``data`` (decoded JSON) as a ``cls``; :class:`RecordError` names ``where`` and the field that is wrong."""
     return _value(cls, data, where)
+
+
+def dump(record: Any) -> Any:
+    """``record`` as JSON-able values: dataclasses as objects (under their JSON names, a field marked
+    :data:`OMIT_NONE` left out while None), tuples as lists. Other values are left for the JSON encoder."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.metadata.get(JSON_KEY, f.name): dump(getattr(record, f.name)) for f in dataclasses.fields(record)
+                if not (f.metadata.get("omit_none") and getattr(record, f.name) is None)}
+    if isinstance(record, list | tuple):
+        return [dump(v) for v in record]
+    if isinstance(record, dict):
+        return {k: dump(v) for k, v in record.items()}
+    return record
 
 
 def _fail(where: str, want: str, got: Any) -> RecordError:

@@ -95,7 +95,7 @@ def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypat
     probe.patch_arguments(rank, ["--checkpoint-dir"])
     lacks = argparse.ArgumentParser()
     lacks.add_argument("--epochs", type=int)
-    assert vars(lacks.parse_args()) == {"epochs": 3} and rank.state["ignored_args"] == ["--checkpoint-dir"]
+    assert vars(lacks.parse_args()) == {"epochs": 3} and rank.state.ignored_args == ["--checkpoint-dir"]
     has = argparse.ArgumentParser()
     has.add_argument("--epochs", type=int)
     has.add_argument("--checkpoint-dir")

@@ -109,7 +109,7 @@ class _Tensor:
 @pytest.fixture
 def rank(tmp_path: Path) -> Rank:
     rank = Rank(str(tmp_path))
-    rank.state["rank_env"] = 1
+    rank.state.rank_env = 1
     return rank
 
 
@@ -126,7 +126,7 @@ def test_tensors_built_into_the_training_step_are_gradients_the_rest_other(probe
     probe_allreduce.patch(fake, rank, eager=lambda: not graph["now"])
     assert fake._allreduce(_Tensor("float32"), name="m") == "one"  # eager, outside fit
     assert calls[-1][2] == {"name": "m"}  # the arguments passed on
-    rank.state["in_fit"] = True
+    rank.state.in_fit = True
     fake._allreduce(_Tensor("float32"))  # eager in fit: a metric averaged by a callback
     graph["now"] = True
     group = (_Tensor("float16"), _Tensor("float16"))
