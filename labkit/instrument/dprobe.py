@@ -36,6 +36,7 @@ from labkit.instrument.hooks import dataset
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
 from labkit.instrument.leave import leave
+from labkit.records.tfdist_probe import Fit, Load
 
 
 def install(rec: Recorder) -> None:
@@ -69,15 +70,14 @@ def install(rec: Recorder) -> None:
     distribute_lib.StrategyBase.__init__ = strategy_init
 
     coord = tf.distribute.experimental.coordinator.ClusterCoordinator
-    stats = rec.record["coordinator"]
+    stats = rec.record.coordinator
     c_init, c_schedule, c_join = coord.__init__, coord.schedule, coord.join
     c_per_worker = coord.create_per_worker_dataset
 
     def cper_worker(self: Any, dataset_fn: Any, *a: Any, **kw: Any) -> Any:
         # Each worker gets its own input pipeline, however the script asked for it (fit or a custom loop).
-        kinds = stats.setdefault("per_worker_datasets", [])
-        kinds.append("function" if callable(dataset_fn) and not isinstance(dataset_fn, tf.data.Dataset)
-                     else type(dataset_fn).__name__)
+        function = callable(dataset_fn) and not isinstance(dataset_fn, tf.data.Dataset)
+        stats.per_worker_datasets.append("function" if function else type(dataset_fn).__name__)
         rec.dump()
         return c_per_worker(self, dataset_fn, *a, **kw)
 
@@ -86,18 +86,18 @@ def install(rec: Recorder) -> None:
 
     def cinit(self: Any, *a: Any, **kw: Any) -> None:
         c_init(self, *a, **kw)
-        stats["created"] = stats.get("created", 0) + 1
+        stats.created += 1
         rec.dump()
 
     def cschedule(self: Any, *a: Any, **kw: Any) -> Any:
-        stats["scheduled"] = stats.get("scheduled", 0) + 1
+        stats.scheduled += 1
         return c_schedule(self, *a, **kw)
 
     def cjoin(self: Any, *a: Any, **kw: Any) -> Any:
         out = c_join(self, *a, **kw)
-        stats["joined"] = stats.get("joined", 0) + 1
+        stats.joined += 1
         try:
-            stats["workers"] = int(self._cluster._num_workers)
+            stats.workers = int(self._cluster._num_workers)
         except Exception:  # noqa: BLE001
             pass
         return out
@@ -125,7 +125,7 @@ def install(rec: Recorder) -> None:
 
     def save(self: Any, filepath: Any, *a: Any, **kw: Any) -> Any:
         out = original_save(self, filepath, *a, **kw)
-        rec.record["saves"].append(os.path.abspath(str(filepath)))
+        rec.record.saves.append(os.path.abspath(str(filepath)))
         rec.dump()
         return out
 
@@ -142,35 +142,36 @@ class _FitListener:
     def before(self, call: fit_hook.FitCall) -> None:
         rec, a, model = self.rec, call.arguments, call.model
         x = a.get("x")
-        info: dict[str, Any] = {
-            "strategy": type(model.distribute_strategy).__name__,
-            "replicas": int(model.distribute_strategy.num_replicas_in_sync),
-            "steps_per_epoch": a.get("steps_per_epoch"),
-            "epochs": a.get("epochs"),
-            "callbacks": [type(c).__name__ for c in call.callbacks],
-            "variables": model_variables(model),
-            "input": type(x).__name__,
-        }
+        info = Fit(
+            strategy=type(model.distribute_strategy).__name__,
+            replicas=int(model.distribute_strategy.num_replicas_in_sync),
+            steps_per_epoch=a.get("steps_per_epoch"),
+            epochs=a.get("epochs"),
+            callbacks=[type(c).__name__ for c in call.callbacks],
+            variables=model_variables(model),
+            input=type(x).__name__,
+        )
         call.notes["dprobe"] = info
-        rec.record["fits"].append(info)
+        rec.record.fits.append(info)
         rec.dump()
         fn = getattr(x, "dataset_fn", None)
         if callable(fn):  # a DatasetCreator: count the input pipelines built from it (one per worker)
-            info["dataset_fn_calls"] = []
+            calls: list[int | None] = []
+            info.dataset_fn_calls = calls
 
             def counted(context: Any = None, *args: Any, **kwargs: Any) -> Any:
-                info["dataset_fn_calls"].append(getattr(context, "input_pipeline_id", None))
+                calls.append(getattr(context, "input_pipeline_id", None))
                 rec.dump()
                 return fn(context, *args, **kwargs)
 
             x.dataset_fn = counted
-        if "Parameter" not in info["strategy"]:
+        if "Parameter" not in info.strategy:
             try:
-                info["batches"], a["x"] = sample_batches(model, x, a)
+                info.batches, a["x"] = sample_batches(model, x, a)
             except Exception as e:  # noqa: BLE001 - report, never break the learner's run
-                info["batches_error"] = f"{type(e).__name__}: {e}"[:300]
+                info.batches_error = f"{type(e).__name__}: {e}"[:300]
         rec.dump()
-        call.callbacks.append(self.events() if "Parameter" in info["strategy"] else self.batch_events())
+        call.callbacks.append(self.events() if "Parameter" in info.strategy else self.batch_events())
         rec.event(kind="fit_begin")
 
     def after(self, call: fit_hook.FitCall) -> None:
@@ -178,10 +179,10 @@ class _FitListener:
             return
         rec, info, model = self.rec, call.notes["dprobe"], call.model
         rec.event(kind="fit_end")
-        info["after"] = model_variables(model)
-        info["weights"] = digest(model.get_weights())
+        info.after = model_variables(model)
+        info.weights = digest(model.get_weights())
         try:
-            info["iterations"] = int(model.optimizer.iterations.numpy())
+            info.iterations = int(model.optimizer.iterations.numpy())
         except Exception:  # noqa: BLE001
             pass
         rec.model = model
@@ -196,7 +197,7 @@ def _record_ps_variables(tf: Any, rec: Recorder) -> None:
         return
     extended = pss.ParameterServerStrategyV2Extended
     original = extended._create_variable
-    devices = rec.record.setdefault("ps_variable_devices", {})
+    devices = rec.record.ps_variable_devices
 
     def create(self: Any, *a: Any, **kw: Any) -> Any:
         var = original(self, *a, **kw)
@@ -229,33 +230,33 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException as e:  # noqa: BLE001 - record the learner's error, then fail
-        rec.record["error"] = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
+        rec.record.error = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
         traceback.print_exc()
         code = 1
     model = rec.model
     rec.done = True
     load = contract.settings().probe_load
     if code == 0 and load and model is not None:
-        rec.record["load"] = _reload(load, rec.record["fits"][-1].get("weights", ""))
-    rec.record["exit"] = code
+        rec.record.load = _reload(load, rec.record.fits[-1].weights or "")
+    rec.record.exit = code
     rec.dump()
     sys.stdout.flush()
     return code
 
 
-def _reload(path: str, trained: str) -> dict[str, Any]:
+def _reload(path: str, trained: str) -> Load:
     import tensorflow as tf
 
     if not os.path.exists(path):
-        return {"ok": False, "error": f"{path} does not exist"}
+        return Load(False, error=f"{path} does not exist")
     try:
         # A fresh one-device scope: loading must not join the (finished) cluster's collectives.
         with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
             loaded = tf.keras.models.load_model(path)
         same = digest(loaded.get_weights()) == trained
-        return {"ok": True, "same_weights": same}
+        return Load(True, same)
     except Exception as e:  # noqa: BLE001
-        return {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
+        return Load(False, error=f"{type(e).__name__}: {e}"[:400])
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import contract, files, identity
+from labkit.records import typed
+from labkit.records.tfdist_probe import Batches, Strategy, Task, Variables
 
 PROBE_BATCHES = 6  # batches per replica sampled before training
 
@@ -29,8 +31,7 @@ class Recorder:
     def __init__(self, outdir: Path) -> None:
         self.outdir = outdir
         self.task = task_name()
-        self.record: dict[str, Any] = {"task": self.task, "pid": os.getpid(), "start": time.time(), "fits": [],
-                                       "saves": [], "strategies": [], "coordinator": {}}
+        self.record = Task(task=self.task, pid=os.getpid(), start=time.time())
         self.strategies: list[Any] = []
         self.model: Any = None
         self.done = False  # the script has returned: stop recording the probe's own objects
@@ -44,23 +45,21 @@ class Recorder:
             os.fsync(f.fileno())
 
     def dump(self) -> None:
-        rec = dict(self.record)
-        rec["strategies"] = [_strategy_info(s) for s in self.strategies]
-        files.write_json_atomic(self.outdir / f"{self.task}.json", rec)
+        self.record.strategies = [_strategy_info(s) for s in self.strategies]
+        files.write_json_atomic(self.outdir / f"{self.task}.json", typed.dump(self.record))
 
 
-def _strategy_info(s: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {"class": type(s).__name__}
+def _strategy_info(s: Any) -> Strategy:
+    replicas, error = None, None
     try:
-        info["replicas"] = int(s.num_replicas_in_sync)
+        replicas = int(s.num_replicas_in_sync)
     except Exception as e:  # noqa: BLE001 - parameter-server strategies may refuse
-        info["replicas"] = None
-        info["replicas_error"] = str(e)[:200]
+        error = str(e)[:200]
     try:
-        info["devices"] = list(s.extended.worker_devices)
+        devices = [str(d) for d in s.extended.worker_devices]
     except Exception:  # noqa: BLE001
-        info["devices"] = []
-    return info
+        devices = []
+    return Strategy(type(s).__name__, replicas, error, devices)
 
 
 def digest(arrays: list[Any]) -> str:
@@ -75,7 +74,7 @@ def batch_ids(x: Any) -> list[float]:
     return [round(float(v), 3) for v in x.numpy()[:, 0, 0, 0]]
 
 
-def sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+def sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> tuple[Batches, Any]:
     """What each local replica receives, distributed as fit distributes it; and the input to give fit.
 
     Every input fit accepts is sampled: a dataset or a distributed dataset as it is, a
@@ -90,7 +89,8 @@ def sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> tuple[dict[str, An
     from tf_keras.src.engine import data_adapter
 
     strategy = model.distribute_strategy
-    out: dict[str, Any] = {"per_replica_batch": [], "ids": []}
+    sizes: list[list[int]] = []
+    ids: list[list[list[float]]] = []
     steps = max(1, min(int(kw.get("steps_per_epoch") or PROBE_BATCHES), PROBE_BATCHES))
     if isinstance(x, tf.data.Dataset):
         dist = strategy.experimental_distribute_dataset(x)
@@ -115,20 +115,18 @@ def sample_batches(model: Any, x: Any, kw: dict[str, Any]) -> tuple[dict[str, An
         batch = next(it)
         xb = batch[0] if isinstance(batch, tuple | list) else batch
         locals_ = strategy.experimental_local_results(xb)
-        out["per_replica_batch"].append([int(t.shape[0]) for t in locals_])
-        out["ids"].append([batch_ids(t) for t in locals_])
-    return out, x
+        sizes.append([int(t.shape[0]) for t in locals_])
+        ids.append([batch_ids(t) for t in locals_])
+    return Batches(sizes, ids), x
 
 
-def model_variables(model: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {"types": sorted({type(v).__name__ for v in model.weights}), "devices": [],
-                            "replicas_equal": None, "copies": 1}
+def model_variables(model: Any) -> Variables:
     devices = set()
-    equal = True
+    equal, copies = True, 1
     for v in model.weights:
         values = getattr(v, "values", None)
         if values is not None and len(values) > 1:
-            info["copies"] = len(values)
+            copies = len(values)
             devices.update(str(c.device) for c in values)
             if type(v).__name__ != "MirroredVariable":
                 continue  # sync-on-read variables (batch-norm statistics) differ per replica by design
@@ -136,6 +134,5 @@ def model_variables(model: Any) -> dict[str, Any]:
             equal = equal and all((first == other.numpy()).all() for other in values[1:])
         else:
             devices.add(str(getattr(v, "device", "")))
-    info["devices"] = sorted(devices)[:20]
-    info["replicas_equal"] = equal if info["copies"] > 1 else None
-    return info
+    return Variables(sorted({type(v).__name__ for v in model.weights}), sorted(devices)[:20],
+                     equal if copies > 1 else None, copies)

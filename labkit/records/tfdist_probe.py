@@ -4,7 +4,8 @@ A task under :mod:`labkit.instrument.dprobe` writes ``TASK.json`` (its strategie
 parameter-server coordinator) and ``TASK.events.jsonl``; the check of the MirroredStrategy, MultiWorkerMirroredStrategy
 or ParameterServerStrategy lab adds what it saw from outside (files left, a worker killed) and keeps the whole as its
 evidence (JSON, :data:`labkit.check.judging.FORMAT`). Each lab's ``evidence`` function turns that JSON into these
-records once, every field checked (:mod:`labkit.records.typed`); its judges read only these objects.
+records once, every field checked (:mod:`labkit.records.typed`); its judges read only these objects. The probe
+fills in the same :class:`Task` as the script runs (:class:`labkit.instrument.dprobe_record.Recorder`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Batches:
     note: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Fit:
     """One call of ``Model.fit`` in a task."""
 
@@ -63,7 +64,7 @@ class Fit:
     dataset_fn_calls: list[int | None] | None = None  # a DatasetCreator's calls, by input pipeline
 
 
-@dataclass(frozen=True)
+@dataclass
 class Coordinator:
     """The parameter-server ``ClusterCoordinator``: created, steps scheduled, joins, per-worker datasets."""
 
@@ -83,7 +84,7 @@ class Load:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Task:
     """``TASK.json``: what one task (``worker.0``, ``ps.0``, ``chief.0``, ``local.0``) did."""
 
@@ -95,9 +96,9 @@ class Task:
     strategies: list[Strategy] = field(default_factory=list)
     coordinator: Coordinator = field(default_factory=Coordinator)
     ps_variable_devices: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-    exit: int | None = None
-    load: Load | None = None
+    error: str | None = field(default=None, metadata=typed.OMIT_NONE)  # the exception that ended the script
+    exit: int | None = field(default=None, metadata=typed.OMIT_NONE)  # None: it never ended by itself
+    load: Load | None = field(default=None, metadata=typed.OMIT_NONE)
 
 
 @dataclass(frozen=True)

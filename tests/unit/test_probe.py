@@ -40,12 +40,12 @@ def test_every_input_fit_accepts_is_sampled() -> None:
               "generator": ((b for b in [(x[i:i + 8], y[i:i + 8]) for i in range(0, 64, 8)]), {})}
     for name, (given, kw) in inputs.items():
         out, back = dprobe.sample_batches(model, given, kw)
-        assert out["per_replica_batch"] and {n for row in out["per_replica_batch"] for n in row} == {8}, name
+        assert out.per_replica_batch and {n for row in out.per_replica_batch for n in row} == {8}, name
         if name == "generator":
             assert [float(b[0][0, 0, 0, 0]) for b in back] == [float(i) for i in range(0, 64, 8)]
         else:
             assert back is given, name
-    assert dprobe.sample_batches(model, ds, {})[0]["ids"][0] == [[float(i) for i in range(8)]]  # which examples
+    assert dprobe.sample_batches(model, ds, {})[0].ids[0] == [[float(i) for i in range(8)]]  # which examples
 
 
 def test_a_rank_that_never_reaches_fit_is_stopped_at_its_bound_with_its_stack(tmp_path) -> None:
