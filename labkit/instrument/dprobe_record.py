@@ -12,7 +12,7 @@ from typing import Any
 
 from labkit.core import contract, files, identity
 from labkit.records import typed
-from labkit.records.tfdist_probe import Batches, Strategy, Task, Variables
+from labkit.records.tfdist_probe import Batches, Event, Strategy, Task, Variables
 
 PROBE_BATCHES = 6  # batches per replica sampled before training
 
@@ -37,10 +37,10 @@ class Recorder:
         self.done = False  # the script has returned: stop recording the probe's own objects
         outdir.mkdir(parents=True, exist_ok=True)
 
-    def event(self, **kw: Any) -> None:
-        kw.update(pid=os.getpid(), t=time.time())
+    def event(self, kind: str, epoch: int | None = None, lr: list[float | None] | None = None) -> None:
+        line = Event(kind, os.getpid(), time.time(), epoch, lr or [])
         with open(self.outdir / f"{self.task}.events.jsonl", "a") as f:
-            f.write(json.dumps(kw) + "\n")
+            f.write(json.dumps(typed.dump(line)) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
