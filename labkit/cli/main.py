@@ -29,6 +29,7 @@ from labkit.core.cliargs import Parser, UsageError, script_of, split_dashdash
 from labkit.course import sources
 from labkit.instrument import data
 from labkit.launching import hosts, launch
+from labkit.measure import text_figures
 
 
 def _doctor(a: argparse.Namespace) -> int:
@@ -49,12 +50,17 @@ def _data(a: argparse.Namespace) -> int:
 
 
 def _gen(a: argparse.Namespace) -> int:
-    changed = sources.generate(check=a.check)
+    try:
+        changed = sources.generate(check=a.check) + text_figures.generate(check=a.check)
+    except text_figures.FigureError as e:
+        print(f"labkit gen: {e}", file=sys.stderr)
+        return 1
     if a.check:
         if changed:
             print("out of date (run `make gen`): " + ", ".join(changed), file=sys.stderr)
             return 1
-        print("starter and solution scripts are in sync with their templates")
+        print("starter and solution scripts are in sync with their templates; the texts' figures with the "
+              "reference results")
         return 0
     print("wrote: " + (", ".join(changed) if changed else "nothing, all up to date"))
     return 0
@@ -72,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fill-cache", action="store_true", help="copy it into the Keras cache too")
     s.set_defaults(func=_data)
 
-    g = sub.add_parser("gen", help="write starter and solution scripts from their templates")
+    g = sub.add_parser("gen", help="write starter and solution scripts from their templates, and the figures "
+                                   "in the course's texts from the reference results")
     g.add_argument("--check", action="store_true", help="only report files that are out of date")
     g.set_defaults(func=_gen)
 

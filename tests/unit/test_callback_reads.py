@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from labkit.instrument import callback_reads
+from labkit.records.hvd_probe import CallbackRead
 
 
 def test_recording_logs_notes_reads_not_writes() -> None:
@@ -26,5 +27,5 @@ def test_wrap_callback_records_what_a_callback_saw_and_keeps_its_writes() -> Non
     logs = {"val_loss": 2.0, "loss": 1.0}
     cb.on_epoch_end(0, logs)
     assert cb.seen == 2.0 and logs["val_loss"] == 0.0
-    assert reads == [{"epoch": 0, "index": 3, "callback": f"{Reader.__module__}.{Reader.__qualname__}",
-                      "read": ["val_loss"], "seen": {"val_loss": 2.0, "loss": 1.0}}]
+    assert reads == [CallbackRead(callback=f"{Reader.__module__}.{Reader.__qualname__}", index=3, epoch=0,
+                                  read=["val_loss"], seen={"val_loss": 2.0, "loss": 1.0})]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from labkit.course import labs
-from labkit.measure import reference
+from labkit.measure import reference, text_figures
 from labkit.records import sweep
 
 LABS = labs.ROOT / "labs"
@@ -29,7 +29,7 @@ def shipped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def answer(notebook: str, starts: str) -> str:
     """The collapsed answer of ``notebook`` that follows the cell whose text contains ``starts``."""
-    cells = ["".join(c["source"]) for c in json.loads((LABS / notebook).read_text())["cells"]]
+    cells = [text_figures.shown("".join(c["source"])) for c in json.loads((LABS / notebook).read_text())["cells"]]
     at = next(i for i, c in enumerate(cells) if starts in c)
     return next(c for c in cells[at:] if "<summary>Answer</summary>" in c)
 
@@ -63,8 +63,8 @@ def test_lab6_multiworker_scales_clearly_worse_than_horovod() -> None:
 
 
 def cell(notebook: str, starts: str) -> str:
-    return next(t for t in ("".join(c["source"]) for c in json.loads((LABS / notebook).read_text())["cells"])
-                if starts in t)
+    return next(t for t in (text_figures.shown("".join(c["source"]))
+                            for c in json.loads((LABS / notebook).read_text())["cells"]) if starts in t)
 
 
 def test_lab6_every_sweep_run_reaches_the_target_and_time_to_it_gains_less_than_throughput() -> None:
@@ -164,14 +164,14 @@ def test_lab8_fusion_quotes_the_reference_ratio() -> None:
     assert f"({round(1000 * unfused['comm_s'])} ms against {round(1000 * fused['comm_s'])} ms a step" in text
 
 
-def test_lab8_fp16_stayed_inside_the_float32_band_as_often_as_the_text_says() -> None:
+def test_lab8_fp16_ended_below_both_float32_runs_as_the_text_says() -> None:
+    """The figures are rendered from the results (``make gen``); the words around them are checked here."""
     f32, f16, again = (v["val_accuracy"] for v in communication()["compression"]["variants"])
-    inside = [e + 1 for e, (a, h, b) in enumerate(zip(f32, f16, again, strict=True)) if min(a, b) <= h <= max(a, b)]
-    assert inside == [2], inside
-    spread = max(abs(a - b) for a, b in zip(f32, again, strict=True))
     text = answer("08_communication.ipynb", "Does it cost accuracy?")
-    assert "stayed inside the float32 runs' band once in six\nepochs, after epoch 2" in text
-    assert f"differed by up to {round(100 * spread)} points" in text
+    assert "float16 ended below both float32 runs" in text
+    assert f16[-1] < min(f32[-1], again[-1]), (f16[-1], f32[-1], again[-1])
+    assert "stayed inside the float32 runs' band after epoch" in text
+    assert any(min(a, b) <= h <= max(a, b) for a, h, b in zip(f32, f16, again, strict=True))
 
 
 def test_lab8_the_compression_cell_trains_as_many_times_as_it_says() -> None:
