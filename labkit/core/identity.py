@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from labkit import __version__
@@ -79,9 +80,23 @@ def where() -> dict[str, Any]:
     return {"host": socket.gethostname(), "local_rank": int(local) if local is not None else None}
 
 
-def world(strategy: Any = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class World:
+    """Where this process stands in its job: its rank among ``workers``, whether it is the chief, who launched it
+    and with which strategy, and its host and rank on that host."""
+
+    rank: int = 0
+    workers: int = 1
+    is_chief: bool = True
+    launcher: str | None = None
+    strategy: str | None = None
+    host: str = ""
+    local_rank: int | None = None
+
+
+def world(strategy: Any = None) -> World:
     """``rank``, ``workers``, ``is_chief``, ``launcher``/``strategy`` and ``host``/``local_rank`` of this process."""
-    return {**_world(strategy), **where()}
+    return World(**_world(strategy), **where())
 
 
 def _world(strategy: Any = None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from labkit.core import slots
 from labkit.grading import calibration
 from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
-from labkit.records import classlog, jobrecord, runs
+from labkit.records import classlog, jobrecord, observation, runs
 
 DEFAULT_TARGET = 0.82  # small mode's target accuracy
 SMALL_TEST_IMAGES = 1000  # small mode's test set: the accuracy is measured on all of it
@@ -194,12 +194,12 @@ class SettingsWatch:
         if self._done or now - self._last < self.every:
             return None
         self._last = now
-        chief = jobrecord.chief_of(jobrecord.read_observations(observed))
-        begun = [o for o in chief if o.get("train_begin") and isinstance(o.get("config"), dict)]
+        chief = jobrecord.chief_of(observation.read(observed))
+        begun = [o for o in chief if o.train_begin and o.config is not None]
         if not begun:
             return None
         self._done = True  # the settings are read once: they do not change while training runs
-        problems = config_problems(begun[-1]["config"], self.goal)
+        problems = config_problems(begun[-1].config or {}, self.goal)
         return ("its settings cannot count: " + "; ".join(problems)) if problems else None
 
 

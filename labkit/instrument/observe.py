@@ -39,13 +39,35 @@ from labkit.instrument import optimizer_knobs, shrink
 from labkit.instrument.hooks import arguments
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import batch_of
-from labkit.records import jobrecord, runs
+from labkit.records import jobrecord, observation, runs, typed
+from labkit.records.observation import EpochNote, FitNote, Observation
 
 OBSERVE_VAR = contract.OBSERVE
 SHRINK_VAR = contract.SHRINK
 
-STATE: dict[str, Any] = {}
-_INSTALLED: list[bool] = []
+
+class Observer:
+    """This process's observer: what it saw so far (``record``, written to ``observed.PID.json``), and what it
+    holds only while the script runs (the strategy, the parsed arguments)."""
+
+    def __init__(self) -> None:
+        self.record = Observation()
+        self.strategy: Any = None
+        self.args: Any = None
+        self.installed = False
+
+    def begin(self, folder: str | None) -> None:
+        """A fresh record for the run about to start in ``folder``."""
+        self.record = Observation(pid=os.getpid(), started=time.time(), folder=folder,
+                                  task=contract.settings().task)
+        self.strategy = self.args = None
+
+    def error(self, what: str) -> None:
+        """An observer's error: kept in the record, never raised into the script."""
+        self.record.observer_errors.append(what)
+
+
+OBSERVER = Observer()
 
 
 # ----------------------------------------------------------------------------- after-import hooks
@@ -58,7 +80,7 @@ def when_imported(name: str, hook: Callable[[Any], None]) -> None:
         try:
             hook(module)
         except Exception as e:  # noqa: BLE001 - observing must never break the script
-            STATE.setdefault("observer_errors", []).append(f"{name}: {type(e).__name__}: {e}")
+            OBSERVER.error(f"{name}: {type(e).__name__}: {e}")
 
     patch.when_imported(name, guarded)
 
@@ -66,45 +88,39 @@ def when_imported(name: str, hook: Callable[[Any], None]) -> None:
 # ----------------------------------------------------------------------------- the record-to-be
 
 
-def _who() -> dict[str, Any]:
-    return identity.world(STATE.get("strategy"))
-
-
 def _save() -> None:
-    folder = STATE.get("folder")
-    if not folder:
+    rec = OBSERVER.record
+    if not rec.folder:
         return
     try:
         # The world as training saw it: at exit Horovod (or a strategy) may already be shut down.
-        if not (STATE.get("train_end") and STATE.get("world")):
-            STATE["world"] = _who()
-        STATE["argv"] = list(sys.argv)
+        if not (rec.train_end and rec.world):
+            rec.world = identity.world(OBSERVER.strategy)
+        rec.argv = list(sys.argv)
         _config()
-        STATE["updated"] = time.time()
-        files.write_json_atomic(jobrecord.observation_path(folder, os.getpid()),
-                                {k: v for k, v in STATE.items() if k not in ("strategy", "args")})
+        rec.updated = time.time()
+        files.write_json_atomic(observation.path(rec.folder, os.getpid()),
+                                json.loads(json.dumps(typed.dump(rec), default=str)))
     except Exception as e:  # noqa: BLE001
-        STATE.setdefault("observer_errors", []).append(f"save: {e}")
+        OBSERVER.error(f"save: {e}")
 
 
 def _live() -> None:
     """The chief keeps ``runs/live/RUN_ID.json`` current for :mod:`labkit.ui.dashboard`."""
     run_id = os.environ.get(runs.RUN_ID_VAR)
-    if not run_id or not STATE.get("world", {}).get("is_chief"):
+    world = OBSERVER.record.world
+    if not run_id or world is None or not world.is_chief:
         return
     try:
-        rec = jobrecord.observed_record(json.loads(json.dumps(STATE, default=str)), run_id)
+        rec = jobrecord.observed_record(OBSERVER.record, run_id)
         files.write_json_atomic(runs.live_file(run_id), {**rec, "status": "running", "updated": time.time()})
     except Exception:  # noqa: BLE001 - progress display is best effort
         pass
 
 
 def _at_exit() -> None:
-    STATE["ended"] = time.time()
+    OBSERVER.record.ended = time.time()
     _save()
-
-
-# ----------------------------------------------------------------------------- the learning rate
 
 
 # ----------------------------------------------------------------------------- patches
@@ -113,16 +129,16 @@ def _at_exit() -> None:
 def _config() -> None:
     """The script's parsed arguments as they are now (plain values only)."""
     try:
-        STATE["config"] = {k: v for k, v in vars(STATE["args"]).items()
-                           if isinstance(v, (str, int, float, bool)) or v is None}
-    except (KeyError, TypeError):
+        OBSERVER.record.config = {k: v for k, v in vars(OBSERVER.args).items()
+                                  if isinstance(v, (str, int, float, bool)) or v is None}
+    except TypeError:  # no namespace (yet)
         pass
 
 
 def _arguments(ns: Any, extras: list[str]) -> list[str]:
     """The script's own command line was parsed: keep its namespace (read at each save: scripts fill defaults in
     after parsing, e.g. by mode)."""
-    STATE["args"] = ns
+    OBSERVER.args = ns
     _config()
     return extras
 
@@ -133,16 +149,15 @@ class _FitListener:
     def before(self, call: fit_hook.FitCall) -> None:
         try:
             a = call.arguments
-            STATE["strategy"] = getattr(call.model, "distribute_strategy", None)
+            OBSERVER.strategy = getattr(call.model, "distribute_strategy", None)
             per_step, how = batch_of(a.get("x"), a.get("batch_size"))
-            STATE["fits"].append({"start": time.time(), "batch_per_step": per_step, "batch_from": how,
-                                  "epochs": a.get("epochs"), "steps_per_epoch": a.get("steps_per_epoch"),
-                                  "initial_epoch": a.get("initial_epoch")})
+            OBSERVER.record.fits.append(FitNote(time.time(), per_step, how, a.get("epochs"), a.get("steps_per_epoch"),
+                                                a.get("initial_epoch")))
             # Keras refuses batch-level callbacks under a ParameterServerStrategy: count steps from fit's arguments.
-            ps = "ParameterServer" in type(STATE["strategy"]).__name__
+            ps = "ParameterServer" in type(OBSERVER.strategy).__name__
             call.callbacks.append(_observer(per_step, batch_hooks=not ps, steps=a.get("steps_per_epoch")))
         except Exception as e:  # noqa: BLE001 - never stand between the script and fit
-            STATE.setdefault("observer_errors", []).append(f"fit: {type(e).__name__}: {e}")
+            OBSERVER.error(f"fit: {type(e).__name__}: {e}")
 
     def after(self, call: fit_hook.FitCall) -> None:
         pass
@@ -155,19 +170,20 @@ def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None 
     """The callback that records each epoch; without ``batch_hooks`` (parameter servers) steps come from ``steps``."""
     import tensorflow as tf
 
-    class Observer(tf.keras.callbacks.Callback):
+    rec = OBSERVER.record
+
+    class EpochObserver(tf.keras.callbacks.Callback):
         """Times each epoch's training steps (validation excluded) and keeps its metrics."""
 
         def on_train_begin(self, logs: Any = None) -> None:
-
-            STATE["train_begin"] = STATE.get("train_begin") or time.time()
-            STATE["versions"] = identity.versions()
-            STATE["device"] = identity.device_info()
+            rec.train_begin = rec.train_begin or time.time()
+            rec.versions = identity.versions()
+            rec.device = identity.device_info()
             try:  # what each step all-reduces (data parallelism): one gradient per trainable weight
-                STATE["gradient_bytes"] = sum(int(w.shape.num_elements() or 0) * w.dtype.size
-                                              for w in self.model.trainable_weights)
+                rec.gradient_bytes = sum(int(w.shape.num_elements() or 0) * w.dtype.size
+                                         for w in self.model.trainable_weights)
             except Exception as e:  # noqa: BLE001 - never stand between the script and fit
-                STATE.setdefault("observer_errors", []).append(f"gradient size: {e}")
+                OBSERVER.error(f"gradient size: {e}")
             self.batches = 0
             self.t0 = self.c0 = 0.0
             self.train_s: float | None = None
@@ -187,28 +203,27 @@ def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None 
             wall = time.perf_counter() - self.t0
             train = self.train_s if self.train_s is not None else wall
             cpu = self.cpu_s if self.cpu_s is not None else time.process_time() - self.c0
-            entry: dict[str, Any] = {"epoch": epoch + 1, "end": time.time(), "wall_s": round(wall, 4),
-                                     "train_s": round(train, 4), "steps": self.batches or steps,
-                                     "batch_per_step": per_step, "cpu_s": round(cpu, 4)}
+            metrics = {}
             for key, value in (logs or {}).items():
                 try:
-                    entry[str(key)] = float(value)
+                    metrics[str(key)] = float(value)
                 except (TypeError, ValueError):
                     continue
-            STATE["epochs"].append(entry)
+            rec.epochs.append(EpochNote(epoch + 1, time.time(), round(wall, 4), round(train, 4), self.batches or steps,
+                                        per_step, round(cpu, 4), metrics))
             _save()
             _live()
 
         def on_train_end(self, logs: Any = None) -> None:
-            STATE["train_end"] = time.time()
+            rec.train_end = time.time()
             _save()
 
-    class BatchObserver(Observer):
+    class BatchObserver(EpochObserver):
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             # With steps_per_execution=K Keras calls this once per K steps, with the last step's index.
             self.batches = max(self.batches + 1, batch + 1)
 
-    return BatchObserver() if batch_hooks else Observer()
+    return BatchObserver() if batch_hooks else EpochObserver()
 
 
 def _patch_coordinator(module: Any) -> None:
@@ -219,7 +234,7 @@ def _patch_coordinator(module: Any) -> None:
         try:
             return real(self, closure)
         finally:
-            STATE.setdefault("worker_steps", {}).setdefault(str(self.worker_index), []).append(round(time.time(), 3))
+            OBSERVER.record.worker_steps.setdefault(str(self.worker_index), []).append(round(time.time(), 3))
 
     module.Worker._process_closure = _process_closure
 
@@ -230,24 +245,23 @@ def _from_outside(key: str, spec: str, make: Callable[[str], tuple[Any, dict[str
     try:
         note, hooks = make(spec)
     except ValueError as e:
-        STATE.setdefault("observer_errors", []).append(str(e))
+        OBSERVER.error(str(e))
         return
-    STATE[key] = note
+    setattr(OBSERVER.record, key, note)
     for module, hook in hooks.items():
         when_imported(module, hook)
 
 
 def install(folder: str | None = None) -> bool:
     """Start observing this process (once); True when observing. Never raises."""
-    if _INSTALLED:
+    if OBSERVER.installed:
         return True
     folder = folder or os.environ.get(OBSERVE_VAR)
     if not folder:
         return False
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None,
-                     task=contract.settings().task)
+        OBSERVER.begin(folder)
         arguments.add(_arguments)
         job = contract.current()
         if job.shrink:
@@ -257,7 +271,7 @@ def install(folder: str | None = None) -> bool:
         fit_hook.add(_FIT)
         when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
         atexit.register(_at_exit)
-        _INSTALLED.append(True)
+        OBSERVER.installed = True
     except Exception as e:  # noqa: BLE001
         print(f"labkit: could not observe this run: {e}", file=sys.stderr)
         return False
@@ -267,19 +281,18 @@ def install(folder: str | None = None) -> bool:
 def begin(folder: str) -> bool:
     """Observe the next run of a long-lived process (an ipyparallel engine) into ``folder``, afresh."""
     ok = install(folder)
-    STATE.update(folder=folder, pid=os.getpid(), started=time.time(), fits=[], epochs=[], config=None, world={},
-                 strategy=None, train_begin=None, train_end=None, ended=None, task=contract.settings().task)
+    OBSERVER.begin(folder)
     return ok
 
 
 def end() -> None:
     """The run observed since :func:`begin` is over: write its last observation."""
-    STATE["ended"] = time.time()
+    OBSERVER.record.ended = time.time()
     _save()
 
 
 def stop() -> None:
     """Stop observing this process and leave nothing (for labkit's own helper processes)."""
-    if _INSTALLED:
+    if OBSERVER.installed:
         atexit.unregister(_at_exit)
-        STATE["folder"] = None
+        OBSERVER.record.folder = None

@@ -10,8 +10,6 @@ before ``fit``, a shell script) still gets a record with its wall time and statu
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -20,20 +18,22 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import files, identity
-from labkit.records import runs
+from labkit.core.identity import World
+from labkit.records import observation, runs
+from labkit.records.observation import Observation
 
 ACCURACY_KEYS = ("val_accuracy", "val_acc", "val_categorical_accuracy", "val_sparse_categorical_accuracy")
 TRAIN_ACCURACY_KEYS = tuple(k[4:] for k in ACCURACY_KEYS)
 
 
-def _first(entry: dict[str, Any], keys: Sequence[str]) -> float | None:
+def _first(metrics: Mapping[str, float], keys: Sequence[str]) -> float | None:
     for key in keys:
-        if entry.get(key) is not None:
-            return float(entry[key])
+        if metrics.get(key) is not None:
+            return float(metrics[key])
     return None
 
 
-def images_per_step(world: dict[str, Any], batch_per_step: int | None) -> int | None:
+def images_per_step(world: World | None, batch_per_step: int | None) -> int | None:
     """Images all workers together train on in one step.
 
     tf.distribute ``fit``: the batch given to fit is already the global batch
@@ -44,47 +44,46 @@ def images_per_step(world: dict[str, Any], batch_per_step: int | None) -> int | 
         return None
     if is_tf_distribute(world):
         return batch_per_step
-    return batch_per_step * int(world.get("workers") or 1)
+    return batch_per_step * int((world.workers if world else 1) or 1)
 
 
-def is_tf_distribute(world: dict[str, Any]) -> bool:
-    return world.get("strategy") not in (None, "horovod", "tf_config")
+def is_tf_distribute(world: World | None) -> bool:
+    return world is not None and world.strategy not in (None, "horovod", "tf_config")
 
 
-def epochs_of(observation: dict[str, Any], t0: float | None = None) -> list[dict[str, Any]]:
+def epochs_of(observation: Observation, t0: float | None = None) -> list[dict[str, Any]]:
     """Per-epoch measurements of one process; ``elapsed_s`` counts from ``t0`` (default: its training start)."""
-    world = observation.get("world") or {}
-    t0 = t0 or observation.get("train_begin") or observation.get("started") or 0.0
+    t0 = t0 or observation.train_begin or observation.started or 0.0
     out = []
-    for e in observation.get("epochs") or []:
-        per_step = images_per_step(world, e.get("batch_per_step"))
-        images = e.get("steps", 0) * per_step if per_step else None
-        train = e.get("train_s") or 0.0
+    for e in observation.epochs:
+        per_step = images_per_step(observation.world, e.batch_per_step)
+        images = (e.steps or 0) * per_step if per_step else None
+        train = e.train_s or 0.0
         entry = {
-            "epoch": e.get("epoch"), "wall_s": e.get("wall_s"), "train_s": train, "steps": e.get("steps"),
+            "epoch": e.epoch, "wall_s": e.wall_s, "train_s": train, "steps": e.steps,
             "images": images, "images_per_sec": round(images / train, 2) if images and train > 0 else None,
             # CPU seconds per second of training: about the cores this process got.
-            "cpu_cores": round(e["cpu_s"] / train, 3) if e.get("cpu_s") is not None and train > 0 else None,
-            "elapsed_s": round(e["end"] - t0, 3) if e.get("end") else None,
-            "loss": e.get("loss"), "accuracy": _first(e, TRAIN_ACCURACY_KEYS),
-            "val_loss": e.get("val_loss"), "val_accuracy": _first(e, ACCURACY_KEYS),
+            "cpu_cores": round(e.cpu_s / train, 3) if e.cpu_s is not None and train > 0 else None,
+            "elapsed_s": round(e.end - t0, 3) if e.end else None,
+            "loss": e.metrics.get("loss"), "accuracy": _first(e.metrics, TRAIN_ACCURACY_KEYS),
+            "val_loss": e.metrics.get("val_loss"), "val_accuracy": _first(e.metrics, ACCURACY_KEYS),
         }
         out.append(entry)
     return out
 
 
-def chief_of(observations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def chief_of(observations: list[Observation]) -> list[Observation]:
     """The chief's observations (several after a restart), else the first process's.
 
     Processes that trained come first: a launcher written in Python (horovodrun) is
     observed too, and looks like rank 0.
     """
-    trained = [o for o in observations if o.get("fits")] or observations
-    chiefs = [o for o in trained if (o.get("world") or {}).get("is_chief")]
+    trained = [o for o in observations if o.fits] or observations
+    chiefs = [o for o in trained if o.world is not None and o.world.is_chief]
     return chiefs or trained[:1]
 
 
-def measured(observations: list[dict[str, Any]], target: float | None = None,
+def measured(observations: list[Observation], target: float | None = None,
              t0: float | None = None) -> dict[str, Any]:
     """The measured part of a record from a job's observations (the chief's)."""
     chief = chief_of(observations)
@@ -93,8 +92,8 @@ def measured(observations: list[dict[str, Any]], target: float | None = None,
         for e in epochs_of(o, t0):
             by_epoch[e["epoch"]] = e
     epochs = [by_epoch[k] for k in sorted(by_epoch, key=lambda k: (k is None, k))]
-    last = chief[-1] if chief else {}
-    config = dict(last.get("config") or {})
+    last = chief[-1] if chief else Observation()
+    config = dict(last.config or {})
     if target is None and isinstance(config.get("target_accuracy"), (int, float)):
         target = float(config["target_accuracy"])
     ttt = epochs_to = None
@@ -103,36 +102,36 @@ def measured(observations: list[dict[str, Any]], target: float | None = None,
             if e.get("val_accuracy") is not None and e["val_accuracy"] >= target and e.get("elapsed_s") is not None:
                 ttt, epochs_to = e["elapsed_s"], e["epoch"]
                 break
-    world = last.get("world") or {}
-    fits = last.get("fits") or []
-    per_step = next((f.get("batch_per_step") for f in reversed(fits) if f.get("batch_per_step")), None)
-    workers = int(world.get("workers") or 1)
+    world = last.world
+    fits = last.fits
+    per_step = next((f.batch_per_step for f in reversed(fits) if f.batch_per_step), None)
+    workers = int((world.workers if world else 1) or 1)
     global_batch = images_per_step(world, per_step)
-    if not is_tf_distribute(world) or world.get("strategy") == "ParameterServerStrategy" or not global_batch:
+    if not is_tf_distribute(world) or (world and world.strategy == "ParameterServerStrategy") or not global_batch:
         per_worker = per_step
     else:
         per_worker = max(1, global_batch // workers)
     accs = [e.get("val_accuracy") for e in epochs]
-    steps = last.get("worker_steps") or {}  # ParameterServerStrategy: when each worker finished each step
-    t_steps = t0 or last.get("train_begin") or 0.0
+    steps = last.worker_steps  # ParameterServerStrategy: when each worker finished each step
+    t_steps = t0 or last.train_begin or 0.0
     return {
-        "strategy": world.get("strategy"),
+        "strategy": world.strategy if world else None,
         "workers_seen": workers if world else None,
         "batch_per_worker": per_worker,
         "global_batch": global_batch,
-        "batch_from": next((f.get("batch_from") for f in reversed(fits)), None),
+        "batch_from": next((f.batch_from for f in reversed(fits)), None),
         "widen_factor": config.get("widen_factor"),
         "train_size": config.get("train_size"),
         "test_size": config.get("test_size"),
         "mode": config.get("mode"),
-        "epochs_requested": config.get("epochs") or next((f.get("epochs") for f in fits), None),
+        "epochs_requested": config.get("epochs") or next((f.epochs for f in fits), None),
         "target_accuracy": target,
         "config": config,
-        "shrink": last.get("shrink"),
-        "gradient_bytes": last.get("gradient_bytes"),
-        "optimizer_knobs": last.get("optimizer_knobs"),  # set from outside: labkit bench --optimizer
-        "device": last.get("device"),
-        "versions": last.get("versions") or identity.versions(),
+        "shrink": last.shrink,
+        "gradient_bytes": last.gradient_bytes,
+        "optimizer_knobs": last.optimizer_knobs,  # set from outside: labkit bench --optimizer
+        "device": last.device,
+        "versions": last.versions or identity.versions(),
         "epochs": epochs,
         "epochs_run": len(epochs),
         "val_accuracy": accs,
@@ -145,22 +144,23 @@ def measured(observations: list[dict[str, Any]], target: float | None = None,
         "called_fit": bool(fits),
         "worker_steps": {k: len(v) for k, v in sorted(steps.items())} or None,
         "worker_step_times": {k: [round(t - t_steps, 2) for t in v] for k, v in sorted(steps.items())} or None,
-        "observer_errors": [err for o in observations for err in o.get("observer_errors") or []] or None,
+        "observer_errors": [err for o in observations for err in o.observer_errors] or None,
     }
 
 
-def ranks_of(observations: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def ranks_of(observations: list[Observation]) -> list[dict[str, Any]] | None:
     """Where each observed process ran: ``rank``, ``host``, ``local_rank``, ``pid``, by rank."""
     ranks = [o for o in observations  # a launcher written in Python (horovodrun) is observed too: not a rank
-             if o.get("fits") or o.get("task") or (o.get("world") or {}).get("local_rank") is not None]
-    out = [{"rank": w.get("rank"), "task": o.get("task"), "host": w.get("host"), "local_rank": w.get("local_rank"),
-            "pid": o.get("pid")} for o in ranks or observations if (w := o.get("world") or {})]
+             if o.fits or o.task or (o.world is not None and o.world.local_rank is not None)]
+    out = [{"rank": w.rank, "task": o.task, "host": w.host, "local_rank": w.local_rank, "pid": o.pid}
+           for o in ranks or observations if (w := o.world) is not None]
     return sorted(out, key=lambda r: (r["rank"] is None, r["rank"] or 0)) or None
 
 
-def observed_record(observation: dict[str, Any], run_id: str) -> dict[str, Any]:
+def observed_record(observation: Observation, run_id: str) -> dict[str, Any]:
     """A record-shaped view of one running process (the live progress file)."""
-    return {"run_id": run_id, **measured([observation]), "workers": (observation.get("world") or {}).get("workers")}
+    return {"run_id": run_id, **measured([observation]), "workers": observation.world.workers if observation.world
+            else None}
 
 
 @dataclass(frozen=True)
@@ -195,10 +195,10 @@ def finish(end: JobEnd, folder: str | Path, path: str | Path | None = None) -> d
     run_id, command, launcher, workers, threads = end.run_id, end.command, end.launcher, end.workers, end.threads
     start, duration, exit_status, status, error = end.start, end.duration, end.exit_status, end.status, end.error
     log_dir, target, copies, fields = end.log_dir, end.target, end.copies, dict(end.extra)
-    observations = read_observations(folder)
+    observations = observation.read(folder)
     m = measured(observations, target, t0=start)
     if copies:  # independent copies: throughput adds up; each trained alone
-        each = [measured([o], target, t0=start) for o in observations if o.get("epochs")]
+        each = [measured([o], target, t0=start) for o in observations if o.epochs]
         rates = [c["images_per_sec"] for c in each]
         m["copies"] = [{"images_per_sec": c["images_per_sec"], "cpu_cores": c["cpu_cores"],
                         "final_val_accuracy": c["final_val_accuracy"]} for c in each]
@@ -239,19 +239,3 @@ def finish(end: JobEnd, folder: str | Path, path: str | Path | None = None) -> d
     except OSError:
         pass
     return record
-
-
-def observation_path(folder: str | os.PathLike, pid: int) -> Path:
-    """Where the observer of process ``pid`` keeps what it saw (:mod:`labkit.instrument.observe`)."""
-    return Path(folder) / f"observed.{pid}.json"
-
-
-def read_observations(folder: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every observation left in ``folder``, oldest process first."""
-    out = []
-    for path in sorted(Path(folder).glob("observed.*.json")):
-        try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return sorted(out, key=lambda o: o.get("started") or 0)

@@ -21,6 +21,7 @@ from typing import Any, TypeVar, Union
 T = TypeVar("T")
 JSON_KEY = "json"  # a field's metadata key for a JSON name Python cannot spell (``class``)
 OMIT_NONE = {"omit_none": True}  # a field's metadata: :func:`dump` leaves it out while it is None
+REST = {"rest": True}  # a ``dict`` field's metadata: it holds the object's other keys, side by side in the JSON
 MAX_ITEMS = 100_000  # entries of one list or object: more is no record a probe writes
 
 
@@ -42,8 +43,12 @@ def dump(record: Any) -> Any:
     """``record`` as JSON-able values: dataclasses as objects (under their JSON names, a field marked
     :data:`OMIT_NONE` left out while None), tuples as lists. Other values are left for the JSON encoder."""
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        return {f.metadata.get(JSON_KEY, f.name): dump(getattr(record, f.name)) for f in dataclasses.fields(record)
-                if not (f.metadata.get("omit_none") and getattr(record, f.name) is None)}
+        out = {f.metadata.get(JSON_KEY, f.name): dump(getattr(record, f.name)) for f in dataclasses.fields(record)
+               if not f.metadata.get("rest") and not (f.metadata.get("omit_none") and getattr(record, f.name) is None)}
+        for f in dataclasses.fields(record):
+            if f.metadata.get("rest"):
+                out.update({k: dump(v) for k, v in getattr(record, f.name).items() if k not in out})
+        return out
     if isinstance(record, list | tuple):
         return [dump(v) for v in record]
     if isinstance(record, dict):
@@ -118,7 +123,11 @@ def _record(cls: Any, data: Any, where: str) -> Any:
         raise _fail(where, f"an object ({cls.__name__})", data)
     hints = _hints(cls)
     values = {}
+    declared = {f.metadata.get(JSON_KEY, f.name) for f in dataclasses.fields(cls) if not f.metadata.get("rest")}
     for f in dataclasses.fields(cls):
+        if f.metadata.get("rest"):
+            values[f.name] = _value(hints[f.name], {k: v for k, v in data.items() if k not in declared}, where)
+            continue
         key = f.metadata.get(JSON_KEY, f.name)
         if key in data:
             values[f.name] = _value(hints[f.name], data[key], f"{where}.{key}")

@@ -12,7 +12,8 @@ import pytest
 
 from labkit.core import identity
 from labkit.launching import hosts, launch, reach
-from labkit.records import jobrecord
+from labkit.records import jobrecord, typed
+from labkit.records.observation import Observation
 from labkit.ui import nodes_lab
 
 
@@ -68,14 +69,15 @@ def test_a_watch_of_local_hosts_does_nothing() -> None:
 
 def test_records_list_the_host_and_local_rank_of_every_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
-    assert identity.world()["host"] == socket.gethostname() and identity.world()["local_rank"] == 1
+    assert identity.world().host == socket.gethostname() and identity.world().local_rank == 1
     observed = [  # a Python launcher (horovodrun) is observed too, and looks like rank 0
         {"pid": 10, "world": {"rank": 0, "host": "head", "local_rank": None}},
         {"pid": 12, "fits": [{}], "world": {"rank": 1, "host": "node1", "local_rank": 1}},
         {"pid": 11, "fits": [{}], "world": {"rank": 0, "host": "node1", "local_rank": 0}},
         {"pid": 13, "task": "worker.1", "world": {"rank": 2, "host": "node2", "local_rank": None}},
     ]
-    assert [(r["rank"], r["host"], r["local_rank"], r["task"]) for r in jobrecord.ranks_of(observed)] == [
+    assert [(r["rank"], r["host"], r["local_rank"], r["task"]) for r in jobrecord.ranks_of(
+        [typed.parse(Observation, o) for o in observed])] == [
         (0, "node1", 0, None), (1, "node1", 1, None), (2, "node2", None, "worker.1")]
 
 

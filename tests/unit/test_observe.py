@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from labkit.instrument import keras_reads, observe, shrink
-from labkit.records import jobrecord
+from labkit.records import jobrecord, observation, typed
+from labkit.records.observation import Observation
 
 SCRIPT = textwrap.dedent('''
     import argparse, time
@@ -64,10 +65,10 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
 @pytest.mark.slow  # several seconds: out of make test-fast
 def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
     out, folder, start = observed
-    (obs,) = jobrecord.read_observations(folder)
-    assert obs["config"] == {"batch_size": 8, "target_accuracy": 0.0}  # its own argparse, seen from outside
-    assert obs["fits"][0]["batch_per_step"] == 8 and obs["world"]["is_chief"]
-    assert len(obs["epochs"]) == 3 and obs["ended"] >= obs["train_end"]
+    (obs,) = observation.read(folder)
+    assert obs.config == {"batch_size": 8, "target_accuracy": 0.0}  # its own argparse, seen from outside
+    assert obs.fits[0].batch_per_step == 8 and obs.world is not None and obs.world.is_chief
+    assert len(obs.epochs) == 3 and obs.ended and obs.train_end and obs.ended >= obs.train_end
     rec = jobrecord.measured([obs], t0=start)
     assert rec["batch_per_worker"] == 8 and rec["target_accuracy"] == 0.0
     assert rec["gradient_bytes"] == 4 * ((16 * 9 + 16) + (16 * 10 + 10))  # float32 weights, 160 filters shrunk to 16
@@ -132,7 +133,13 @@ def test_batch_of_every_kind_of_input() -> None:
 
 
 def _obs(world: dict, batch: int = 16, epochs: int = 3, started: float = 100.0, acc: tuple = (0.5, 0.7, 0.9),
-         **kw: object) -> dict:
+         **kw: object) -> Observation:
+    return typed.parse(Observation, _obs_json(world, batch, epochs, started, acc, **kw))
+
+
+def _obs_json(world: dict, batch: int = 16, epochs: int = 3, started: float = 100.0, acc: tuple = (0.5, 0.7, 0.9),
+              **kw: object) -> dict:
+    """An observation as the observer writes it."""
     return {"started": started, "train_begin": started + 2, "world": world, "config": {"epochs": epochs},
             "fits": [{"batch_per_step": batch, "batch_from": "dataset"}],
             "epochs": [{"epoch": i + 1, "end": started + 2 + 10 * (i + 1), "wall_s": 10.0, "train_s": 8.0,
@@ -157,17 +164,17 @@ def test_tf_distribute_fit_gets_the_global_batch() -> None:
 
 
 def test_the_chief_that_trained_is_used_and_a_restart_is_merged() -> None:
-    launcher = {"started": 99.0, "world": {"rank": 0, "workers": 1, "is_chief": True}, "fits": [], "epochs": []}
+    launcher = typed.parse(Observation, {"started": 99.0, "world": {"rank": 0, "workers": 1, "is_chief": True}})
     first = _obs(HVD, epochs=2, acc=(0.1, 0.2))
     again = _obs(HVD, epochs=3, started=200.0, acc=(0.1, 0.3, 0.4))
-    again["epochs"] = again["epochs"][1:]  # resumed at epoch 2
+    again.epochs = again.epochs[1:]  # resumed at epoch 2
     rec = jobrecord.measured([launcher, first, again])
     assert [e["epoch"] for e in rec["epochs"]] == [1, 2, 3] and rec["val_accuracy"] == [0.1, 0.3, 0.4]
 
 
 def test_target_comes_from_the_scripts_arguments_unless_given() -> None:
     obs = _obs(HVD)
-    obs["config"]["target_accuracy"] = 0.85
+    obs.config = {**(obs.config or {}), "target_accuracy": 0.85}
     assert jobrecord.measured([obs])["time_to_target_s"] == 30.0  # from its training start: no job start given
     assert jobrecord.measured([obs], target=0.4)["epochs_to_target"] == 1
 
@@ -188,7 +195,7 @@ def test_independent_copies_add_up(tmp_path: Path) -> None:
     folder.mkdir()
     single = {"rank": 0, "workers": 1, "is_chief": True, "strategy": "horovod"}
     for i in range(2):
-        (folder / f"observed.{i}.json").write_text(json.dumps(_obs(single, started=100.0 + i)))
+        (folder / f"observed.{i}.json").write_text(json.dumps(_obs_json(single, started=100.0 + i)))
     end = jobrecord.JobEnd("c", ["python", "t.py"], "independent", 2, 1, start=100.0, duration=40.0, exit_status=0,
                            status="ok", copies=True)
     rec = jobrecord.finish(end, folder, tmp_path / "r.jsonl")

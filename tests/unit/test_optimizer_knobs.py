@@ -16,7 +16,7 @@ import pytest
 from labkit.cli import main as cli
 from labkit.core import contract
 from labkit.instrument import observe, optimizer_knobs, shrink
-from labkit.records import jobrecord
+from labkit.records import jobrecord, observation
 
 
 def test_knobs_are_parsed_or_refused_with_the_forms() -> None:
@@ -85,7 +85,7 @@ def test_an_observed_horovod_script_gets_them_and_its_record_says_so(tmp_path: P
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "passes 2" in out.stdout
-    rec = jobrecord.measured(jobrecord.read_observations(tmp_path / "obs"))
+    rec = jobrecord.measured(observation.read(tmp_path / "obs"))
     assert rec["optimizer_knobs"] == {"backward_passes_per_step": 2, "compression": "fp16"}
     assert rec["gradient_bytes"] == 4 * (4 * 2 + 2)
 
@@ -99,11 +99,11 @@ def test_bench_checks_the_knobs_before_it_starts(tmp_path: Path, capsys: pytest.
 
 
 def test_a_bad_setting_from_outside_is_the_observers_error_never_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(observe, "STATE", {})
+    monkeypatch.setattr(observe, "OBSERVER", observe.Observer())
     observe._from_outside("optimizer_knobs", "compression=fp8", optimizer_knobs.from_spec)
     observe._from_outside("shrink", "6000,1000", shrink.from_spec)
-    assert "optimizer_knobs" not in observe.STATE and "shrink" not in observe.STATE
-    errors = observe.STATE["observer_errors"]
+    assert observe.OBSERVER.record.optimizer_knobs is None and observe.OBSERVER.record.shrink is None
+    errors = observe.OBSERVER.record.observer_errors
     assert "compression=none|fp16" in errors[0] and "want TRAIN,TEST,DIVISOR" in errors[1]
     note, hooks = optimizer_knobs.from_spec("compression=fp16")
     assert note == {} and set(hooks) == set(optimizer_knobs.MODULES)  # filled as the script builds optimizers

@@ -96,19 +96,19 @@ def test_world_from_env_and_tf_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LABKIT_NP", "4")
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
     w = identity.world()
-    assert (w["rank"], w["workers"], w["is_chief"]) == (2, 4, False)
+    assert (w.rank, w.workers, w.is_chief) == (2, 4, False)
     monkeypatch.delenv("OMPI_COMM_WORLD_RANK")
     cluster = {"worker": ["h:1", "h:2", "h:3"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
     w = identity.world()
-    assert w["is_chief"] and w["workers"] == 3
+    assert w.is_chief and w.workers == 3
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
-    assert not identity.world()["is_chief"] and identity.world()["rank"] == 1  # ranks 0..N-1, as a launcher's
+    assert not identity.world().is_chief and identity.world().rank == 1  # ranks 0..N-1, as a launcher's
     with_chief = {"chief": ["h:0"], **cluster}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": with_chief, "task": {"type": "worker", "index": 0}}))
-    assert not identity.world()["is_chief"] and identity.world()["rank"] == 1
+    assert not identity.world().is_chief and identity.world().rank == 1
     with_ps = {**with_chief, "ps": ["h:9"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": with_ps, "task": {"type": "ps", "index": 0}}))
-    assert identity.world()["rank"] == 4  # after the chief and the three workers
+    assert identity.world().rank == 4  # after the chief and the three workers
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": with_chief, "task": {"type": "chief", "index": 0}}))
-    assert identity.world()["is_chief"]
+    assert identity.world().is_chief

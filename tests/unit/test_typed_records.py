@@ -87,3 +87,16 @@ def test_a_tampered_task_record_fails_step_1_naming_the_field() -> None:
     ev["records"]["worker.1"]["fits"] = [{"replicas": "two"}]
     results = judging.judge(lab_multiworker, ev, 3, labs.get("multiworker").steps)
     assert not results[0].passed and "records.worker.1.fits[0].replicas: expected int, got 'two'" in results[0].message
+
+
+def test_a_record_keeps_the_keys_it_does_not_declare_side_by_side() -> None:
+    """An epoch's metrics are whatever the script's logs held: kept under their own names, next to the fields."""
+    from labkit.records.observation import EpochNote
+
+    data = {"epoch": 2, "end": 5.0, "wall_s": 1.5, "train_s": 1.25, "steps": 8, "batch_per_step": 16, "cpu_s": 2.0,
+            "loss": 0.5, "val_accuracy": 0.75}
+    note = typed.parse(EpochNote, data)
+    assert note.metrics == {"loss": 0.5, "val_accuracy": 0.75} and note.train_s == 1.25
+    assert typed.dump(note) == data
+    with pytest.raises(typed.RecordError, match="record.loss: expected float"):
+        typed.parse(EpochNote, {**data, "loss": "low"})
