@@ -127,16 +127,8 @@ FIGURES: dict[str, Callable[[Measured], str]] = {
     "lab6.one_worker_ips": lambda m: f"{round(m.ips('horovod-sweep', 1)):,}",
     "lab6.two_workers_ips": lambda m: f"{round(m.ips('horovod-sweep', 2)):,}",
     "lab6.step_ms": lambda m: _ms(_step_s(m)),
-    "lab6.hvd_speedup": lambda m: f"{_speedup(m, 'horovod-sweep'):.2f}",
-    "lab6.hvd_efficiency": lambda m: f"{round(50 * _speedup(m, 'horovod-sweep'))}",
     "lab6.hvd_of_ceiling": lambda m: f"{round(100 * m.ips('horovod-sweep', 2) / (m.point('horovod-sweep', 2).ceiling_images_per_sec or float('nan')))}",  # noqa: E501
-    "lab6.tf_speedup": lambda m: f"{_speedup(m, 'tf-sweep'):.2f}",
-    "lab6.tf_efficiency": lambda m: f"{round(50 * _speedup(m, 'tf-sweep'))}",
-    "lab6.hvd_ttt_1": lambda m: f"{round(_ttt(m, 'horovod-sweep', 1))}",
-    "lab6.hvd_ttt_2": lambda m: f"{round(_ttt(m, 'horovod-sweep', 2))}",
     "lab6.hvd_sooner": lambda m: f"{_ttt(m, 'horovod-sweep', 1) / _ttt(m, 'horovod-sweep', 2):.1f}",
-    "lab6.tf_ttt_1": lambda m: f"{round(_ttt(m, 'tf-sweep', 1))}",
-    "lab6.tf_ttt_2": lambda m: f"{round(_ttt(m, 'tf-sweep', 2))}",
     "lab6.tf_epochs_1": lambda m: str(_epochs_to_target("tf-sweep", 1)),
     "lab6.tf_epochs_2": lambda m: str(_epochs_to_target("tf-sweep", 2)),
     "lab6.both_cores_ips": lambda m: f"{round(m.mirrored(1), -1):,.0f}",
@@ -168,6 +160,13 @@ FIGURES: dict[str, Callable[[Measured], str]] = {
     "lab8.ips_100mbit": lambda m: f"{round(m.link('100mbit')['images_per_sec'])}",
     "lab8.ips_1gbit": lambda m: f"{round(m.link('1gbit')['images_per_sec'])}",
 }
+# each sweep's speedup and efficiency at 2 workers, and its time to the target at 1 and 2 workers (s)
+SWEEPS = {"hvd": "horovod-sweep", "tf": "tf-sweep"}
+for _short, _sweep in SWEEPS.items():
+    FIGURES[f"lab6.{_short}_speedup"] = lambda m, w=_sweep: f"{_speedup(m, w):.2f}"
+    FIGURES[f"lab6.{_short}_efficiency"] = lambda m, w=_sweep: f"{round(50 * _speedup(m, w))}"
+    for _n in (1, 2):
+        FIGURES[f"lab6.{_short}_ttt_{_n}"] = lambda m, w=_sweep, n=_n: f"{round(_ttt(m, w, n))}"
 # the scaling model's four cases (lab 6's cell): efficiency in % at 2, 4 and 8 workers
 MODEL_CASES = {"eth": (0.05, FULL_GRADIENT, ETHERNET), "nvlink": (0.05, FULL_GRADIENT, NVLINK),
                "gpu_small": (0.002, SMALL_GRADIENT, ETHERNET)}
