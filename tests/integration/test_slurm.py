@@ -149,6 +149,7 @@ def test_a_failing_job_returns_its_exit_status(tmp_path: Path, slurm: object) ->
 
 @pytest.mark.slow
 @pytest.mark.horovod
+@pytest.mark.heavy  # 19 s: make test's budget (docs/testing.md)
 def test_bench_runs_through_slurm(tmp_path: Path, slurm: object) -> None:
     from labkit.measure import bench
 
