@@ -51,12 +51,12 @@ def is_tf_distribute(world: World | None) -> bool:
     return world is not None and world.strategy not in (None, "horovod", "tf_config")
 
 
-def epochs_of(observation: Observation, t0: float | None = None) -> list[dict[str, Any]]:
+def epochs_of(seen: Observation, t0: float | None = None) -> list[dict[str, Any]]:
     """Per-epoch measurements of one process; ``elapsed_s`` counts from ``t0`` (default: its training start)."""
-    t0 = t0 or observation.train_begin or observation.started or 0.0
+    t0 = t0 or seen.train_begin or seen.started or 0.0
     out = []
-    for e in observation.epochs:
-        per_step = images_per_step(observation.world, e.batch_per_step)
+    for e in seen.epochs:
+        per_step = images_per_step(seen.world, e.batch_per_step)
         images = (e.steps or 0) * per_step if per_step else None
         train = e.train_s or 0.0
         entry = {
@@ -157,9 +157,9 @@ def ranks_of(observations: list[Observation]) -> list[dict[str, Any]] | None:
     return sorted(out, key=lambda r: (r["rank"] is None, r["rank"] or 0)) or None
 
 
-def observed_record(observation: Observation, run_id: str) -> dict[str, Any]:
+def observed_record(seen: Observation, run_id: str) -> dict[str, Any]:
     """A record-shaped view of one running process (the live progress file)."""
-    return {"run_id": run_id, **measured([observation]), "workers": observation.world.workers if observation.world
+    return {"run_id": run_id, **measured([seen]), "workers": seen.world.workers if seen.world
             else None}
 
 
