@@ -56,31 +56,24 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     first = copy.deepcopy(ev)
     ev["resume"] = {"first": first}
     ev["lr_run"] = copy.deepcopy(first)
-    if _passes(ev, 6) and _first_run_saved(ev):
+    if _may_resume(ev):
         left = max(10.0, deadline - time.monotonic())
         ev["resume"]["second"] = hr.run(script, [*lr_args(LR_EPOCHS + 1), *CHECKPOINT_ARGS], work / "probe-second",
                                         work / "resume", left, own_folders=True)
     return ev
 
 
-def _passes(ev: dict[str, Any], steps: int) -> bool:
+def _may_resume(ev: dict[str, Any]) -> bool:
+    """Whether steps 1-6 pass and the first checkpoint run trained to its end with ``--checkpoint-dir``: then the
+    second run may resume from what it saved (the evidence is read once, as the judges read it)."""
     try:
-        typed_ev = evidence(ev)
-        for judge in STEPS[:steps]:
-            judge(typed_ev)
+        seen = evidence(ev)
+        for judge in STEPS[:6]:
+            judge(seen)
     except (Failed, typed.RecordError, KeyError, IndexError, TypeError):
         return False
-    return True
-
-
-def _first_run_saved(ev: dict[str, Any]) -> bool:
-    """Whether the first checkpoint run trained to its end with ``--checkpoint-dir`` (then the second may resume)."""
-    try:
-        first = evidence(ev).resume
-    except typed.RecordError:
-        return False
-    return first is not None and hr.reached(first.first, "train_end") and not hr.ignored(first.first,
-                                                                                          CHECKPOINT_ARGS[0])
+    first = seen.resume.first if seen.resume else None
+    return first is not None and hr.reached(first, "train_end") and not hr.ignored(first, CHECKPOINT_ARGS[0])
 
 
 def step_1(ev: Evidence) -> str:
