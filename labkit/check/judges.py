@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from labkit.check import (
+    lab_at_scale,
     lab_communication,
     lab_horovod,
     lab_mirrored,
@@ -27,6 +28,7 @@ JUDGES: dict[str, ModuleType] = {
     "parameter-server": lab_parameter_server,
     "communication": lab_communication,
     "scale-out": lab_scale_out,
+    "at-scale": lab_at_scale,
 }
 
 

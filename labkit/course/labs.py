@@ -106,6 +106,12 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "a Slurm batch script that runs fashion_mnist.py on all 8 GPUs, one rank per GPU, for 30 minutes at most",
     ), "cluster.sbatch", "07_scale_out.ipynb", 60.0,
         step_files=("cluster_hostfile", "cluster.sbatch")),
+    Lab("at-scale", "What changes at scale: accumulation, synchronised BatchNorm, mixed precision", (
+        "--accumulate K: K batches per all-reduce and per update, the learning rate for the effective batch",
+        "--sync-bn: BatchNorm's statistics over the global batch, its moving statistics the same on every worker",
+        "--precision bf16: the layers compute in bfloat16, the variables and the model's output stay float32",
+    ), "fashion_mnist.py", "09_at_scale.ipynb", 240.0, 3,
+        builds_on="communication", solutions_stem="fashion_mnist_at_scale"),
 )}
 
 
@@ -114,6 +120,18 @@ def get(name: str) -> Lab:
     if name not in LABS:
         raise ValueError(f"unknown lab {name!r}: choose one of {', '.join(LABS)}")
     return LABS[name]
+
+
+def continued(lab: Lab) -> list[Lab]:
+    """The labs whose finished scripts ``lab`` continues, in order, the one that starts the script first (none
+    for a lab that starts from its own starter): lab 9 continues lab 8, which continues lab 2."""
+    chain: list[Lab] = []
+    while lab.builds_on:
+        lab = get(lab.builds_on)
+        if lab in chain:
+            raise ValueError(f"the labs {', '.join(x.name for x in chain)} continue each other in a circle")
+        chain.insert(0, lab)
+    return chain
 
 
 def by_script(path: str | Path) -> Lab | None:

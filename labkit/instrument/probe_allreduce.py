@@ -12,6 +12,11 @@ all-reduced while a graph is being built inside ``Model.fit`` is therefore count
 ``other``. Counts are tensors handed to the op as the graph is built: one per gradient for each time Keras traces
 the step (once in a probed run).
 
+What those graphs do when they run is counted apart (:class:`Tally`): the gradient tensors all-reduced in each
+training batch and the norm of what the all-reduces returned, two variables the step adds to as it runs (an
+all-reduce in a branch that does not run, as in Horovod's gradient accumulation, adds nothing); the probe's
+callback reads and resets them after every batch.
+
 Each rank writes ``OUT/allreduce.N.json``, ``{"gradients": {"float16": 26}, "other": {"float32": 4}}``, rewritten at
 every new tensor (a rank that crashes later keeps what it built). The wrappers are left alone by AutoGraph, and the
 ``tf.cond`` Horovod puts around each gradient's all-reduce is decided in Python (:func:`_decide_in_python`), which
@@ -31,6 +36,31 @@ from labkit.instrument.probe_record import Rank
 NAMES = ("_allreduce", "_grouped_allreduce")  # in horovod.tensorflow, called by allreduce() and grouped_allreduce()
 CONDS = ("_allreduce_cond", "_grouped_allreduce_cond")  # in horovod.tensorflow, around the gradients' all-reduce
 GRADIENTS, OTHER = "gradients", "other"
+
+
+class Tally:
+    """Run-time tally of the gradients all-reduced inside ``fit``: how many tensors, and the sum of the squares of
+    the values the all-reduces returned. Made when ``fit`` is called (the variables outside any graph)."""
+
+    def __init__(self, tf: Any) -> None:
+        self.tf = tf
+        self.tensors = tf.Variable(0, dtype=tf.int64, trainable=False, name="labkit_allreduced")
+        self.squares = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="labkit_allreduced_squares")
+
+    def add(self, outputs: Sequence[Any]) -> None:
+        """Add ops to the graph being built: when they run, ``outputs`` are counted."""
+        tf = self.tf
+        dense = [o for o in outputs if isinstance(o, tf.Tensor)]
+        self.tensors.assign_add(len(outputs))
+        if dense:
+            self.squares.assign_add(tf.add_n([tf.reduce_sum(tf.square(tf.cast(o, tf.float64))) for o in dense]))
+
+    def take(self) -> tuple[int, float]:
+        """The tensors all-reduced and the norm of their values since the last call; the tally starts again."""
+        n, squares = int(self.tensors.numpy()), float(self.squares.numpy())
+        self.tensors.assign(0)
+        self.squares.assign(0.0)
+        return n, squares ** 0.5
 
 
 def file_name(rank: int) -> str:
@@ -68,13 +98,24 @@ def patch(hvd_tf: Any, rank: Rank, eager: Callable[[], bool] | None = None) -> N
         except Exception:  # noqa: BLE001 - observing never breaks the script
             pass
 
+    def _tallied(outputs: Sequence[Any]) -> None:
+        try:
+            if rank.tally is not None and rank.state.in_fit and not eager():
+                rank.tally.add(outputs)
+        except Exception:  # noqa: BLE001 - observing never breaks the script
+            pass
+
     def _allreduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
         _observed([tensor])
-        return real_one(tensor, *args, **kwargs)
+        out = real_one(tensor, *args, **kwargs)
+        _tallied([out])
+        return out
 
     def _grouped_allreduce(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         _observed(list(tensors) if isinstance(tensors, (list, tuple)) else [])
-        return real_group(tensors, *args, **kwargs)
+        out = real_group(tensors, *args, **kwargs)
+        _tallied(list(out) if isinstance(out, (list, tuple)) else [])
+        return out
 
     quiet = _unconverted()
     hvd_tf._allreduce, hvd_tf._grouped_allreduce = quiet(_allreduce), quiet(_grouped_allreduce)

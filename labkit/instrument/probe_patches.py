@@ -14,7 +14,7 @@ from labkit.instrument.hooks import arguments, conv, dataset
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
 from labkit.instrument.probe_record import FAKE_GPUS, TEST_PER_RANK, TRAIN_PER_RANK, Rank
-from labkit.records.hvd_probe import CallbackRead, Epoch, EvaluateCall, FitCall, Save
+from labkit.records.hvd_probe import CallbackRead, Epoch, EvaluateCall, FitCall, LayerDtypes, ModelDtypes, Save
 
 
 def patch_arguments(rank: Rank, tolerated: list[str]) -> None:
@@ -144,10 +144,26 @@ def patch_horovod(rank: Rank) -> None:
     probe_allreduce.patch(hvd_tf, rank)  # the dtypes Horovod all-reduces: gradients in the step, the rest apart
 
 
-def _flat_weights(model: Any) -> Any:
+def _flat(variables: Any) -> Any:
     import numpy as np
 
-    return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).ravel() for v in model.trainable_variables])
+    values = [np.asarray(v.numpy(), dtype=np.float64).ravel() for v in variables]
+    return np.concatenate(values) if values else np.zeros(0)
+
+
+def _flat_weights(model: Any) -> Any:
+    return _flat(model.trainable_variables)
+
+
+def _dtypes(tf: Any, model: Any) -> ModelDtypes:
+    """The dtype each layer of ``model`` computes in and keeps its variables in, and its outputs' dtypes."""
+    layers = [m for m in model.submodules if isinstance(m, tf.keras.layers.Layer) and not isinstance(m, tf.keras.Model)]
+    outputs = getattr(model, "outputs", None)
+    return ModelDtypes(
+        layers=[LayerDtypes(layer.name, type(layer).__name__, getattr(layer, "compute_dtype", None),
+                            sorted({v.dtype.name for v in layer.weights})) for layer in layers],
+        outputs=[o.dtype.name for o in outputs] if outputs else None,
+        non_trainable=sum(int(v.shape.num_elements() or 0) for v in model.non_trainable_variables))
 
 
 def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) -> Any:
@@ -161,11 +177,19 @@ def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) ->
             self.rates: list[float | None] = []
 
         def on_train_begin(self, logs: Any = None) -> None:
-            rank.weights["init"] = _flat_weights(self.model)
+            rank.weights["init"] = self.last = _flat_weights(self.model)
+            rank.weights["stats_init"] = _flat(self.model.non_trainable_variables)
+            try:
+                rank.state.model = _dtypes(tf, self.model)
+            except Exception:  # noqa: BLE001 - observing never breaks the script; the judge says it is missing
+                pass
             rank.milestone("train_begin")
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch, self.train_batches, self.test_batches, self.rates = epoch, 0, 0, []
+            self.moved: list[float] = []
+            self.reduced: list[int] = []
+            self.reduced_norm: list[float] = []
             self.first = getattr(self, "first", epoch)  # the first epoch this fit runs (initial_epoch)
             rank.state.epoch = epoch
 
@@ -175,13 +199,22 @@ def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) ->
                 rank.weights["b1_begin"] = _flat_weights(self.model)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            import numpy as np
+
             self.train_batches += 1
+            now = _flat_weights(self.model)
+            self.moved.append(float(np.linalg.norm(now - self.last)) if now.shape == self.last.shape else -1.0)
+            self.last = now
+            n, norm = rank.tally.take() if rank.tally is not None else (0, 0.0)
+            self.reduced.append(n)
+            self.reduced_norm.append(norm)
             rank.progress("training", self.epoch, self.train_batches)
             if self.epoch == self.first and batch == 0:
-                rank.weights["after_b0"] = _flat_weights(self.model)
+                rank.weights["after_b0"] = now
                 rank.milestone("batch0_end")
             if self.epoch == self.first and batch == 1:
-                rank.weights["b1_end"] = _flat_weights(self.model)
+                rank.weights["b1_end"] = now
+                rank.weights["stats_b1"] = _flat(self.model.non_trainable_variables)
                 _save_weights(rank)  # evidence for steps 3-4 even if the run is cut short later
                 rank.milestone("batch1_end")
 
@@ -195,11 +228,13 @@ def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) ->
                 final_logs=plain(logs or {}), lr=self.rates,
                 # the callbacks wrapped append to this very list, epoch after epoch: keep this epoch's reads
                 reads=[rd for rd in epoch_reads if rd.epoch == epoch],
+                moved=self.moved, reduced=self.reduced, reduced_norm=self.reduced_norm,
             ))
             rank.milestone(f"epoch{epoch}_end")
 
         def on_train_end(self, logs: Any = None) -> None:
             rank.weights["final"] = _flat_weights(self.model)
+            rank.weights["stats_final"] = _flat(self.model.non_trainable_variables)
             _save_weights(rank)
             rank.milestone("train_end")
 
@@ -263,6 +298,11 @@ class _FitListener:
         self.rank.milestone("fit_start")
         if self.max_epochs == 0:  # the run was only asked how the script gets to fit: it ends here, cleanly
             raise SystemExit(0)
+        if self.rank.tally is None:
+            try:
+                self.rank.tally = probe_allreduce.Tally(self.tf)
+            except Exception:  # noqa: BLE001 - observing never breaks the script
+                pass
         call.callbacks.append(make_probe_callback(self.tf, epoch_reads, self.rank))
         a["epochs"] = min(int(a.get("epochs") or 1), int(a.get("initial_epoch") or 0) + self.max_epochs)
         self.rank.state.in_fit = True

@@ -38,6 +38,7 @@ class Rank:
         self.weights: dict[str, Any] = {}  # snapshots of the flat trainable weights, by moment
         self.allreduced: dict[str, dict[str, int]] = {"gradients": {}, "other": {}}  # tensors by dtype
         self.real_local_rank: Callable[[], int] | None = None  # Horovod's own, before the probe mirrors it
+        self.tally: Any = None  # labkit.instrument.probe_allreduce.Tally, made when fit is called
         self._progress_at = 0.0
 
     @property

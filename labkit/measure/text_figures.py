@@ -3,7 +3,8 @@
 A measured figure in a notebook's text or the instructor guide is written between markers that name it:
 ``<!--fig:lab6.one_worker_ips-->944<!--/fig-->`` (invisible in JupyterLab and on GitHub). :data:`FIGURES` says how
 each name is computed from the course's reference results (``labs/reference/results.json`` and ``runs.jsonl``,
-made by :mod:`labkit.measure.reference`; ``communication.json``, by :mod:`labkit.measure.comm_reference`).
+made by :mod:`labkit.measure.reference`; ``communication.json``, by :mod:`labkit.measure.comm_reference`;
+``precision.json``, by :mod:`labkit.measure.precision`).
 ``labkit gen`` (``make gen``) rewrites every marked figure from the files; ``labkit gen --check`` fails when one is
 out of date, so results made again cannot leave the text quoting the old ones. A test also fails on a measured-
 looking figure outside the markers that is not listed as a prediction, a setting or a computed example
@@ -21,13 +22,13 @@ from typing import Any
 
 from labkit.course import labs
 from labkit.figures.scaling_model import efficiency
-from labkit.measure import reference
+from labkit.measure import precision, reference
 from labkit.records import sweep
 
 MARK = re.compile(r"<!--fig:(?P<name>[\w.\-]+)-->(?P<value>.*?)<!--/fig-->", re.S)
 # The texts whose figures are rendered, from the course's root.
 TEXTS = ("labs/03_mirrored_strategy.ipynb", "labs/04_multi_worker.ipynb", "labs/05_parameter_server.ipynb",
-         "labs/06_scaling.ipynb", "labs/08_communication.ipynb", "course/INSTRUCTOR.md")
+         "labs/06_scaling.ipynb", "labs/08_communication.ipynb", "labs/09_at_scale.ipynb", "course/INSTRUCTOR.md")
 BATCH = 32  # the lab's images per worker per step
 LR_RUNS = {"unscaled": "not scaled", "nowarmup": "×2, no warm-up", "warmup": "×2, warm-up"}
 SMALL_GRADIENT, ETHERNET = 0.18e6 * 4, 1.25e9  # the scaling model cell's own cases (lab 6)
@@ -74,6 +75,16 @@ class Measured:
 
     def link(self, rate: str) -> dict[str, Any]:
         return next(p for p in self.communication["links"]["points"] if p["rate"] == rate)
+
+    @cached_property
+    def precision_runs(self) -> precision.Reference:
+        found = precision.read(reference.folder())
+        if found is None:
+            raise FigureError(f"no {precision.FILE} among the reference results")
+        return found
+
+    def speed(self, policy: str) -> float:
+        return self.precision_runs.median(policy)
 
 
 def _speedup(m: Measured, name: str) -> float:
@@ -159,6 +170,10 @@ FIGURES: dict[str, Callable[[Measured], str]] = {
     "lab8.overlap_100mbit_ips": lambda m: f"{round(m.link('100mbit')['model_overlap'])}",
     "lab8.ips_100mbit": lambda m: f"{round(m.link('100mbit')['images_per_sec'])}",
     "lab8.ips_1gbit": lambda m: f"{round(m.link('1gbit')['images_per_sec'])}",
+    "lab9.bf16_ratio": lambda m: f"{m.precision_runs.ratio():.2f}",
+    "lab9.bf16_ratio_range": lambda m: f"{min(m.precision_runs.ratios()):.2f} to {max(m.precision_runs.ratios()):.2f}",
+    "lab9.bf16_ips": lambda m: f"{round(m.speed('mixed_bfloat16'))}",
+    "lab9.fp32_ips": lambda m: f"{round(m.speed('float32'))}",
 }
 # each sweep's speedup and efficiency at 2 workers, and its time to the target at 1 and 2 workers (s)
 SWEEPS = {"hvd": "horovod-sweep", "tf": "tf-sweep"}

@@ -100,6 +100,32 @@ class Epoch:
     final_logs: dict[str, float] = field(default_factory=dict)
     lr: list[float | None] = field(default_factory=list)
     reads: list[CallbackRead] = field(default_factory=list)
+    # Per training batch, as it ran: how far the trainable weights moved (the norm of their change since the
+    # previous batch's end; 0.0: no update), how many gradient tensors Horovod all-reduced, and the norm of what
+    # those all-reduces returned (:mod:`labkit.instrument.probe_allreduce`).
+    moved: list[float] = field(default_factory=list)
+    reduced: list[int] = field(default_factory=list)
+    reduced_norm: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LayerDtypes:
+    """One layer of the model: its class, the dtype it computes in, the dtypes of its own variables."""
+
+    name: str = ""
+    kind: str = ""
+    compute: str | None = None
+    variables: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ModelDtypes:
+    """The model ``fit`` trained: its layers' dtypes, its outputs' dtypes, how many non-trainable values it holds
+    (BatchNorm's moving statistics)."""
+
+    layers: list[LayerDtypes] = field(default_factory=list)
+    outputs: list[str] | None = None
+    non_trainable: int = 0
 
 
 @dataclass(frozen=True)
@@ -150,6 +176,7 @@ class RankRecord:
     exit_code: int | None = field(default=None, metadata=typed.OMIT_NONE)
     epoch: int | None = field(default=None, metadata=typed.OMIT_NONE)  # the epoch training is in
     in_fit: bool | None = field(default=None, metadata=typed.OMIT_NONE)  # inside fit (None: fit never called)
+    model: ModelDtypes | None = field(default=None, metadata=typed.OMIT_NONE)  # as fit began
 
     def reached(self, milestone: str) -> bool:
         return milestone in self.milestones

@@ -84,6 +84,7 @@ MW2 = "solutions/fashion_mnist_multiworker_after_step_02.py"
 MW4 = "solutions/fashion_mnist_multiworker_after_step_04.py"
 MW5 = "solutions/fashion_mnist_multiworker_after_step_05.py"
 PS = "solutions/fashion_mnist_ps_after_step_03.py"
+AT_SCALE = "solutions/fashion_mnist_at_scale_after_step_03.py"
 
 CUSTOM_LOOP = '''
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -250,6 +251,24 @@ CASES: list[Case] = [
     Case("parameter-server", "custom_loop", PS, 3, transform=_custom_loop),
     Case("parameter-server", "servers_return", PS, 0, "instead of serving",
          (("        server.join()  # runs until the cluster is stopped\n", ""),)),
+    # At scale (lab 9): the three options, wrong scripts failing at the right step, other correct ways passing.
+    Case("at-scale", "lab8_finished", "solutions/fashion_mnist_communication_after_step_01.py", 0,
+         "does not accept --accumulate"),
+    *[Case("at-scale", f"after_step_{k:02d}", f"solutions/fashion_mnist_at_scale_after_step_{k:02d}.py", k,
+           {1: "does not accept --sync-bn", 2: "does not accept --precision"}.get(k, "")) for k in (1, 2, 3)],
+    Case("at-scale", "accumulate_ignored", AT_SCALE, 0, "at every batch",
+         (("backward_passes_per_step=args.accumulate,", "backward_passes_per_step=1,"),)),
+    Case("at-scale", "summed_not_scaled", AT_SCALE, 3, "", (  # summed gradients at the workers' rate: the same step
+        ("average_aggregated_gradients=True", "average_aggregated_gradients=False"),
+        ("    base_lr *= args.accumulate\n", ""))),
+    Case("at-scale", "summed_and_scaled", AT_SCALE, 0, "above",
+         (("average_aggregated_gradients=True", "average_aggregated_gradients=False"),)),
+    Case("at-scale", "rate_not_scaled", AT_SCALE, 0, "rose to", (("    base_lr *= args.accumulate\n", ""),)),
+    Case("at-scale", "keras_sync_bn", AT_SCALE, 1, "horovod.tensorflow.SyncBatchNormalization",
+         (("norm = SyncBatchNormalization if", "norm = tf.keras.layers.experimental.SyncBatchNormalization if"),)),
+    Case("at-scale", "pure_bfloat16", AT_SCALE, 0, "mixed_bfloat16",
+         (('set_global_policy("mixed_bfloat16" if', 'set_global_policy("bfloat16" if'),)),
+    Case("at-scale", "bfloat16_output", AT_SCALE, 2, 'dtype="float32"', ((', dtype="float32")(x)', ")(x)"),)),
 ]
 
 

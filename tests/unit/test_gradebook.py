@@ -119,7 +119,8 @@ def test_class_records_count_the_latest_result_of_each_step(tmp_path: Path) -> N
     assert learners == ["learner01", "learner02", "learner03"] and problems  # the fixture's broken lines
     config = gradebook.course_config(tmp_path)  # no table: the one a released course gets
     cols = gradebook.columns(config)
-    assert [c.name for c in cols] == ["horovod", "mirrored", "multiworker", "parameter-server", "communication"]
+    assert [c.name for c in cols] == ["horovod", "mirrored", "multiworker", "parameter-server", "communication",
+                                      "at-scale"]
     book = gradebook.build(rows, cols, learners)
     assert book.learners == ["learner01", "learner02", "learner03"]
     assert book.points["learner01"]["horovod"] == 2 and book.points["learner03"] == dict.fromkeys(

@@ -44,25 +44,30 @@ def test_the_grading_table_lists_the_labs_worth_points_in_order() -> None:
 
 
 def test_a_new_lab_declared_once_is_generated_graded_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    new = labs.Lab("at-scale", "What changes at scale", ("accumulate gradients", "synchronise BatchNorm"),
-                   "fashion_mnist_at_scale.py", "09_at_scale.ipynb", 200.0, 5)
+    new = labs.Lab("profiling", "Profile your own step", ("trace a few steps", "read compute against all-reduce"),
+                   "fashion_mnist_profile.py", "10_profiling.ipynb", 200.0, 5)
     monkeypatch.setattr(labs, "LABS", {**labs.LABS, new.name: new})
     outputs = [t.output for t in sources.lab_targets(new)]
-    assert outputs == ["labs/fashion_mnist_at_scale.py", "solutions/fashion_mnist_at_scale_after_step_01.py",
-                       "solutions/fashion_mnist_at_scale_after_step_02.py"]
-    assert {t.template for t in sources.lab_targets(new)} == {"solutions/source/fashion_mnist_at_scale.py.tmpl"}
-    assert tomllib.loads(release.grading_table())["tool"]["labkit"]["grading"]["points"]["at-scale"] == 5
-    assert runs.lab_and_step("solutions/fashion_mnist_at_scale_after_step_02.py") == ("at-scale", "2")
+    assert outputs == ["labs/fashion_mnist_profile.py", "solutions/fashion_mnist_profile_after_step_01.py",
+                       "solutions/fashion_mnist_profile_after_step_02.py"]
+    assert {t.template for t in sources.lab_targets(new)} == {"solutions/source/fashion_mnist_profile.py.tmpl"}
+    assert tomllib.loads(release.grading_table())["tool"]["labkit"]["grading"]["points"]["profiling"] == 5
+    assert runs.lab_and_step("solutions/fashion_mnist_profile_after_step_02.py") == ("profiling", "2")
     assert runs.lab_and_step("fashion_mnist_after_step_02.py") == ("horovod", "2")
-    assert labkit.check.at_scale.__name__ == "at_scale"
+    assert labkit.check.profiling.__name__ == "profiling"
     with pytest.raises(ValueError, match="has no judges"):
-        judges.of("at-scale")  # declared, not yet judged: said plainly
+        judges.of("profiling")  # declared, not yet judged: said plainly
 
 
 def test_a_lab_that_continues_another_is_generated_from_its_template() -> None:
     targets = sources.lab_targets(labs.get("communication"))
     assert {t.template for t in targets} == {"solutions/source/fashion_mnist.py.tmpl"}
     assert [t.version for t in targets] == [labs.get("horovod").n_steps + 1]
+    # Lab 9 continues lab 8, which continues lab 2: its steps come after both labs' steps, in lab 2's template.
+    targets = sources.lab_targets(labs.get("at-scale"))
+    assert {t.template for t in targets} == {"solutions/source/fashion_mnist.py.tmpl"}
+    assert [t.version for t in targets] == [10, 11, 12]
+    assert runs.lab_and_step("fashion_mnist_at_scale_after_step_02.py") == ("at-scale", "2")
 
 
 @pytest.mark.parametrize(("name", "expected"), [

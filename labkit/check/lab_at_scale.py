@@ -1,0 +1,286 @@
+"""Lab 9's three steps, judged from one probed 2-rank run of the learner's Horovod script with the lab's options.
+
+:func:`collect` runs the script as the Horovod lab's check does (:func:`labkit.check.hvd_runs.run`: 2 ranks, a tiny
+slice of data that differs per rank, narrow convolutions) for two epochs, warmed up over the first, with
+``--accumulate 2``, then ``--sync-bn`` and ``--precision bf16`` for the steps asked. An option a script does not
+have yet is tolerated while an earlier step is judged; the step that asks for it says to add it.
+
+What each step reads, all of it what the ranks did:
+
+1. per training batch, whether the trainable weights moved, how many gradient tensors Horovod all-reduced as the step
+   ran, and the norm of what came back (:class:`labkit.instrument.probe_allreduce.Tally`): with ``--accumulate K``
+   both happen once every K batches. The rate an update used per *average* gradient of the effective batch is
+   ``K x |weights' move| / |all-reduced sum|``: the optimizer's rate when the K batches' gradients are averaged,
+   K times it when they are summed. Either is correct when that effective rate is ``--base-lr x workers x K``
+   after the warm-up (:mod:`labkit.check.lr_rule`). Plain SGD, as the lab's script has it: an update is the rate
+   times the gradient;
+2. the model's non-trainable values (BatchNorm's moving statistics) on every rank after the second batch and at
+   the end of training: equal on all ranks when each layer normalised with the global batch's statistics, apart
+   when each used its own. A broadcast at the end would make only the last equal;
+3. the dtype each layer computes in, the dtypes of its variables and of the model's output, as ``fit`` began.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labkit.check import hvd_runs as hr
+from labkit.check import lr_rule
+from labkit.check.hvd_lr import BASE_LR
+from labkit.check.hvd_runs import BATCH
+from labkit.check.verdict import Failed
+from labkit.records import hvd_probe
+from labkit.records.hvd_probe import Evidence, RankRecord
+
+evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
+K = 2  # --accumulate
+EPOCHS = 2  # the first warms the rate up, the second runs at the scaled rate
+RUN_ARGS = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--base-lr",
+            str(BASE_LR), "--target-accuracy", "2", "--warmup-epochs", "1"]
+OPTIONS = (["--accumulate", str(K)], ["--sync-bn"], ["--precision", "bf16"])  # what each step adds
+SAME_STATS = 1e-5  # relative spread of the ranks' moving statistics that counts as equal (float32 rounding)
+LOW = {"bfloat16", "float16"}
+ACCUMULATE = ("pass `backward_passes_per_step=args.accumulate` and `average_aggregated_gradients=True` to "
+              "hvd.DistributedOptimizer")
+
+
+def words(workers: int) -> lr_rule.Words:
+    """How the learning-rate rule speaks of the batches one update averages: the workers' times the accumulated."""
+    return lr_rule.Words(
+        "rank", f"batches per update ({workers} workers × {K} accumulated)", "hvd.size() * args.accumulate",
+        "`lr = args.base_lr * hvd.size() * args.accumulate`, the gradients averaged over the accumulated batches",
+        "Horovod's LearningRateWarmupCallback to that rate, as in lab 2")
+
+
+def upto(step: int) -> int:
+    """Each step's run has the options of the steps before it: step k's run covers steps 1..k."""
+    return max(1, min(step, len(OPTIONS)))
+
+
+def run_args(covers: int) -> list[str]:
+    """The command line of the run that covers steps 1..``covers``."""
+    return [*RUN_ARGS, *(a for option in OPTIONS[:covers] for a in option)]
+
+
+def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+    """Run ``script`` on 2 ranks under the probe with the options of steps 1..``upto``; a script that lacks the
+    options of steps 2 and 3 still runs, for the steps before them."""
+    args = run_args(upto)
+    tolerate = tuple(option[0] for option in OPTIONS[1:upto])
+    ev = hr.run(script, args, work / "probe", work / "run", timeout, epochs=EPOCHS, tolerate=tolerate)
+    ev["lab"], ev["args"] = "at-scale", args
+    return ev
+
+
+def _refused(ev: Evidence, option: str) -> bool:
+    """Whether the script does not have ``option``: its parser refused it, or the probe let it run without it."""
+    if hr.ignored(ev, option):
+        return True
+    return any("unrecognized arguments" in f"{i.error}\n{i.log_tail}" and option in f"{i.error}\n{i.log_tail}"
+               for i in ev.ranks.values())
+
+
+BF16_WIRE = "DataType bfloat16 not in list of allowed values"  # Horovod's all-reduce refusing bfloat16
+
+
+def _horovod_script(ev: Evidence) -> None:
+    """Fail unless every rank trained to the end as the lab's Horovod script; a crash is told with the options the
+    run had."""
+    hr.need(ev, "fit_start")
+    if not all(ev.state(r).hvd.initialized for r in range(ev.np)):
+        raise Failed("Horovod was not initialised: this lab continues your Horovod script of labs 2 and 8. Finish "
+                     "lab 2's eight steps first (`labkit check horovod fashion_mnist.py`).")
+    try:
+        hr.need(ev, "train_end")
+    except Failed as e:
+        errors = " ".join(s.error.message for s in ev.states.values() if s.error)
+        if BF16_WIRE in errors:
+            raise Failed(f"{e}\nHorovod cannot all-reduce bfloat16 tensors, and the gradients were bfloat16: the "
+                         "variables were. Use the mixed policy, `set_global_policy(\"mixed_bfloat16\")`: the layers "
+                         "compute in bfloat16 while the variables, and so the gradients, stay float32.") from None
+        given = [a for a in ev.args if a.startswith("--")]
+        later = [o[0] for o in OPTIONS[1:] if o[0] in given]
+        if later:
+            raise Failed(f"{e}\nThe check ran your script with {', '.join(later)} as well (the options of the steps "
+                         "asked): `labkit check at-scale fashion_mnist.py --step 1` runs step 1's alone.") from None
+        raise
+
+
+def _batches(st: RankRecord) -> list[tuple[float, int, float, float | None]]:
+    """Every training batch of the run, in order: (weights moved, gradients all-reduced, their norm, rate)."""
+    out = []
+    for ep in st.epochs:
+        n = min(len(ep.moved), len(ep.reduced), len(ep.reduced_norm), len(ep.lr))
+        out += list(zip(ep.moved[:n], ep.reduced[:n], ep.reduced_norm[:n], ep.lr[:n], strict=True))
+    return out
+
+
+def _numbers(flags: list[bool]) -> str:
+    """The 1-based batch numbers where ``flags`` holds, as "2, 4, 6" (at most 8 shown)."""
+    found = [str(i + 1) for i, f in enumerate(flags) if f]
+    return ", ".join(found[:8]) + (", ..." if len(found) > 8 else "") if found else "none"
+
+
+def _every_kth(batches: int) -> list[bool]:
+    return [(i + 1) % K == 0 for i in range(batches)]
+
+
+def _pattern(rank: int, batches: list[tuple[float, int, float, float | None]]) -> None:
+    """Fail unless ``rank`` all-reduced and updated its weights at every K-th batch and only then."""
+    want = _every_kth(len(batches))
+    reduced = [n > 0 for _, n, _, _ in batches]
+    if not any(reduced):
+        raise Failed(f"rank {rank} all-reduced no gradients while training: its optimizer is not Horovod's. Keep "
+                     "lab 2's `opt = hvd.DistributedOptimizer(opt)` and " + ACCUMULATE + ".")
+    if all(reduced):
+        raise Failed(f"with --accumulate {K} rank {rank} still all-reduced its gradients at every batch: add up the "
+                     f"gradients of {K} batches on each worker first, then all-reduce them once: {ACCUMULATE}.")
+    if reduced != want:
+        raise Failed(f"with --accumulate {K} rank {rank} all-reduced gradients at batches {_numbers(reduced)}; "
+                     f"once every {K} batches ({_numbers(want)}) is what accumulating {K} batches gives: {ACCUMULATE}.")
+    # Rank 0's first batch is its own; another rank's weights also change at the first batch's end, when
+    # rank 0's initial weights are broadcast to it.
+    first = 0 if rank == 0 else 1
+    moved = [m != 0 for m, _, _, _ in batches]
+    if moved[first:] != want[first:]:
+        if all(moved[first:]):
+            raise Failed(f"with --accumulate {K} rank {rank}'s weights changed at every batch, though its "
+                         f"gradients were all-reduced only at batches {_numbers(reduced)}: the optimizer must apply "
+                         f"them once per {K} batches: {ACCUMULATE}.")
+        raise Failed(f"rank {rank}'s weights changed at batches {_numbers(moved)} and its gradients were all-reduced "
+                     f"at batches {_numbers(reduced)}: with --accumulate {K} both happen together, once every {K} "
+                     "batches.")
+
+
+def _multiplier(rank: int, batches: list[tuple[float, int, float, float | None]]) -> int:
+    """How many times the optimizer's rate the update's rate per average gradient was: 1 (the K batches' gradients
+    averaged) or K (summed)."""
+    seen = [K * m / (lr * norm) for i, (m, n, norm, lr) in enumerate(batches)
+            if n and norm > 0 and lr and m > 0 and (rank == 0 or i > 0)]
+    if not seen:
+        raise Failed(f"rank {rank}'s updates could not be measured: no batch both moved its weights and all-reduced "
+                     "gradients.")
+    ratio = float(np.median(seen))
+    best = min((1, K), key=lambda c: abs(np.log(ratio / c)))
+    if abs(np.log(ratio / best)) > np.log(1.15):
+        raise Failed(f"each update moved rank {rank}'s weights {ratio:.2f} times the learning rate times the average "
+                     f"gradient of the {K} accumulated batches: an update is expected to be the rate times that "
+                     "average (or times the sum, with the rate not scaled for the accumulation). Keep the lab's plain "
+                     "SGD optimizer, and " + ACCUMULATE + ".")
+    return best
+
+
+def step_1(ev: Evidence) -> str:
+    if _refused(ev, OPTIONS[0][0]):
+        raise Failed("the script does not accept --accumulate (argparse: unrecognized arguments): add "
+                     "`p.add_argument(\"--accumulate\", type=int, default=1)` to parse_args; then " + ACCUMULATE +
+                     ", and multiply the learning rate by args.accumulate too.")
+    _horovod_script(ev)
+    rates: dict[str, list[list[float | None]]] = {}
+    multipliers = set()
+    for r in range(ev.np):
+        st = ev.state(r)
+        batches = _batches(st)
+        if len(batches) < 2 * K:
+            raise Failed(f"rank {r} trained {len(batches)} batches: too few to see {K} batches accumulated (the check "
+                         f"runs {EPOCHS} epochs; keep `steps_per_epoch` as lab 2 has it).")
+        _pattern(r, batches)
+        m = _multiplier(r, batches)
+        multipliers.add(m)
+        per_epoch: list[list[float | None]] = []
+        at = 0
+        for ep in st.epochs:
+            n = min(len(ep.moved), len(ep.reduced), len(ep.reduced_norm), len(ep.lr))
+            per_epoch.append([lr * m if lr is not None else None for (_, k, _, lr) in batches[at:at + n] if k])
+            at += n
+        rates[f"rank {r}"] = per_epoch
+    said = lr_rule.judge(rates, BASE_LR, ev.np * K, words(ev.np)).replace("at the first batch", "at the first update")
+    how = "averaged" if multipliers == {1} else "summed"
+    return (f"each rank all-reduced and applied its gradients once every {K} batches ({how} over them); "
+            f"the effective rate: {said}")
+
+
+def _stats(ev: Evidence, rank: int, moment: str) -> np.ndarray | None:
+    w = hr.weights(ev, rank)
+    return w.get(f"stats_{moment}")
+
+
+def step_2(ev: Evidence) -> str:
+    if _refused(ev, OPTIONS[1][0]):
+        raise Failed("the script does not accept --sync-bn: add `p.add_argument(\"--sync-bn\", action=\"store_true\")` "
+                     "to parse_args; then, when it is set, build the model's BatchNormalization layers as "
+                     "`horovod.tensorflow.SyncBatchNormalization`.")
+    _horovod_script(ev)
+    model = ev.state(0).model
+    if model is None or not model.non_trainable:
+        raise Failed("the model has no moving statistics (non-trainable variables) to compare: keep the "
+                     "WideResNet's BatchNormalization layers, and with --sync-bn make them SyncBatchNormalization.")
+    start, b1, end = (_stats(ev, 0, m) for m in ("init", "b1", "final"))
+    if start is None or b1 is None or end is None:
+        raise Failed("the ranks' moving statistics were not recorded: training did not get past its second batch.")
+    if hr.rel(start, end) == 0:
+        raise Failed("the moving statistics never changed while training: BatchNormalization must update them "
+                     "(keep its momentum below 1).")
+    for r in range(1, ev.np):
+        for moment, ref, what in (("b1", b1, "after the second batch"), ("final", end, "at the end of training")):
+            theirs = _stats(ev, r, moment)
+            spread = hr.rel(ref, theirs) if theirs is not None else 1.0
+            if spread > SAME_STATS:
+                raise Failed(
+                    f"with --sync-bn rank {r}'s BatchNorm moving statistics differ from rank 0's {what} (relative "
+                    f"difference {spread:.2g}): each worker normalised with the mean and variance of its own batch. "
+                    "When args.sync_bn is set, build the BatchNormalization layers as "
+                    "`horovod.tensorflow.SyncBatchNormalization` (give each a name of its own): it all-reduces the "
+                    "statistics over the workers. Keras's SyncBatchNormalization synchronises only under a "
+                    "tf.distribute strategy, not across Horovod's processes.")
+    return (f"every rank's {model.non_trainable} moving-statistic values were the same after the second batch and "
+            "at the end of training: each BatchNorm layer normalised with the global batch's statistics")
+
+
+def step_3(ev: Evidence) -> str:
+    if _refused(ev, OPTIONS[2][0]):
+        raise Failed("the script does not accept --precision: add `p.add_argument(\"--precision\", "
+                     "choices=[\"fp32\", \"bf16\", \"fp16\"], default=\"fp32\")`; with bf16, call "
+                     "`tf.keras.mixed_precision.set_global_policy(\"mixed_bfloat16\")` before building the model.")
+    _horovod_script(ev)
+    for r in range(ev.np):
+        model = ev.state(r).model
+        if model is None:
+            raise Failed(f"the dtypes of rank {r}'s model could not be read.")
+        weighted = [layer for layer in model.layers if layer.variables]
+        low = [layer for layer in weighted if layer.compute in LOW]
+        if not low:
+            raise Failed(f"with --precision bf16 every layer of rank {r}'s model computed in float32: call "
+                         "`tf.keras.mixed_precision.set_global_policy(\"mixed_bfloat16\")` when args.precision is "
+                         "bf16, before the model is built (each layer takes the policy when it is created).")
+        if any(layer.compute == "float16" for layer in low):
+            raise Failed(f"with --precision bf16 rank {r}'s layers computed in float16: bf16 asks for bfloat16 "
+                         "(\"mixed_bfloat16\"); float16 (\"mixed_float16\") is for --precision fp16 on a GPU.")
+        full = [layer.name for layer in weighted if layer.compute == "float32"]
+        if len(full) > len(low):
+            raise Failed(f"with --precision bf16 most of rank {r}'s layers ({', '.join(full[:4])}, ...) still computed "
+                         "in float32: set the policy before any layer is created; only the last layer should keep "
+                         "float32.")
+        narrow = sorted({layer.name for layer in weighted for d in layer.variables if d != "float32"})
+        if narrow:
+            raise Failed(f"rank {r}'s layers {', '.join(narrow[:4])} keep their variables in "
+                         f"{'/'.join(sorted({d for layer in weighted for d in layer.variables} - {'float32'}))}: use "
+                         "the mixed policy \"mixed_bfloat16\" (bfloat16 compute, float32 variables), not \"bfloat16\": "
+                         "updates too small for bfloat16's 8 bits of mantissa would be lost.")
+        if model.outputs is None:
+            raise Failed("the dtype of the model's output could not be read: build the model with the functional "
+                         "API, as the lab's wide_resnet does.")
+        if any(d != "float32" for d in model.outputs):
+            raise Failed(f"with --precision bf16 rank {r}'s model returns {'/'.join(model.outputs)}: give its last "
+                         "layer `dtype=\"float32\"`, so that the softmax and the loss are computed in float32.")
+    model = ev.state(0).model
+    weighted = [layer for layer in model.layers if layer.variables] if model else []
+    n = len([layer for layer in weighted if layer.compute in LOW])
+    return (f"{n} of the model's {len(weighted)} layers with variables computed in bfloat16, every variable was "
+            "float32, and so was the model's output, on every rank")
+
+
+STEPS = [step_1, step_2, step_3]

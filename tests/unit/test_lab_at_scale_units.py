@@ -1,0 +1,147 @@
+"""Lab 9's judges (labkit.check.lab_at_scale) on hand-made evidence: every message, and the correct ways that pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from labkit.check import lab_at_scale as at
+from labkit.check.verdict import Failed
+
+RATES = [[0.04, 0.048, 0.056, 0.064, 0.072, 0.08], [0.08] * 6]  # warmed up over the first epoch to 0.02 x 2 x 2
+NORM = 3.0  # the norm of what an all-reduce returned
+
+
+def _epochs(rank: int, reduce_every: int = 2, move_every: int = 2, step: float = 1 / at.K,
+            rates: list[list[float]] = RATES) -> list[dict[str, Any]]:
+    """Two epochs of 6 batches: all-reduces at every ``reduce_every``-th batch, moves at every ``move_every``-th,
+    an update of ``step`` x rate x the all-reduced norm (1/K: the K batches' gradients averaged)."""
+    out, i = [], 0
+    for e, lrs in enumerate(rates):
+        moved, reduced, norms = [], [], []
+        for lr in lrs:
+            i += 1
+            reduced.append(30 if i % reduce_every == 0 else 0)
+            norms.append(NORM if i % reduce_every == 0 else 0.0)
+            moves = i % move_every == 0 or (rank and i == 1)  # another rank's first batch: rank 0's broadcast
+            moved.append(step * lr * NORM if moves else 0.0)
+        out.append({"epoch": e, "train_batches": len(lrs), "lr": lrs, "moved": moved, "reduced": reduced,
+                    "reduced_norm": norms})
+    return out
+
+
+def _layers(compute: str = "bfloat16", variables: str = "float32") -> list[dict[str, Any]]:
+    body = [{"name": f"conv2d_{k}", "kind": "Conv2D", "compute": compute, "variables": [variables]} for k in range(16)]
+    return [*body, {"name": "dense", "kind": "Dense", "compute": "float32", "variables": [variables]},
+            {"name": "add", "kind": "Add", "compute": compute, "variables": []}]
+
+
+def evidence(epochs: Any = _epochs, stats: dict[str, list[float]] | None = None, layers: Any = None,
+             outputs: list[str] | None = None, non_trainable: int = 64, errors: dict[int, str] | None = None,
+             covers: int = 3) -> dict[str, Any]:
+    """A 2-rank run of lab 9's check that trained to the end (``errors``: ranks that crashed instead)."""
+    base = {"init": [0.0] * 8, "b1": [1.0] * 8, "final": [2.0] * 8}
+    stats = stats or {}
+    states, weights, ranks = {}, {}, {}
+    for r in range(2):
+        crashed = (errors or {}).get(r)
+        milestones = ["start", "hvd_init", "fit_start", "train_begin"] + ([] if crashed else ["train_end", "end"])
+        states[str(r)] = {
+            "milestones": milestones, "hvd": {"initialized": True, "rank": r, "size": 2},
+            "epochs": [] if crashed else epochs(r),
+            "model": {"layers": layers if layers is not None else _layers(), "outputs": outputs or ["float32"],
+                      "non_trainable": non_trainable},
+            "error": {"type": "TypeError", "message": crashed, "traceback": ""} if crashed else None}
+        weights[str(r)] = {f"stats_{m}": stats.get(f"{r}.{m}", v) for m, v in base.items()}
+        ranks[str(r)] = {"exit": 1 if crashed else 0}
+    return {"np": 2, "batch": 16, "lab": "at-scale", "args": at.run_args(covers), "states": states,
+            "weights": weights, "ranks": ranks, "returncode": 1 if errors else 0}
+
+
+def judge(step: int, data: dict[str, Any]) -> str:
+    return at.STEPS[step - 1](at.evidence(data))
+
+
+def test_the_finished_script_passes_every_step() -> None:
+    data = evidence()
+    assert "once every 2 batches (averaged over them)" in judge(1, data)
+    assert "0.08" in judge(1, data)
+    assert "the same after the second batch" in judge(2, data)
+    assert "16 of the model's 17 layers with variables computed in bfloat16" in judge(3, data)
+
+
+def test_summed_gradients_at_the_workers_rate_are_the_same_update_and_pass() -> None:
+    half = [[r / at.K for r in ep] for ep in RATES]
+    data = evidence(lambda r: _epochs(r, step=1.0, rates=half))
+    assert "summed over them" in judge(1, data)
+
+
+@pytest.mark.parametrize(("epochs", "message"), [
+    (lambda r: _epochs(r, reduce_every=1, move_every=1), "still all-reduced its gradients at every batch"),
+    (lambda r: _epochs(r, move_every=1), "weights changed at every batch"),
+    (lambda r: _epochs(r, reduce_every=3, move_every=3), "once every 2 batches (2, 4, 6"),
+    (lambda r: _epochs(r, reduce_every=10**6), "all-reduced no gradients"),
+    (lambda r: _epochs(r, step=0.35), "times the learning rate times the average gradient"),
+    (lambda r: _epochs(r, step=1.0), "above --base-lr 0.02 × 4"),
+    (lambda r: _epochs(r, rates=[[x / 2 for x in ep] for ep in RATES]), "rose to 0.04 at most"),
+    (lambda r: [{**e, "lr": e["lr"][:2], "moved": e["moved"][:2], "reduced": e["reduced"][:2],
+                 "reduced_norm": e["reduced_norm"][:2]} for e in _epochs(r)][:1], "too few"),
+])
+def test_accumulation_that_is_not_is_told_what_to_change(epochs: Any, message: str) -> None:
+    with pytest.raises(Failed, match=message.replace("(", r"\(").replace(".", r"\.").replace("×", ".")):
+        judge(1, evidence(epochs))
+
+
+def test_a_script_without_the_option_is_told_to_add_it() -> None:
+    data = evidence()
+    data["ranks"]["0"] = {"exit": 2, "error": "error: unrecognized arguments: --accumulate 2"}
+    with pytest.raises(Failed, match="does not accept --accumulate"):
+        judge(1, data)
+    data = evidence()
+    data["states"]["0"]["ignored_args"] = ["--sync-bn", "--precision"]
+    with pytest.raises(Failed, match="does not accept --sync-bn"):
+        judge(2, data)
+    with pytest.raises(Failed, match="does not accept --precision"):
+        judge(3, data)
+
+
+def test_a_crash_says_which_options_the_run_had_and_what_bfloat16_needs() -> None:
+    with pytest.raises(Failed, match="--sync-bn, --precision as well.*--step 1"):
+        judge(1, evidence(errors={0: "boom"}))
+    with pytest.raises(Failed, match="mixed_bfloat16"):
+        judge(1, evidence(errors={0: "Value passed to parameter 'tensor' has DataType bfloat16 not in list of "
+                                     "allowed values: float16, float32"}))
+    with pytest.raises(Failed, match="crashed") as e:
+        judge(1, evidence(errors={0: "boom"}, covers=1))
+    assert "--step 1" not in str(e.value)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"stats": {"1.b1": [1.1] * 8}}, "differ from rank 0's after the second batch"),
+    ({"stats": {"1.final": [2.5] * 8}}, "differ from rank 0's at the end of training"),  # a broadcast at the end
+    ({"stats": {"0.final": [0.0] * 8}}, "never changed"),
+    ({"non_trainable": 0}, "no moving statistics"),
+])
+def test_statistics_that_are_not_the_global_batchs_fail_step_2(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(Failed, match=message):
+        judge(2, evidence(**kw))
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"layers": _layers(compute="float32")}, "every layer of rank 0's model computed in float32"),
+    ({"layers": _layers(compute="float16")}, "computed in float16"),
+    ({"layers": _layers(variables="bfloat16")}, "not \"bfloat16\""),
+    ({"outputs": ["bfloat16"]}, "dtype=\"float32\""),
+    ({"layers": [{"name": f"c{k}", "compute": "float32", "variables": ["float32"]} for k in range(9)]
+      + [{"name": "d", "compute": "bfloat16", "variables": ["float32"]}]}, "most of rank 0's layers"),
+])
+def test_precision_that_is_not_mixed_bfloat16_fails_step_3(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(Failed, match=message):
+        judge(3, evidence(**kw))
+
+
+def test_each_step_runs_with_the_options_of_the_steps_before_it() -> None:
+    assert at.upto(1) == 1 and at.upto(3) == 3 and at.upto(9) == 3
+    assert "--accumulate" in at.run_args(1) and "--sync-bn" not in at.run_args(1)
+    assert at.run_args(3)[-5:] == ["--accumulate", "2", "--sync-bn", "--precision", "bf16"]
