@@ -173,11 +173,19 @@ def _multiplier(rank: int, batches: list[tuple[float, int, float, float | None]]
     return best
 
 
+def _not_horovod(ev: Evidence) -> str:
+    """What to say first when the script never initialised Horovod: it is not yet lab 2's finished script."""
+    if ev.states and all(s.hvd.initialized for s in ev.states.values()):
+        return ""
+    return (" Horovod was not initialised before the script stopped: this lab continues your Horovod script of labs "
+            "2 and 8; if it is not finished yet, finish lab 2 first (`labkit check horovod fashion_mnist.py`).")
+
+
 def step_1(ev: Evidence) -> str:
     if _refused(ev, OPTIONS[0][0]):
         raise Failed("the script does not accept --accumulate (argparse: unrecognized arguments): add "
                      "`p.add_argument(\"--accumulate\", type=int, default=1)` to parse_args; then " + ACCUMULATE +
-                     ", and multiply the learning rate by args.accumulate too.")
+                     ", and multiply the learning rate by args.accumulate too." + _not_horovod(ev))
     _horovod_script(ev)
     rates: dict[str, list[list[float | None]]] = {}
     multipliers = set()
