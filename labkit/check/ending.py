@@ -9,13 +9,13 @@ what it means.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from labkit.core import stacks
+from labkit.records import boundedjson
 from labkit.records.hvd_probe import FitBound, FitRule
 
 RECENT = 10.0  # seconds: progress this close to the end means training was still going
@@ -68,7 +68,7 @@ def still_running(out: Path, rank: int | str, runner: str, after: float) -> dict
         return None
     found: dict[str, Any] = {"where": where, "after": round(after, 1)}
     try:
-        prog = json.loads((out / f"progress.{rank}.json").read_text())
+        prog = boundedjson.read_file(out / f"progress.{rank}.json")
         found["progress"] = {**prog, "age": round(max(0.0, time.time() - float(prog.get("t", 0))), 1)}
     except (OSError, ValueError, TypeError):
         pass
@@ -78,7 +78,7 @@ def still_running(out: Path, rank: int | str, runner: str, after: float) -> dict
 def left_running(log_dir: Path, rank: int | str) -> list[str]:
     """The command lines a rank left running when it ended (stopped by :mod:`labkit.launching.rank`)."""
     try:
-        names = json.loads((log_dir / f"rank.{rank}.left").read_text())
+        names = boundedjson.read_file(log_dir / f"rank.{rank}.left")
     except (OSError, ValueError):
         return []
     return [str(n) for n in names if n]

@@ -7,9 +7,9 @@ the other helpers read that evidence for the step judges of :mod:`labkit.check.l
 
 from __future__ import annotations
 
-import json
 import re
 import sys
+import zipfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from labkit.check import ending
 from labkit.check.verdict import Failed
 from labkit.launching import launch
 from labkit.launching.jobspec import JobSpec
+from labkit.records import boundedjson
 from labkit.records.hvd_probe import Run
 
 NP = 2
@@ -39,6 +40,7 @@ STAGE_TEXT = {
 # A rank must call Model.fit within FIT_FACTOR x the time it took to import TensorFlow (+ the probe's floor):
 # measured on the idle 2-core machine, the solution gets there in about SOLUTION_FIT of those import times.
 FIT_FACTOR = 3.0
+WEIGHTS_LIMIT = 256 * 1024 * 1024  # bytes of a rank's weight snapshots (the probe's narrowed model: a few MB)
 PROJECTION = 64  # weight snapshots are kept as random projections: distances survive, size does not
 
 
@@ -53,6 +55,18 @@ def _projection(n: int) -> tuple[np.ndarray, np.ndarray]:
 def _project(w: np.ndarray) -> list[float]:
     where, sign = _projection(w.size)
     return [float(v) for v in np.bincount(where, weights=sign * w.astype(np.float64), minlength=PROJECTION)]
+
+
+def _weights(path: Path) -> dict[str, list[float]] | None:
+    """A rank's weight snapshots, projected; None for a file that is missing, larger than :data:`WEIGHTS_LIMIT` or
+    no NumPy archive of arrays (the learner's script runs in the process that writes it, and may have written it)."""
+    try:
+        if path.stat().st_size > WEIGHTS_LIMIT:
+            return None
+        with np.load(path, allow_pickle=False) as z:
+            return {k: _project(np.asarray(z[k], dtype=np.float64).ravel()) for k in z.files}
+    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile):
+        return None
 
 
 def reached(run: Run, milestone: str) -> bool:
@@ -83,13 +97,12 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
         f = out / f"probe.{r}.json"
         if f.exists():
             try:
-                ev["states"][str(r)] = json.loads(f.read_text())
-            except json.JSONDecodeError:
+                ev["states"][str(r)] = boundedjson.read_file(f)
+            except (OSError, ValueError):
                 pass
-        w = out / f"weights.{r}.npz"
-        if w.exists():
-            with np.load(w) as z:
-                ev["weights"][str(r)] = {k: _project(z[k]) for k in z.files}
+        weights = _weights(out / f"weights.{r}.npz")
+        if weights is not None:
+            ev["weights"][str(r)] = weights
         log = job.log(r)
         ev["ranks"][str(r)] = info = {"exit": job.rank_exit.get(r), "error": job.rank_errors.get(r, ""),
                                       "log_tail": log[-600:], "stalled": "stall" in log.lower()}

@@ -17,7 +17,6 @@ process of its own (``labkit grade`` checks each lab apart), so its evidence is 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from labkit.check import hvd_runs as hr
 from labkit.check.lab_horovod import ARGS as HOROVOD_ARGS
 from labkit.check.verdict import Failed
 from labkit.instrument import probe_allreduce
-from labkit.records import hvd_probe
+from labkit.records import boundedjson, hvd_probe
 from labkit.records.hvd_probe import Evidence
 
 evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
@@ -56,7 +55,7 @@ def read(out: Path, np: int) -> dict[str, dict[str, Any]]:
     records = {}
     for r in range(np):
         try:
-            records[str(r)] = json.loads((out / probe_allreduce.file_name(r)).read_text())
+            records[str(r)] = boundedjson.read_file(out / probe_allreduce.file_name(r))
         except (OSError, ValueError):
             continue
     return records

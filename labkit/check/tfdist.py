@@ -11,6 +11,7 @@ from typing import Any
 from labkit.check.verdict import Failed
 from labkit.core import proc
 from labkit.launching import launchers
+from labkit.records import boundedjson
 from labkit.records.tfdist_probe import Fit, Task
 
 TRAIN, TEST, BATCH = 256, 128, 16
@@ -28,8 +29,8 @@ def records(probe: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for f in sorted(probe.glob("*.json")):
         try:
-            out[f.stem] = json.loads(f.read_text())
-        except ValueError:
+            out[f.stem] = boundedjson.read_file(f)
+        except (OSError, ValueError):
             continue
     return out
 

@@ -1,5 +1,5 @@
 """A JSON line a learner wrote, decoded without trusting it: bounded in size, depth and numbers, and shown in a
-terminal without being obeyed.
+terminal without being obeyed; and a JSON file a process of the learner's may have written, read bounded in size.
 
 :func:`decode_line` takes at most :data:`LINE_LIMIT` bytes of strict UTF-8; :func:`loads` refuses arrays and
 objects nested deeper than :data:`MAX_DEPTH` (or more than :data:`MAX_CONTAINERS` of them) before decoding, and
@@ -13,12 +13,14 @@ import json
 import math
 import re
 from itertools import accumulate
+from pathlib import Path
 from typing import Any
 
 LINE_LIMIT = 8 * 1024  # bytes of one line read: twice the longest record labkit writes (600 escaped characters)
 MAX_DEPTH = 16  # arrays and objects inside one another in one line (a record is one flat object)
 MAX_CONTAINERS = 256  # arrays and objects in one line
 NUMBER_DIGITS = 20  # digits of an integer read; a longer one is no step or time, and is never converted
+FILE_LIMIT = 16 * 1024 * 1024  # bytes of one record file a rank writes (a probed rank's record: tens of KB)
 
 
 class Refused:
@@ -87,6 +89,23 @@ def decode_line(line: bytes) -> Any:
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 text (byte {e.start + 1})") from None
     return loads(text)
+
+
+def read_file(path: str | Path, limit: int | None = None) -> Any:
+    """The JSON file ``path``, which a process running the learner's script wrote (so the script may have written
+    it too): at most ``limit`` bytes (default :data:`FILE_LIMIT`) are read. ``OSError`` when it cannot be read; ``ValueError`` when it is larger,
+    is no JSON, or is nested too deep to decode (the readers then leave it out, as a file cut short)."""
+    limit = FILE_LIMIT if limit is None else limit
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{Path(path).name} is larger than {limit} bytes: not read")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{Path(path).name} is nested too deep: not read") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{Path(path).name} is not UTF-8 text (byte {e.start + 1})") from None
 
 
 def for_terminal(text: str) -> str:

@@ -8,14 +8,13 @@ record.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from labkit.core.identity import World
-from labkit.records import typed
+from labkit.records import boundedjson, typed
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def read(folder: str | os.PathLike) -> list[Observation]:
     out = []
     for file in sorted(Path(folder).glob("observed.*.json")):
         try:
-            out.append(typed.parse(Observation, json.loads(file.read_text()), file.name))
+            out.append(typed.parse(Observation, boundedjson.read_file(file), file.name))
         except (OSError, ValueError):  # typed.RecordError is a ValueError
             continue
     return sorted(out, key=lambda o: o.started)
