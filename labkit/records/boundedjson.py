@@ -93,8 +93,9 @@ def decode_line(line: bytes) -> Any:
 
 def read_file(path: str | Path, limit: int | None = None) -> Any:
     """The JSON file ``path``, which a process running the learner's script wrote (so the script may have written
-    it too): at most ``limit`` bytes (default :data:`FILE_LIMIT`) are read. ``OSError`` when it cannot be read; ``ValueError`` when it is larger,
-    is no JSON, or is nested too deep to decode (the readers then leave it out, as a file cut short)."""
+    it too): at most ``limit`` bytes (default :data:`FILE_LIMIT`) are read. ``OSError`` when it cannot be read;
+    ``ValueError`` when it is larger, is no JSON, or is nested too deep to decode (the readers then leave it out, as
+    a file cut short)."""
     limit = FILE_LIMIT if limit is None else limit
     with open(path, "rb") as f:
         data = f.read(limit + 1)
