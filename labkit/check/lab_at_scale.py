@@ -22,6 +22,7 @@ What each step reads, all of it what the ranks did:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,13 @@ from labkit.records import hvd_probe
 from labkit.records.hvd_probe import Evidence, RankRecord
 
 evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
-K = 2  # --accumulate
+K = 3  # --accumulate: not the 2 workers, so that a rate scaled by one cannot pass for the other
 EPOCHS = 2  # the first warms the rate up, the second runs at the scaled rate
 RUN_ARGS = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--base-lr",
             str(BASE_LR), "--target-accuracy", "2", "--warmup-epochs", "1"]
 OPTIONS = (["--accumulate", str(K)], ["--sync-bn"], ["--precision", "bf16"])  # what each step adds
 SAME_STATS = 1e-5  # relative spread of the ranks' moving statistics that counts as equal (float32 rounding)
-LOW = {"bfloat16", "float16"}
+LOW = frozenset({"bfloat16", "float16"})
 ACCUMULATE = ("pass `backward_passes_per_step=args.accumulate` and `average_aggregated_gradients=True` to "
               "hvd.DistributedOptimizer")
 
@@ -83,6 +84,7 @@ def _refused(ev: Evidence, option: str) -> bool:
                for i in ev.ranks.values())
 
 
+FINISH_LAB_2 = "Finish lab 2 first (`labkit check horovod fashion_mnist.py`)"
 BF16_WIRE = "DataType bfloat16 not in list of allowed values"  # Horovod's all-reduce refusing bfloat16
 
 
@@ -91,8 +93,8 @@ def _horovod_script(ev: Evidence) -> None:
     run had."""
     hr.need(ev, "fit_start")
     if not all(ev.state(r).hvd.initialized for r in range(ev.np)):
-        raise Failed("Horovod was not initialised: this lab continues your Horovod script of labs 2 and 8. Finish "
-                     "lab 2's eight steps first (`labkit check horovod fashion_mnist.py`).")
+        raise Failed(f"Horovod was not initialised: this lab continues your Horovod script of labs 2 and 8. "
+                     f"{FINISH_LAB_2}.")
     try:
         hr.need(ev, "train_end")
     except Failed as e:
@@ -109,13 +111,21 @@ def _horovod_script(ev: Evidence) -> None:
         raise
 
 
-def _batches(st: RankRecord) -> list[tuple[float, int, float, float | None]]:
-    """Every training batch of the run, in order: (weights moved, gradients all-reduced, their norm, rate)."""
-    out = []
-    for ep in st.epochs:
-        n = min(len(ep.moved), len(ep.reduced), len(ep.reduced_norm), len(ep.lr))
-        out += list(zip(ep.moved[:n], ep.reduced[:n], ep.reduced_norm[:n], ep.lr[:n], strict=True))
-    return out
+@dataclass(frozen=True)
+class Batch:
+    """One training batch of a rank: how far its weights moved, the gradient tensors it all-reduced as the step ran,
+    the norm of what came back, and its learning rate."""
+
+    moved: float
+    reduced: int
+    norm: float
+    lr: float | None
+
+
+def _epochs(st: RankRecord) -> list[list[Batch]]:
+    """Each epoch's training batches, in order."""
+    return [[Batch(*row) for row in zip(ep.moved, ep.reduced, ep.reduced_norm, ep.lr, strict=False)]
+            for ep in st.epochs]
 
 
 def _numbers(flags: list[bool]) -> str:
@@ -128,10 +138,10 @@ def _every_kth(batches: int) -> list[bool]:
     return [(i + 1) % K == 0 for i in range(batches)]
 
 
-def _pattern(rank: int, batches: list[tuple[float, int, float, float | None]]) -> None:
+def _pattern(rank: int, batches: list[Batch]) -> None:
     """Fail unless ``rank`` all-reduced and updated its weights at every K-th batch and only then."""
     want = _every_kth(len(batches))
-    reduced = [n > 0 for _, n, _, _ in batches]
+    reduced = [b.reduced > 0 for b in batches]
     if not any(reduced):
         raise Failed(f"rank {rank} all-reduced no gradients while training: its optimizer is not Horovod's. Keep "
                      "lab 2's `opt = hvd.DistributedOptimizer(opt)` and " + ACCUMULATE + ".")
@@ -144,7 +154,7 @@ def _pattern(rank: int, batches: list[tuple[float, int, float, float | None]]) -
     # Rank 0's first batch is its own; another rank's weights also change at the first batch's end, when
     # rank 0's initial weights are broadcast to it.
     first = 0 if rank == 0 else 1
-    moved = [m != 0 for m, _, _, _ in batches]
+    moved = [b.moved != 0 and i >= first for i, b in enumerate(batches)]
     if moved[first:] != want[first:]:
         if all(moved[first:]):
             raise Failed(f"with --accumulate {K} rank {rank}'s weights changed at every batch, though its "
@@ -155,11 +165,15 @@ def _pattern(rank: int, batches: list[tuple[float, int, float, float | None]]) -
                      "batches.")
 
 
-def _multiplier(rank: int, batches: list[tuple[float, int, float, float | None]]) -> int:
+def _multiplier(rank: int, batches: list[Batch]) -> int:
     """How many times the optimizer's rate the update's rate per average gradient was: 1 (the K batches' gradients
-    averaged) or K (summed)."""
-    seen = [K * m / (lr * norm) for i, (m, n, norm, lr) in enumerate(batches)
-            if n and norm > 0 and lr and m > 0 and (rank == 0 or i > 0)]
+    averaged) or K (summed). It reads the all-reduced tensor as the sum of the K batches' gradients, as Horovod's
+    accumulation (``backward_passes_per_step``) all-reduces it."""
+    if any(b.reduced and b.lr is None for b in batches):
+        raise Failed(f"the learning rate of rank {rank}'s optimizer could not be read: give the optimizer a number, a "
+                     "variable or a tf.keras.optimizers.schedules.LearningRateSchedule as learning_rate.")
+    seen = [K * b.moved / (b.lr * b.norm) for i, b in enumerate(batches)
+            if b.reduced and b.norm > 0 and b.lr and b.moved > 0 and (rank == 0 or i > 0)]
     if not seen:
         raise Failed(f"rank {rank}'s updates could not be measured: no batch both moved its weights and all-reduced "
                      "gradients.")
@@ -178,7 +192,7 @@ def _not_horovod(ev: Evidence) -> str:
     if ev.states and all(s.hvd.initialized for s in ev.states.values()):
         return ""
     return (" Horovod was not initialised before the script stopped: this lab continues your Horovod script of labs "
-            "2 and 8; if it is not finished yet, finish lab 2 first (`labkit check horovod fashion_mnist.py`).")
+            f"2 and 8; if it is not finished yet, {FINISH_LAB_2.lower()}.")
 
 
 def step_1(ev: Evidence) -> str:
@@ -190,25 +204,26 @@ def step_1(ev: Evidence) -> str:
     rates: dict[str, list[list[float | None]]] = {}
     multipliers = set()
     for r in range(ev.np):
-        st = ev.state(r)
-        batches = _batches(st)
+        epochs = _epochs(ev.state(r))
+        batches = [b for ep in epochs for b in ep]
         if len(batches) < 2 * K:
             raise Failed(f"rank {r} trained {len(batches)} batches: too few to see {K} batches accumulated (the check "
                          f"runs {EPOCHS} epochs; keep `steps_per_epoch` as lab 2 has it).")
         _pattern(r, batches)
         m = _multiplier(r, batches)
         multipliers.add(m)
-        per_epoch: list[list[float | None]] = []
-        at = 0
-        for ep in st.epochs:
-            n = min(len(ep.moved), len(ep.reduced), len(ep.reduced_norm), len(ep.lr))
-            per_epoch.append([lr * m if lr is not None else None for (_, k, _, lr) in batches[at:at + n] if k])
-            at += n
-        rates[f"rank {r}"] = per_epoch
-    said = lr_rule.judge(rates, BASE_LR, ev.np * K, words(ev.np)).replace("at the first batch", "at the first update")
-    how = "averaged" if multipliers == {1} else "summed"
-    return (f"each rank all-reduced and applied its gradients once every {K} batches ({how} over them); "
-            f"the effective rate: {said}")
+        rates[f"rank {r}"] = [[b.lr * m if b.lr is not None else None for b in ep if b.reduced] for ep in epochs]
+    summed = multipliers != {1}
+    try:
+        said = lr_rule.judge(rates, BASE_LR, ev.np * K, words(ev.np))
+    except Failed as e:
+        if summed:
+            raise Failed(f"{e} (Your gradients were summed over the {K} batches, not averaged, so each update used {K} "
+                         "times the optimizer's rate: that effective rate is the one judged.)") from None
+        raise
+    said = said.replace("at the first batch", "at the first update")
+    return (f"each rank all-reduced and applied its gradients once every {K} batches "
+            f"({'summed' if summed else 'averaged'} over them); the effective rate: {said}")
 
 
 def _stats(ev: Evidence, rank: int, moment: str) -> np.ndarray | None:
@@ -223,7 +238,7 @@ def step_2(ev: Evidence) -> str:
                      "`horovod.tensorflow.SyncBatchNormalization`.")
     _horovod_script(ev)
     model = ev.state(0).model
-    if model is None or not model.non_trainable:
+    if model is not None and not model.non_trainable:
         raise Failed("the model has no moving statistics (non-trainable variables) to compare: keep the "
                      "WideResNet's BatchNormalization layers, and with --sync-bn make them SyncBatchNormalization.")
     start, b1, end = (_stats(ev, 0, m) for m in ("init", "b1", "final"))
@@ -244,8 +259,8 @@ def step_2(ev: Evidence) -> str:
                     "`horovod.tensorflow.SyncBatchNormalization` (give each a name of its own): it all-reduces the "
                     "statistics over the workers. Keras's SyncBatchNormalization synchronises only under a "
                     "tf.distribute strategy, not across Horovod's processes.")
-    return (f"every rank's {model.non_trainable} moving-statistic values were the same after the second batch and "
-            "at the end of training: each BatchNorm layer normalised with the global batch's statistics")
+    return ("every rank's moving statistics were the same after the second batch and at the end of training: each "
+            "BatchNorm layer normalised with the global batch's statistics")
 
 
 def step_3(ev: Evidence) -> str:
@@ -254,11 +269,12 @@ def step_3(ev: Evidence) -> str:
                      "choices=[\"fp32\", \"bf16\", \"fp16\"], default=\"fp32\")`; with bf16, call "
                      "`tf.keras.mixed_precision.set_global_policy(\"mixed_bfloat16\")` before building the model.")
     _horovod_script(ev)
+    counted = ""
     for r in range(ev.np):
         model = ev.state(r).model
         if model is None:
             raise Failed(f"the dtypes of rank {r}'s model could not be read.")
-        weighted = [layer for layer in model.layers if layer.variables]
+        weighted = [layer for layer in model.layers if _floating(layer.variables)]
         low = [layer for layer in weighted if layer.compute in LOW]
         if not low:
             raise Failed(f"with --precision bf16 every layer of rank {r}'s model computed in float32: call "
@@ -272,23 +288,26 @@ def step_3(ev: Evidence) -> str:
             raise Failed(f"with --precision bf16 most of rank {r}'s layers ({', '.join(full[:4])}, ...) still computed "
                          "in float32: set the policy before any layer is created; only the last layer should keep "
                          "float32.")
-        narrow = sorted({layer.name for layer in weighted for d in layer.variables if d != "float32"})
+        narrow = {d for layer in weighted for d in _floating(layer.variables)} - {"float32"}
         if narrow:
-            raise Failed(f"rank {r}'s layers {', '.join(narrow[:4])} keep their variables in "
-                         f"{'/'.join(sorted({d for layer in weighted for d in layer.variables} - {'float32'}))}: use "
-                         "the mixed policy \"mixed_bfloat16\" (bfloat16 compute, float32 variables), not \"bfloat16\": "
-                         "updates too small for bfloat16's 8 bits of mantissa would be lost.")
-        if model.outputs is None:
-            raise Failed("the dtype of the model's output could not be read: build the model with the functional "
-                         "API, as the lab's wide_resnet does.")
-        if any(d != "float32" for d in model.outputs):
-            raise Failed(f"with --precision bf16 rank {r}'s model returns {'/'.join(model.outputs)}: give its last "
-                         "layer `dtype=\"float32\"`, so that the softmax and the loss are computed in float32.")
-    model = ev.state(0).model
-    weighted = [layer for layer in model.layers if layer.variables] if model else []
-    n = len([layer for layer in weighted if layer.compute in LOW])
-    return (f"{n} of the model's {len(weighted)} layers with variables computed in bfloat16, every variable was "
-            "float32, and so was the model's output, on every rank")
+            names = sorted({layer.name for layer in weighted if set(_floating(layer.variables)) & narrow})
+            kept = "/".join(sorted(narrow))
+            raise Failed(f"rank {r}'s layers {', '.join(names[:4])} keep their variables in {kept}: "
+                         "use the mixed policy \"mixed_bfloat16\" (bfloat16 compute, float32 variables), not "
+                         "\"bfloat16\": updates too small for bfloat16's 7 bits of mantissa would be lost.")
+        # A model built by subclassing has no symbolic outputs: its last layer's dtype is what it returns.
+        outputs = model.outputs if model.outputs is not None else [weighted[-1].compute or "?"] if weighted else []
+        if any(d != "float32" for d in outputs):
+            raise Failed(f"with --precision bf16 rank {r}'s model returns {'/'.join(outputs)}: give its last layer "
+                         "`dtype=\"float32\"`, so that the softmax and the loss are computed in float32.")
+        counted = f"{len(low)} of the model's {len(weighted)} layers with variables"
+    return (f"{counted} computed in bfloat16, every variable was float32, and so was the model's output, on every "
+            "rank")
+
+
+def _floating(dtypes: list[str]) -> list[str]:
+    """The floating-point dtypes among a layer's variables (a counter kept as an integer is no precision)."""
+    return [d for d in dtypes if "float" in d]
 
 
 STEPS = [step_1, step_2, step_3]

@@ -2,9 +2,10 @@
 
 The small-mode model (WRN-16-1, :func:`labkit.instrument.calib_workload.wide_resnet_16_1`: plain tf.keras, nothing of
 a lab's solution) trains on batches of 32 of the course's images with the lab's input pipeline, under ``--policy``
-(``float32`` or ``mixed_bfloat16``: the layers compute in bfloat16, the variables stay float32, the output is cast
-to float32). The first ``--warmup`` batches (tracing, first allocations) are not timed; the next ``--batches`` are.
-It prints one JSON line, :class:`labkit.measure.precision.Speed`'s fields.
+(``float32`` or ``mixed_bfloat16``: the layers compute in bfloat16, the variables stay float32, and the last layer,
+the softmax, computes in float32 as lab 9's script has it). The first ``--warmup`` batches (tracing, first
+allocations) are not timed; the next ``--batches`` are. It prints one JSON line, the fields of
+:class:`labkit.measure.precision.Speed`.
 
     python -m labkit.instrument.precision_workload --policy mixed_bfloat16 --batches 40
 """
@@ -23,9 +24,12 @@ BATCH = calib_workload.BATCH
 
 
 def model(tf: Any) -> Any:
-    """The course's model under the global policy, its output float32 (the softmax and the loss in full precision)."""
+    """The course's model under the global policy, its last layer float32 (the softmax and the loss in full
+    precision), as lab 9's script builds it."""
     inner = calib_workload.wide_resnet_16_1()
-    out = tf.keras.layers.Activation("linear", dtype="float32")(inner.outputs[0])
+    features = inner.layers[-2].output  # the global average pooling, before the classifier
+    out = tf.keras.layers.Dense(10, activation="softmax", kernel_regularizer=tf.keras.regularizers.l2(5e-6),
+                                dtype="float32")(features)
     return tf.keras.Model(inner.inputs, out, name="wrn_16_1_output_float32")
 
 

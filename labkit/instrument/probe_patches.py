@@ -175,6 +175,10 @@ def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) ->
             self.test_batches = 0
             self.in_fit_test = False
             self.rates: list[float | None] = []
+            self.moved: list[float] = []  # per training batch: the weights' move, gradients all-reduced, their norm
+            self.reduced: list[int] = []
+            self.reduced_norm: list[float] = []
+            self.last: Any = None  # the flat weights at the end of the last batch
 
         def on_train_begin(self, logs: Any = None) -> None:
             rank.weights["init"] = self.last = _flat_weights(self.model)
@@ -187,13 +191,12 @@ def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) ->
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch, self.train_batches, self.test_batches, self.rates = epoch, 0, 0, []
-            self.moved: list[float] = []
-            self.reduced: list[int] = []
-            self.reduced_norm: list[float] = []
+            self.moved, self.reduced, self.reduced_norm = [], [], []
             self.first = getattr(self, "first", epoch)  # the first epoch this fit runs (initial_epoch)
             rank.state.epoch = epoch
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            _tally(rank)  # what ran between training batches (fit's validation) is not this batch's
             self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
             if self.epoch == self.first and batch == 1:
                 rank.weights["b1_begin"] = _flat_weights(self.model)
@@ -203,9 +206,10 @@ def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) ->
 
             self.train_batches += 1
             now = _flat_weights(self.model)
-            self.moved.append(float(np.linalg.norm(now - self.last)) if now.shape == self.last.shape else -1.0)
+            same = self.last is not None and now.shape == self.last.shape
+            self.moved.append(float(np.linalg.norm(now - self.last)) if same else -1.0)
             self.last = now
-            n, norm = rank.tally.take() if rank.tally is not None else (0, 0.0)
+            n, norm = _tally(rank)
             self.reduced.append(n)
             self.reduced_norm.append(norm)
             rank.progress("training", self.epoch, self.train_batches)
@@ -239,6 +243,15 @@ def make_probe_callback(tf: Any, epoch_reads: list[CallbackRead], rank: Rank) ->
             rank.milestone("train_end")
 
     return Probe()
+
+
+def _tally(rank: Rank) -> tuple[int, float]:
+    """The gradients all-reduced since the last call, and their norm (none when the tally cannot be read: observing
+    never breaks the script)."""
+    try:
+        return rank.tally.take() if rank.tally is not None else (0, 0.0)
+    except Exception:  # noqa: BLE001
+        return 0, 0.0
 
 
 def _save_weights(rank: Rank) -> None:

@@ -74,6 +74,12 @@ class Reference:
     def median(self, policy: str) -> float:
         return float(statistics.median(self.of(policy)))
 
+    def typical(self, policy: str) -> Speed:
+        """``policy``'s speed as the median of the repeats."""
+        runs = [s for s in self.speeds if s.policy == policy]
+        return Speed(policy, runs[0].batches, float(statistics.median(s.seconds for s in runs)), self.median(policy),
+                     runs[0].compute_dtypes)
+
     def ratios(self) -> list[float]:
         """Mixed bfloat16's images/sec over float32's, in each repeat."""
         return [b / f for f, b in zip(self.of("float32"), self.of("mixed_bfloat16"), strict=True)]

@@ -1,9 +1,9 @@
 """Lab 9's measurement cell: mixed precision on this machine, beside the course's reference.
 
-``scale_lab.precision()`` times the course's model in float32 and in mixed bfloat16 (:mod:`labkit.measure.precision`,
-one process each, nothing of the learner's script or of a solution), then prints both speeds and the course's
-reference, made on an idle machine (``labs/reference/precision.json``). In quick mode (the test suite's) each
-policy times a few batches.
+``scale_lab.precision_speed()`` times the course's model in float32 and in mixed bfloat16
+(:mod:`labkit.measure.precision`, one process each, nothing of the learner's script or of a solution), then prints
+both speeds and the course's reference, made on an idle machine (``labs/reference/precision.json``), the median of
+its repeats. In quick mode (the test suite's) each policy times a few batches.
 """
 
 from __future__ import annotations
@@ -38,7 +38,5 @@ def precision_speed(batches: int = precision.BATCHES) -> list[precision.Speed]:
     ratios = ", ".join(f"{r:.2f}" for r in ref.ratios())
     print(f"\nThe course's reference ({ref.made.machine}, {ref.made.date}{load}; {ref.made.command}): the median "
           f"of {len(ref.ratios())} repeats (mixed bfloat16 over float32 in each: {ratios}):")
-    medians = [precision.Speed(s.policy, s.batches, s.seconds, ref.median(s.policy), s.compute_dtypes)
-               for s in ref.speeds if s.policy in POLICIES][:len(POLICIES)]
-    print(_table(medians))
+    print(_table([ref.typical(policy) for policy in POLICIES]))
     return speeds

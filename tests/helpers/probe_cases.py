@@ -264,6 +264,8 @@ CASES: list[Case] = [
     Case("at-scale", "summed_and_scaled", AT_SCALE, 0, "above",
          (("average_aggregated_gradients=True", "average_aggregated_gradients=False"),)),
     Case("at-scale", "rate_not_scaled", AT_SCALE, 0, "rose to", (("    base_lr *= args.accumulate\n", ""),)),
+    Case("at-scale", "rate_scaled_twice", AT_SCALE, 0, "above",  # by K again where the workers were meant
+         (("    base_lr *= args.accumulate\n", "    base_lr *= args.accumulate ** 2\n"),)),
     Case("at-scale", "keras_sync_bn", AT_SCALE, 1, "horovod.tensorflow.SyncBatchNormalization",
          (("norm = SyncBatchNormalization if", "norm = tf.keras.layers.experimental.SyncBatchNormalization if"),)),
     Case("at-scale", "pure_bfloat16", AT_SCALE, 0, "mixed_bfloat16",

@@ -9,11 +9,11 @@ import pytest
 from labkit.check import lab_at_scale as at
 from labkit.check.verdict import Failed
 
-RATES = [[0.04, 0.048, 0.056, 0.064, 0.072, 0.08], [0.08] * 6]  # warmed up over the first epoch to 0.02 x 2 x 2
+RATES = [[0.06, 0.072, 0.084, 0.096, 0.108, 0.12], [0.12] * 6]  # warmed up over the first epoch to 0.02 x 2 x 3
 NORM = 3.0  # the norm of what an all-reduce returned
 
 
-def _epochs(rank: int, reduce_every: int = 2, move_every: int = 2, step: float = 1 / at.K,
+def _epochs(rank: int, reduce_every: int = at.K, move_every: int = at.K, step: float = 1 / at.K,
             rates: list[list[float]] = RATES) -> list[dict[str, Any]]:
     """Two epochs of 6 batches: all-reduces at every ``reduce_every``-th batch, moves at every ``move_every``-th,
     an update of ``step`` x rate x the all-reduced norm (1/K: the K batches' gradients averaged)."""
@@ -25,7 +25,7 @@ def _epochs(rank: int, reduce_every: int = 2, move_every: int = 2, step: float =
             reduced.append(30 if i % reduce_every == 0 else 0)
             norms.append(NORM if i % reduce_every == 0 else 0.0)
             moves = i % move_every == 0 or (rank and i == 1)  # another rank's first batch: rank 0's broadcast
-            moved.append(step * lr * NORM if moves else 0.0)
+            moved.append(step * (lr or 0.1) * NORM if moves else 0.0)
         out.append({"epoch": e, "train_batches": len(lrs), "lr": lrs, "moved": moved, "reduced": reduced,
                     "reduced_norm": norms})
     return out
@@ -38,8 +38,8 @@ def _layers(compute: str = "bfloat16", variables: str = "float32") -> list[dict[
 
 
 def evidence(epochs: Any = _epochs, stats: dict[str, list[float]] | None = None, layers: Any = None,
-             outputs: list[str] | None = None, non_trainable: int = 64, errors: dict[int, str] | None = None,
-             covers: int = 3) -> dict[str, Any]:
+             outputs: tuple[str, ...] | None = ("float32",), non_trainable: int = 64,
+             errors: dict[int, str] | None = None, covers: int = 3) -> dict[str, Any]:
     """A 2-rank run of lab 9's check that trained to the end (``errors``: ranks that crashed instead)."""
     base = {"init": [0.0] * 8, "b1": [1.0] * 8, "final": [2.0] * 8}
     stats = stats or {}
@@ -50,8 +50,8 @@ def evidence(epochs: Any = _epochs, stats: dict[str, list[float]] | None = None,
         states[str(r)] = {
             "milestones": milestones, "hvd": {"initialized": True, "rank": r, "size": 2},
             "epochs": [] if crashed else epochs(r),
-            "model": {"layers": layers if layers is not None else _layers(), "outputs": outputs or ["float32"],
-                      "non_trainable": non_trainable},
+            "model": {"layers": layers if layers is not None else _layers(),
+                      "outputs": list(outputs) if outputs is not None else None, "non_trainable": non_trainable},
             "error": {"type": "TypeError", "message": crashed, "traceback": ""} if crashed else None}
         weights[str(r)] = {f"stats_{m}": stats.get(f"{r}.{m}", v) for m, v in base.items()}
         ranks[str(r)] = {"exit": 1 if crashed else 0}
@@ -65,8 +65,8 @@ def judge(step: int, data: dict[str, Any]) -> str:
 
 def test_the_finished_script_passes_every_step() -> None:
     data = evidence()
-    assert "once every 2 batches (averaged over them)" in judge(1, data)
-    assert "0.08" in judge(1, data)
+    assert "once every 3 batches (averaged over them)" in judge(1, data)
+    assert "0.12" in judge(1, data) and "once every 3 batches" in judge(1, data)
     assert "the same after the second batch" in judge(2, data)
     assert "16 of the model's 17 layers with variables computed in bfloat16" in judge(3, data)
 
@@ -80,17 +80,24 @@ def test_summed_gradients_at_the_workers_rate_are_the_same_update_and_pass() -> 
 @pytest.mark.parametrize(("epochs", "message"), [
     (lambda r: _epochs(r, reduce_every=1, move_every=1), "still all-reduced its gradients at every batch"),
     (lambda r: _epochs(r, move_every=1), "weights changed at every batch"),
-    (lambda r: _epochs(r, reduce_every=3, move_every=3), "once every 2 batches (2, 4, 6"),
+    (lambda r: _epochs(r, reduce_every=2, move_every=2), "once every 3 batches (3, 6, 9"),
     (lambda r: _epochs(r, reduce_every=10**6), "all-reduced no gradients"),
-    (lambda r: _epochs(r, step=0.35), "times the learning rate times the average gradient"),
-    (lambda r: _epochs(r, step=1.0), "above --base-lr 0.02 × 4"),
-    (lambda r: _epochs(r, rates=[[x / 2 for x in ep] for ep in RATES]), "rose to 0.04 at most"),
+    (lambda r: _epochs(r, step=0.15), "times the learning rate times the average gradient"),
+    (lambda r: _epochs(r, step=1.0), "summed over the 3 batches, not averaged"),
+    (lambda r: _epochs(r, rates=[[x / 2 for x in ep] for ep in RATES]), "rose to 0.06 at most"),
+    (lambda r: _epochs(r, rates=[[None] * 6, [None] * 6]), "could not be read"),
     (lambda r: [{**e, "lr": e["lr"][:2], "moved": e["moved"][:2], "reduced": e["reduced"][:2],
                  "reduced_norm": e["reduced_norm"][:2]} for e in _epochs(r)][:1], "too few"),
 ])
 def test_accumulation_that_is_not_is_told_what_to_change(epochs: Any, message: str) -> None:
     with pytest.raises(Failed, match=message.replace("(", r"\(").replace(".", r"\.").replace("×", ".")):
         judge(1, evidence(epochs))
+
+
+def test_rank_1s_first_batch_moved_by_the_broadcast_is_not_named_as_an_update() -> None:
+    with pytest.raises(Failed, match=r"rank 0's weights changed at every batch") as e:
+        judge(1, evidence(lambda r: _epochs(r, move_every=1)))
+    assert "rank 1" not in str(e.value)
 
 
 def test_a_script_without_the_option_is_told_to_add_it() -> None:
@@ -136,7 +143,8 @@ def test_statistics_that_are_not_the_global_batchs_fail_step_2(kw: dict[str, Any
     ({"layers": _layers(compute="float32")}, "every layer of rank 0's model computed in float32"),
     ({"layers": _layers(compute="float16")}, "computed in float16"),
     ({"layers": _layers(variables="bfloat16")}, "not \"bfloat16\""),
-    ({"outputs": ["bfloat16"]}, "dtype=\"float32\""),
+    ({"outputs": ("bfloat16",)}, "dtype=\"float32\""),
+    ({"outputs": None, "layers": _layers()[:-2] + [_layers()[-1]]}, "returns bfloat16"),  # subclassed, last bf16
     ({"layers": [{"name": f"c{k}", "compute": "float32", "variables": ["float32"]} for k in range(9)]
       + [{"name": "d", "compute": "bfloat16", "variables": ["float32"]}]}, "most of rank 0's layers"),
 ])
@@ -145,7 +153,14 @@ def test_precision_that_is_not_mixed_bfloat16_fails_step_3(kw: dict[str, Any], m
         judge(3, evidence(**kw))
 
 
+def test_correct_models_written_otherwise_pass_step_3() -> None:
+    counter = {"name": "normalization", "kind": "Normalization", "compute": "bfloat16",
+               "variables": ["float32", "int64"]}  # a count kept as an integer is no precision
+    assert "computed in bfloat16" in judge(3, evidence(layers=[*_layers(), counter]))
+    assert "computed in bfloat16" in judge(3, evidence(outputs=None))  # subclassed: its last layer is float32
+
+
 def test_each_step_runs_with_the_options_of_the_steps_before_it() -> None:
     assert at.upto(1) == 1 and at.upto(3) == 3 and at.upto(9) == 3
     assert "--accumulate" in at.run_args(1) and "--sync-bn" not in at.run_args(1)
-    assert at.run_args(3)[-5:] == ["--accumulate", "2", "--sync-bn", "--precision", "bf16"]
+    assert at.run_args(3)[-5:] == ["--accumulate", "3", "--sync-bn", "--precision", "bf16"]

@@ -149,3 +149,38 @@ def test_a_failing_observation_never_breaks_the_script(probed: Path, rank: Rank)
 
     probe_allreduce.patch(fake, rank, eager=broken)
     assert fake._allreduce(_Tensor("float32")) == "reduced" and not probed.exists()
+
+
+def test_horovods_sync_batch_norm_all_reduces_past_the_names_the_tally_counts() -> None:
+    """Lab 9's step 1 counts the gradient all-reduces of each batch; Horovod's SyncBatchNormalization all-reduces
+    its statistics every batch through ``mpi_ops._allreduce`` imported into its own module, which the probe does not
+    patch. If Horovod moves it onto ``horovod.tensorflow._allreduce``, a script with --sync-bn would seem to
+    all-reduce at every batch: this fails first."""
+    source = (_horovod_tensorflow() / "sync_batch_norm.py").read_text()
+    tree = ast.parse(source)
+    imported = {(node.module, alias.name) for node in tree.body if isinstance(node, ast.ImportFrom)
+                for alias in node.names}
+    assert ("horovod.tensorflow.mpi_ops", "_allreduce") in imported
+    calls = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert "_allreduce" in calls and "allreduce" not in calls
+
+
+def test_the_tally_counts_only_the_all_reduces_that_ran() -> None:
+    """An all-reduce in a branch the step does not take (Horovod's accumulation between updates) adds nothing."""
+    tf = pytest.importorskip("tensorflow")
+    tally = probe_allreduce.Tally(tf)
+
+    @tf.function
+    def step(reduce_now: Any) -> Any:
+        def reduced() -> Any:
+            out = tf.constant([3.0, 4.0]) * 1.0
+            tally.add([out])
+            return out
+
+        return tf.cond(reduce_now, reduced, lambda: tf.zeros(2))
+
+    step(tf.constant(False))
+    assert tally.take() == (0, 0.0)
+    step(tf.constant(True))
+    assert tally.take() == (1, 5.0)
+    assert tally.take() == (0, 0.0)  # taken: the tally starts again
