@@ -58,11 +58,15 @@ def _project(w: np.ndarray) -> list[float]:
 
 
 def _weights(path: Path) -> dict[str, list[float]] | None:
-    """A rank's weight snapshots, projected; None for a file that is missing, larger than :data:`WEIGHTS_LIMIT` or
-    no NumPy archive of arrays (the learner's script runs in the process that writes it, and may have written it)."""
+    """A rank's weight snapshots, projected; None for a file that is missing, larger than :data:`WEIGHTS_LIMIT` (on
+    disk or decompressed) or no NumPy archive of arrays (the learner's script runs in the process that writes it, and
+    may have written it)."""
     try:
         if path.stat().st_size > WEIGHTS_LIMIT:
             return None
+        with zipfile.ZipFile(path) as archive:  # what the arrays would take once decompressed
+            if sum(member.file_size for member in archive.infolist()) > WEIGHTS_LIMIT:
+                return None
         with np.load(path, allow_pickle=False) as z:
             return {k: _project(np.asarray(z[k], dtype=np.float64).ravel()) for k in z.files}
     except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile):

@@ -122,7 +122,7 @@ def get(name: str) -> Lab:
     return LABS[name]
 
 
-def continued(lab: Lab) -> list[Lab]:
+def lineage(lab: Lab) -> list[Lab]:
     """The labs whose finished scripts ``lab`` continues, in order, the one that starts the script first (none
     for a lab that starts from its own starter): lab 9 continues lab 8, which continues lab 2."""
     chain: list[Lab] = []

@@ -155,7 +155,7 @@ def generate(check: bool = False, root: Path | None = None, targets: list[Target
 def continued(lab: labs.Lab) -> list[Target]:
     """The step solutions of a lab that continues another lab's finished script, from the template of the lab
     that chain starts from: its step k is the version after every earlier lab's steps, plus k."""
-    chain = labs.continued(lab)
+    chain = labs.lineage(lab)
     before, base = sum(earlier.n_steps for earlier in chain), chain[0]
     template = own_template(base)[0].template
     return [Target(template, before + k, f"solutions/{lab.stem}_after_step_{k:02d}.py",

@@ -172,6 +172,7 @@ FIGURES: dict[str, Callable[[Measured], str]] = {
     "lab8.ips_1gbit": lambda m: f"{round(m.link('1gbit')['images_per_sec'])}",
     "lab9.bf16_ratio": lambda m: f"{m.precision_runs.ratio():.2f}",
     "lab9.bf16_ratio_range": lambda m: f"{min(m.precision_runs.ratios()):.2f} to {max(m.precision_runs.ratios()):.2f}",
+    "lab9.reference_machine": lambda m: m.precision_runs.made.machine,
     "lab9.bf16_ips": lambda m: f"{round(m.speed('mixed_bfloat16'))}",
     "lab9.fp32_ips": lambda m: f"{round(m.speed('float32'))}",
 }

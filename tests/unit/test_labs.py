@@ -15,7 +15,7 @@ ROOT = labs.ROOT
 def test_registry_matches_the_files(lab: labs.Lab) -> None:
     starter = "".join((ROOT / "labs" / name).read_text() for name in lab.files)  # a file per step: all of them
     todo_steps = {int(n) for n in re.findall(r"TODO: Step (\d+)", starter)}
-    first = labs.continued(lab)[0] if lab.builds_on else lab  # a lab that continues others: the first one's TODOs
+    first = labs.lineage(lab)[0] if lab.builds_on else lab  # a lab that continues others: the first one's TODOs
     assert todo_steps == set(range(1, first.n_steps + 1)), f"{lab.files} have TODOs for steps {sorted(todo_steps)}"
     for k in range(1, lab.n_steps + 1):  # each step's TODO is in the file the step asks for
         assert f"TODO: Step {k}" in (ROOT / "labs" / lab.step_file(k)).read_text() or lab.builds_on
@@ -33,10 +33,10 @@ def test_a_lab_that_continues_another_shares_its_starter_not_its_solutions() -> 
     continuing = [lab for lab in labs.LABS.values() if lab.builds_on]
     assert [lab.name for lab in continuing] == ["communication", "at-scale"]
     for lab in continuing:
-        first, before = labs.continued(lab)[0], labs.get(lab.builds_on)
+        first, before = labs.lineage(lab)[0], labs.get(lab.builds_on)
         assert lab.starter == first.starter and names.index(before.name) < names.index(lab.name)
         assert labs.by_script(lab.starter) is first  # the script's own lab is the one it started in
-    assert [x.name for x in labs.continued(labs.get("at-scale"))] == ["horovod", "communication"]
+    assert [x.name for x in labs.lineage(labs.get("at-scale"))] == ["horovod", "communication"]
     assert labs.get("communication").solution(1).name == "fashion_mnist_communication_after_step_01.py"
     assert labs.get("horovod").stem == "fashion_mnist"
 

@@ -45,6 +45,10 @@ def test_weight_snapshots_a_script_broke_are_left_out(tmp_path: Path, monkeypatc
     np.savez(pickled, init=np.array([{"a": 1}], dtype=object))
     assert hvd_runs._weights(pickled) is None  # never unpickled
     assert hvd_runs._weights(tmp_path / "missing.npz") is None
+    bomb = tmp_path / "bomb.npz"
+    np.savez_compressed(bomb, init=np.zeros(100_000))  # about 800 KB of arrays in a small file
+    monkeypatch.setattr(hvd_runs, "WEIGHTS_LIMIT", 100_000)
+    assert bomb.stat().st_size < 100_000 and hvd_runs._weights(bomb) is None  # too large once decompressed
     monkeypatch.setattr(hvd_runs, "WEIGHTS_LIMIT", 100)
     assert hvd_runs._weights(ok) is None  # larger than the limit: not even opened
 
