@@ -1,9 +1,10 @@
-"""Lab 9's three steps, judged from one probed 2-rank run of the learner's Horovod script with the lab's options.
+"""Lab 9's four steps, judged from one probed 2-rank run of the learner's Horovod script with the lab's options.
 
 :func:`collect` runs the script as the Horovod lab's check does (:func:`labkit.check.hvd_runs.run`: 2 ranks, a tiny
 slice of data that differs per rank, narrow convolutions) for two epochs, warmed up over the first, with
-``--accumulate 2``, then ``--sync-bn`` and ``--precision bf16`` for the steps asked. An option a script does not
-have yet is tolerated while an earlier step is judged; the step that asks for it says to add it.
+``--accumulate 3``, then ``--sync-bn``, ``--precision bf16`` and ``--profile-dir profile`` for the steps asked. An
+option a script does not have yet is tolerated while an earlier step is judged; the step that asks for it says to
+add it.
 
 What each step reads, all of it what the ranks did:
 
@@ -17,12 +18,16 @@ What each step reads, all of it what the ranks did:
 2. the model's non-trainable values (BatchNorm's moving statistics) on every rank after the second batch and at
    the end of training: equal on all ranks when each layer normalised with the global batch's statistics, apart
    when each used its own. A broadcast at the end would make only the last equal;
-3. the dtype each layer computes in, the dtypes of its variables and of the model's output, as ``fit`` began.
+3. the dtype each layer computes in, the dtypes of its variables and of the model's output, as ``fit`` began;
+4. with ``--profile-dir profile`` and each rank in a folder of its own (as on separate nodes), what each rank left
+   there: rank 0 a TensorFlow profile holding training steps (:mod:`labkit.figures.step_profile`), every other rank
+   nothing. Any way of profiling that writes the trace passes (the profiler's start and stop, its context manager,
+   Keras's TensorBoard callback).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +38,17 @@ from labkit.check import lr_rule
 from labkit.check.hvd_lr import BASE_LR
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
+from labkit.figures import step_profile
 from labkit.records import hvd_probe
-from labkit.records.hvd_probe import Evidence, RankRecord
+from labkit.records.hvd_probe import Evidence, Profiled, RankRecord
 
 evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
 K = 3  # --accumulate: not the 2 workers, so that a rate scaled by one cannot pass for the other
 EPOCHS = 2  # the first warms the rate up, the second runs at the scaled rate
 RUN_ARGS = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--base-lr",
             str(BASE_LR), "--target-accuracy", "2", "--warmup-epochs", "1"]
-OPTIONS = (["--accumulate", str(K)], ["--sync-bn"], ["--precision", "bf16"])  # what each step adds
+PROFILE_DIR = "profile"  # relative: each rank runs in a folder of its own, so each rank's profile lands in its own
+OPTIONS = (["--accumulate", str(K)], ["--sync-bn"], ["--precision", "bf16"], ["--profile-dir", PROFILE_DIR])
 SAME_STATS = 1e-5  # relative spread of the ranks' moving statistics that counts as equal (float32 rounding)
 LOW = frozenset({"bfloat16", "float16"})
 ACCUMULATE = ("pass `backward_passes_per_step=args.accumulate` and `average_aggregated_gradients=True` to "
@@ -71,9 +78,25 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     options of steps 2 and 3 still runs, for the steps before them."""
     args = run_args(upto)
     tolerate = tuple(option[0] for option in OPTIONS[1:upto])
-    ev = hr.run(script, args, work / "probe", work / "run", timeout, epochs=EPOCHS, tolerate=tolerate)
+    profiling = upto >= 4  # each rank in a folder of its own (as on separate nodes): whose profile is whose
+    ev = hr.run(script, args, work / "probe", work / "run", timeout, own_folders=profiling, epochs=EPOCHS,
+                tolerate=tolerate)
     ev["lab"], ev["args"] = "at-scale", args
+    if profiling:
+        ev["profiles"] = {str(r): asdict(profiled(work / "run" / f"rank{r}" / PROFILE_DIR)) for r in range(hr.NP)}
     return ev
+
+
+def profiled(folder: Path) -> Profiled:
+    """What a rank's profile folder holds: its trace files, and the training steps of the newest."""
+    found = step_profile.traces(folder)
+    if not found:
+        return Profiled()
+    try:
+        prof = step_profile.read(found[-1])
+    except step_profile.ProfileError as e:
+        return Profiled(len(found), error=str(e)[-300:])
+    return Profiled(len(found), len(prof.steps), sum(s.collectives for s in prof.steps))
 
 
 def _refused(ev: Evidence, option: str) -> bool:
@@ -310,4 +333,33 @@ def _floating(dtypes: list[str]) -> list[str]:
     return [d for d in dtypes if "float" in d]
 
 
-STEPS = [step_1, step_2, step_3]
+PROFILE = ("start the profiler on rank 0 only (`hvd.rank() == 0`) at a training batch, "
+           "`tf.profiler.experimental.start(args.profile_dir)`, and stop it a few batches later, "
+           "`tf.profiler.experimental.stop()` (a callback's on_train_batch_begin and on_train_batch_end)")
+
+
+def step_4(ev: Evidence) -> str:
+    if _refused(ev, OPTIONS[3][0]):
+        raise Failed("the script does not accept --profile-dir: add `p.add_argument(\"--profile-dir\", default=\"\")` "
+                     "to parse_args; when it is given, " + PROFILE + ".")
+    _horovod_script(ev)
+    mine = ev.profiles.get(0, Profiled())
+    if mine.error:
+        raise Failed(f"rank 0's profile could not be read: {mine.error}")
+    if not mine.files:
+        raise Failed(f"rank 0 wrote no profile into --profile-dir (the check ran your script with `--profile-dir "
+                     f"{PROFILE_DIR}` for {EPOCHS} epochs of a few batches each): {PROFILE}. TensorFlow writes the "
+                     "trace when the profiler stops: a profiler never stopped leaves nothing.")
+    if not mine.steps:
+        raise Failed("rank 0's profile holds no training step: the profiler ran before or after fit's batches, not "
+                     "during them; " + PROFILE + ".")
+    others = [r for r, p in sorted(ev.profiles.items()) if r != 0 and p.files]
+    if others:
+        raise Failed(f"rank {others[0]} wrote a profile too: profile on rank 0 only (`if args.profile_dir and "
+                     "hvd.rank() == 0`). Every rank waits for the others at each all-reduce, so one rank's steps "
+                     "show the job's, and ranks sharing a host would write the same file.")
+    return (f"rank 0 profiled {mine.steps} training step(s) into --profile-dir ({mine.collectives} Horovod "
+            "collective(s) started in them), and no other rank profiled")
+
+
+STEPS = [step_1, step_2, step_3, step_4]

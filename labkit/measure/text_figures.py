@@ -4,7 +4,8 @@ A measured figure in a notebook's text or the instructor guide is written betwee
 ``<!--fig:lab6.one_worker_ips-->944<!--/fig-->`` (invisible in JupyterLab and on GitHub). :data:`FIGURES` says how
 each name is computed from the course's reference results (``labs/reference/results.json`` and ``runs.jsonl``,
 made by :mod:`labkit.measure.reference`; ``communication.json``, by :mod:`labkit.measure.comm_reference`;
-``precision.json``, by :mod:`labkit.measure.precision`).
+``precision.json``, by :mod:`labkit.measure.precision`; ``profile.json`` and its trace, by
+:mod:`labkit.measure.profile_reference`).
 ``labkit gen`` (``make gen``) rewrites every marked figure from the files; ``labkit gen --check`` fails when one is
 out of date, so results made again cannot leave the text quoting the old ones. A test also fails on a measured-
 looking figure outside the markers that is not listed as a prediction, a setting or a computed example
@@ -22,7 +23,8 @@ from typing import Any
 
 from labkit.course import labs
 from labkit.figures.scaling_model import efficiency
-from labkit.measure import precision, reference
+from labkit.figures import step_profile
+from labkit.measure import precision, profile_reference, reference
 from labkit.records import sweep
 
 MARK = re.compile(r"<!--fig:(?P<name>[\w.\-]+)-->(?P<value>.*?)<!--/fig-->", re.S)
@@ -85,6 +87,14 @@ class Measured:
 
     def speed(self, policy: str) -> float:
         return self.precision_runs.median(policy)
+
+    @cached_property
+    def profile(self) -> tuple[profile_reference.Reference, step_profile.Step]:
+        found = profile_reference.read(reference.folder())
+        typical = found[1].typical() if found else None
+        if found is None or typical is None:
+            raise FigureError(f"no {profile_reference.FILE} with a profiled training step among the reference results")
+        return found[0], typical
 
 
 def _speedup(m: Measured, name: str) -> float:
@@ -175,6 +185,11 @@ FIGURES: dict[str, Callable[[Measured], str]] = {
     "lab9.reference_machine": lambda m: m.precision_runs.made.machine,
     "lab9.bf16_ips": lambda m: f"{round(m.speed('mixed_bfloat16'))}",
     "lab9.fp32_ips": lambda m: f"{round(m.speed('float32'))}",
+    "lab9.profile_machine": lambda m: f"{m.profile[0].workers} workers on {m.profile[0].made.machine}",
+    "lab9.profile_step_ms": lambda m: f"{1e3 * m.profile[1].wall:.0f}",
+    "lab9.profile_allreduce_ms": lambda m: f"{1e3 * m.profile[1].allreduce:.0f}",
+    **{f"lab9.profile_{part}": lambda m, p=part: f"{100 * m.profile[1].share(p):.0f}"
+       for part in ("compute", "exposed", "input")},
 }
 # each sweep's speedup and efficiency at 2 workers, and its time to the target at 1 and 2 workers (s)
 SWEEPS = {"hvd": "horovod-sweep", "tf": "tf-sweep"}

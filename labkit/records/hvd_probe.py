@@ -204,6 +204,17 @@ class Allreduced:
 
 
 @dataclass(frozen=True)
+class Profiled:
+    """What a rank left in its ``--profile-dir`` (lab 9): how many trace files, and in the newest the training steps
+    and the Horovod collectives they started, or why it could not be read."""
+
+    files: int = 0
+    steps: int = 0
+    collectives: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Run:
     """One probed run of the script on ``np`` ranks."""
 
@@ -220,6 +231,7 @@ class Run:
     oom_kills: int = 0
     args: list[str] = field(default_factory=list)
     allreduce: dict[int, Allreduced] = field(default_factory=dict)  # the communication lab's run
+    profiles: dict[int, Profiled] = field(default_factory=dict)  # lab 9's run with --profile-dir, by rank
 
     def state(self, rank: int) -> RankRecord:
         """Rank ``rank``'s record (a ``KeyError`` for a rank that left none: the judges ask :func:`need` first)."""

@@ -1,15 +1,23 @@
-"""Lab 9's measurement cell: mixed precision on this machine, beside the course's reference.
+"""Lab 9's measurement cells: mixed precision on this machine, beside the course's reference; the learner's own
+profile.
 
 ``scale_lab.precision_speed()`` times the course's model in float32 and in mixed bfloat16
 (:mod:`labkit.measure.precision`, one process each, nothing of the learner's script or of a solution), then prints
 both speeds and the course's reference, made on an idle machine (``labs/reference/precision.json``), the median of
 its repeats. In quick mode (the test suite's) each policy times a few batches.
+
+``scale_lab.profile(SCRIPT)`` runs the learner's script on 2 workers with ``--profile-dir`` once its lab 9 step 4
+passed, and shows where rank 0's profiled steps spent their time (:mod:`labkit.figures.step_profile`); before that,
+the course's reference profile (:mod:`labkit.measure.profile_reference`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from labkit.figures import step_profile
 from labkit.instrument.precision_workload import POLICIES
-from labkit.measure import precision
+from labkit.measure import precision, profile_reference
 from labkit.ui import notebook
 
 QUICK_BATCHES = 3
@@ -40,3 +48,42 @@ def precision_speed(batches: int = precision.BATCHES) -> list[precision.Speed]:
           f"of {len(ref.ratios())} repeats (mixed bfloat16 over float32 in each: {ratios}):")
     print(_table([ref.typical(policy) for policy in POLICIES]))
     return speeds
+
+
+def _show(fig: Any) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:  # a plain interpreter: the figure is returned to the caller only
+        return
+    display(fig)
+
+
+def profile(script: str, epochs: int = 1) -> step_profile.Profile | None:
+    """``script`` on 2 workers with ``--profile-dir`` (a new folder under ``runs/``): rank 0's profiled steps, split
+    into compute, all-reduce, input and the rest, as a table and a picture; the course's reference profile while the
+    script has not passed lab 9's step 4."""
+    if notebook.ready(script, "at-scale", 4):
+        folder = notebook.new_folder("profile")
+        command = ["python", script, *notebook.args("--epochs", str(epochs), "--profile-dir", folder)]
+        print(f"running {' '.join(command)} on {profile_reference.WORKERS} workers ...", flush=True)
+        result = notebook.run(command, np=profile_reference.WORKERS)
+        if not result.ok:
+            print(result.summary())
+            return None
+        try:
+            prof = step_profile.read_folder(folder)
+        except step_profile.ProfileError as e:
+            print(f"{e}: rank 0 profiles when --profile-dir is given (lab 9, step 4)")
+            return None
+        print(f"rank 0's trace: {prof.path}")
+    else:
+        found = profile_reference.read()
+        if found is None:
+            print("(no reference profile in this course)")
+            return None
+        ref, prof = found
+        print(f"The course's reference: {ref.script} on {ref.workers} workers ({' '.join(ref.args)}), made on "
+              f"{ref.made.date} on {ref.made.machine} by `{ref.made.command}`.")
+    print(prof.summary())
+    _show(step_profile.figure(prof))
+    return prof

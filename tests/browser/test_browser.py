@@ -29,6 +29,7 @@ EXPECT = {
     "06_scaling.ipynb": {"images": 6, "widgets": 1},
     # the link against the model, two knobs, fp16 accuracy, the straggler, elastic, the script at several link rates
     "08_communication.ipynb": {"images": 7},
+    "09_at_scale.ipynb": {"images": 1},  # rank 0's profiled steps (the course's reference with the starters)
 }
 # With the starters nothing trains where a finished script is needed, so no progress widget there: the reference
 # results instead (the kill-and-resume timeline, the scaling plots, curves instead of the live dashboard).
@@ -36,7 +37,7 @@ STARTERS = {"03_mirrored_strategy.ipynb": {}, "04_multi_worker.ipynb": {"images"
             "06_scaling.ipynb": {"images": 6}}
 # Cells that need a finished script, by notebook: how many say so (and show the reference results) with starters.
 NEED_FINISHED = {"03_mirrored_strategy.ipynb": 1, "04_multi_worker.ipynb": 2, "05_parameter_server.ipynb": 2,
-                 "06_scaling.ipynb": 4, "08_communication.ipynb": 2}
+                 "06_scaling.ipynb": 4, "08_communication.ipynb": 2, "09_at_scale.ipynb": 1}
 SAYS_STARTER = "is still the starter: finish"
 
 

@@ -2,8 +2,9 @@
 
 The recorded cases (tests/helpers/probe_cases.py) cover each step's solution, the finished lab 8 script (no
 --accumulate), wrong scripts failing at the right step (accumulation ignored, the rate scaled twice or not at all,
-Keras's SyncBatchNormalization under Horovod, the pure bfloat16 policy, a bfloat16 output) and a correct script
-written another way (summed gradients at the workers' rate). Every message of the judges is tested on hand-made
+Keras's SyncBatchNormalization under Horovod, the pure bfloat16 policy, a bfloat16 output, a profile on every rank,
+a profiler never stopped, validation batches profiled) and correct scripts written another way (summed gradients at
+the workers' rate, the profiler's context manager around fit). Every message of the judges is tested on hand-made
 evidence in tests/unit/test_lab_at_scale_units.py."""
 
 from __future__ import annotations
@@ -27,6 +28,6 @@ def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_a_real_check_of_the_finished_script_passes_and_matches_its_recording(tmp_path: Path, running) -> None:
-    report = real_check_matches_recording(find("at-scale", "after_step_03"), tmp_path, running,
+    report = real_check_matches_recording(find("at-scale", "after_step_04"), tmp_path, running,
                                           "labkit.instrument.probe")
     assert report.seconds is not None and report.seconds < labs.get("at-scale").timeout

@@ -161,6 +161,42 @@ def test_correct_models_written_otherwise_pass_step_3() -> None:
 
 
 def test_each_step_runs_with_the_options_of_the_steps_before_it() -> None:
-    assert at.upto(1) == 1 and at.upto(3) == 3 and at.upto(9) == 3
+    assert at.upto(1) == 1 and at.upto(3) == 3 and at.upto(4) == 4 and at.upto(9) == 4
     assert "--accumulate" in at.run_args(1) and "--sync-bn" not in at.run_args(1)
     assert at.run_args(3)[-5:] == ["--accumulate", "3", "--sync-bn", "--precision", "bf16"]
+    assert at.run_args(4)[-2:] == ["--profile-dir", at.PROFILE_DIR]
+
+
+def profiled(**by_rank: dict[str, Any]) -> dict[str, Any]:
+    """The evidence of a run with --profile-dir: what each rank (``r0``, ``r1``) left in its folder."""
+    data = evidence(covers=4)
+    data["profiles"] = {k[1:]: v for k, v in by_rank.items()}
+    return data
+
+
+def test_a_profile_of_training_steps_on_rank_0_alone_passes_step_4() -> None:
+    said = judge(4, profiled(r0={"files": 1, "steps": 3, "collectives": 60}, r1={}))
+    assert "rank 0 profiled 3 training step(s)" in said and "60 Horovod" in said
+    assert "rank 0 profiled" in judge(4, profiled(r0={"files": 2, "steps": 40, "collectives": 0}))
+
+
+@pytest.mark.parametrize(("by_rank", "message"), [
+    ({"r0": {}, "r1": {}}, "rank 0 wrote no profile"),
+    ({}, "rank 0 wrote no profile"),
+    ({"r0": {"files": 1, "steps": 0}}, "holds no training step"),
+    ({"r0": {"files": 1, "error": "profile/x.xplane.pb: not a TensorFlow profile (DecodeError)"}},
+     "not a TensorFlow profile"),
+    ({"r0": {"files": 1, "steps": 3}, "r1": {"files": 1, "steps": 3}}, "rank 1 wrote a profile too"),
+    ({"r0": {}, "r1": {"files": 1, "steps": 3}}, "rank 0 wrote no profile"),  # rank 1 instead of rank 0
+])
+def test_a_profile_missing_empty_or_on_every_rank_fails_step_4(by_rank: dict[str, Any], message: str) -> None:
+    with pytest.raises(Failed, match=message):
+        judge(4, profiled(**by_rank))
+
+
+def test_a_script_without_profile_dir_is_told_to_add_it() -> None:
+    data = profiled()
+    for r in ("0", "1"):
+        data["states"][r]["ignored_args"] = ["--profile-dir"]
+    with pytest.raises(Failed, match="does not accept --profile-dir"):
+        judge(4, data)
