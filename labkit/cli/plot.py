@@ -23,9 +23,9 @@ def _cli(a) -> int:
 
     records = runs.read(a.runs)
     if a.script:
-        records = [r for r in records if a.script in str(r.get("script"))]
+        records = [r for r in records if a.script in str(r.script)]
     if a.bench:
-        records = [r for r in records if r.get("bench") == a.bench]
+        records = [r for r in records if r.extra.get("bench") == a.bench]
     if not records:
         print(f"labkit plot: no records in {runs.runs_file(a.runs)}", file=sys.stderr)
         return 1

@@ -16,19 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from labkit.records import sweep
+from labkit.records.runrecord import RunRecord
 
 IDEAL_STYLE = {"linestyle": "--", "color": "grey", "linewidth": 1}
 
 
-def framework(record: dict[str, Any]) -> str:
+def framework(record: RunRecord) -> str:
     """``horovod``, the tf.distribute strategy's name, or the launcher, for grouping records."""
-    strategy = record.get("strategy")
+    strategy = record.strategy
     if strategy:
         return "Horovod" if strategy == "horovod" else f"tf.distribute {strategy}"
-    return str(record.get("launcher") or "single process")
+    return str(record.launcher or "single process")
 
 
-def series(data: Any, by: Callable[[dict[str, Any]], str] = framework) -> dict[str, list[Any]]:
+def series(data: Any, by: Callable[[RunRecord], str] = framework) -> dict[str, list[Any]]:
     """Normalise records, a Sweep, or a mapping into ``{label: [Point sorted by workers]}``."""
     if isinstance(data, sweep.Sweep):  # labelled like its records: Horovod, the strategy ...
         first = next((r for r in data.records if not sweep.is_ceiling(r)), None)
@@ -38,9 +39,9 @@ def series(data: Any, by: Callable[[dict[str, Any]], str] = framework) -> dict[s
     data = list(data)
     if data and isinstance(data[0], sweep.Point):
         return {"run": sorted(data, key=lambda p: p.workers)}
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for r in data:
-        if r.get("status", "ok") == "ok" and r.get("images_per_sec"):
+        if sweep.finished(r) and r.images_per_sec:
             groups.setdefault(by(r), []).append(r)
     return {label: sweep.points_from_records(recs) for label, recs in sorted(groups.items())}
 
@@ -233,7 +234,7 @@ def save(fig: Any, path: str | Path, dpi: int = 110) -> Path:
     return path
 
 
-def save_all(records: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
+def save_all(records: list[RunRecord], out_dir: str | Path) -> list[Path]:
     """Every plot of ``records`` as PNG files in ``out_dir``."""
     out = Path(out_dir)
     return [

@@ -7,6 +7,7 @@ from typing import Any
 
 from labkit.figures.plot import figure_grid
 from labkit.figures.scaling_model import learning_rate
+from labkit.records.runrecord import RunRecord
 
 SNAPSHOTS = (("init", "initial\nweights"), ("after_b0", "after\nstep 1"), ("b1_begin", "before\nstep 2"),
              ("b1_end", "after\nstep 2"), ("final", "end of\ntraining"))
@@ -88,9 +89,9 @@ def resume_timeline(report: Any) -> Any:
     return fig
 
 
-def _record(run: Any) -> dict[str, Any]:
-    rec = run if isinstance(run, dict) else getattr(run, "record", None)
-    if not rec:
+def _record(run: Any) -> RunRecord:
+    rec = run if isinstance(run, RunRecord) else getattr(run, "record", None)
+    if not isinstance(rec, RunRecord):
         raise ValueError("this run has no record: launch it through labkit (notebook.python, notebook.run, launch.run)")
     return rec
 
@@ -101,13 +102,13 @@ def curves(*runs: Any, labels: list[str] | None = None) -> Any:
     fig, (ax, bx) = figure_grid(ncols=2, width=4.6, height=3.2)
     for i, run in enumerate(runs):
         rec = _record(run)
-        name = labels[i] if labels else f"{rec.get('workers') or 1} worker(s), batch {rec.get('batch_per_worker')}"
-        eps = [e for e in rec.get("epochs") or [] if e.get("elapsed_s") is not None]
-        line, = ax.plot([e["elapsed_s"] for e in eps], [e.get("val_accuracy") for e in eps], "o-", label=name)
-        ax.plot([e["elapsed_s"] for e in eps], [e.get("accuracy") for e in eps], ":", color=line.get_color())
-        bx.plot([e["epoch"] for e in eps], [e.get("images_per_sec") for e in eps], "o-", label=name)
-        if rec.get("target_accuracy"):
-            ax.axhline(rec["target_accuracy"], color="#888", ls="--", lw=0.8)
+        name = labels[i] if labels else f"{rec.workers or 1} worker(s), batch {rec.batch_per_worker}"
+        eps = [e for e in rec.epochs if e.elapsed_s is not None]
+        line, = ax.plot([e.elapsed_s for e in eps], [e.val_accuracy for e in eps], "o-", label=name)
+        ax.plot([e.elapsed_s for e in eps], [e.accuracy for e in eps], ":", color=line.get_color())
+        bx.plot([e.epoch for e in eps], [e.images_per_sec for e in eps], "o-", label=name)
+        if rec.target_accuracy:
+            ax.axhline(rec.target_accuracy, color="#888", ls="--", lw=0.8)
     ax.set_xlabel("seconds since the start")
     ax.set_ylabel("accuracy (solid: validation, dotted: training)")
     bx.set_xlabel("epoch")
@@ -125,8 +126,8 @@ def compare_runs(named: dict[str, Any]) -> Any:
     fig, (ax, bx) = figure_grid(ncols=2, width=3.8, height=2.8)
     names = list(named)
     recs = [_record(named[n]) for n in names]
-    rates = [r.get("images_per_sec") or 0.0 for r in recs]
-    walls = [r.get("duration_s") or 0.0 for r in recs]
+    rates = [r.images_per_sec or 0.0 for r in recs]
+    walls = [r.duration_s or 0.0 for r in recs]
     panels = ((ax, rates, "training images/sec", "{:.0f}"), (bx, walls, "wall time (s)", "{:.0f} s"))
     for a, values, title, unit in panels:
         bars = a.bar(names, values, color=["#4C72B0", "#55A868", "#C44E52", "#8172B2"][: len(names)])
@@ -140,7 +141,7 @@ def worker_steps(run: Any, slowed: str | None = None) -> Any:
     """ParameterServerStrategy: the steps each worker finished over time, from the run record. With one
     worker slowed down, the coordinator gives the other more steps: training is asynchronous."""
     rec = _record(run)
-    times = rec.get("worker_step_times") or {}
+    times = rec.worker_step_times or {}
     if not times:
         raise ValueError("this record has no per-worker steps: it is not a ParameterServerStrategy run")
     fig, (ax, bx) = figure_grid(ncols=2, width=4.4, height=3.0)

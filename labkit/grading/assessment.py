@@ -35,6 +35,7 @@ from labkit.grading import calibration
 from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
 from labkit.records import classlog, jobrecord, observation, runs
+from labkit.records.runrecord import RunRecord
 
 DEFAULT_TARGET = 0.82  # small mode's target accuracy
 SMALL_TEST_IMAGES = 1000  # small mode's test set: the accuracy is measured on all of it
@@ -95,31 +96,31 @@ class Verdict:
     __str__ = __repr__
 
 
-def recorded_script(record: dict[str, Any]) -> Path | None:
+def recorded_script(record: RunRecord) -> Path | None:
     """The script a record ran, as an absolute path.
 
     A relative path is read from the folder the job ran in: the one holding ``runs/logs/`` with
     the job's log folder (where labkit puts it), else the current folder.
     """
-    name = record.get("script")
+    name = record.script
     if not name:
         return None
     if Path(name).is_absolute():
         return Path(name).resolve()
-    logs = Path(str(record.get("log_dir") or ""))
+    logs = Path(str(record.log_dir or ""))
     ran_in = logs.parents[2] if logs.is_absolute() and logs.parent.name == "logs" and \
         logs.parent.parent.name == "runs" else Path.cwd()
     return (ran_in / name).resolve()
 
 
-def same_script(record: dict[str, Any], script: str | Path) -> bool:
+def same_script(record: RunRecord, script: str | Path) -> bool:
     """Whether ``record`` is a run of ``script`` (the same file)."""
     return recorded_script(record) == Path(script).resolve()
 
 
-def _started(record: dict[str, Any]) -> float | None:
+def _started(record: RunRecord) -> float | None:
     try:
-        return time.mktime(time.strptime(str(record.get("start_time")), "%Y-%m-%dT%H:%M:%S%z"))
+        return time.mktime(time.strptime(str(record.start_time), "%Y-%m-%dT%H:%M:%S%z"))
     except (TypeError, ValueError):
         return None
 
@@ -128,31 +129,31 @@ def _shown(value: Any, unit: str = "") -> str:
     return "not shown (the script has no such argument)" if value is None else f"{value!r}{unit}"
 
 
-def settings_problems(record: dict[str, Any], goal: Goal, script: str | Path) -> list[str]:
+def settings_problems(record: RunRecord, goal: Goal, script: str | Path) -> list[str]:
     """Every setting of the run that differs from the goal's, with what it should be."""
-    config = record.get("config") or {}
+    config = record.config
     out = []
     if not same_script(record, script):
-        out.append(f"script: it ran {record.get('script')}, not {script} (only a run of the script judged counts)")
+        out.append(f"script: it ran {record.script}, not {script} (only a run of the script judged counts)")
     started = _started(record)
     if started is not None and Path(script).is_file() and Path(script).stat().st_mtime > started + 1:
         out.append(f"script: {Path(script).name} changed after this run started; run it again")
-    workers = int(record.get("workers") or 0)
+    workers = record.workers or 0
     if workers != goal.np:
         out.append(f"workers: {workers}, it should be {goal.np} (--np {goal.np})")
-    elif not record.get("strategy") or record.get("launcher") == "independent":
+    elif not record.strategy or record.launcher == "independent":
         out.append(f"workers: the {workers} processes did not train together (no Horovod or tf.distribute "
                    "strategy was seen): they were independent copies")
-    threads = record.get("threads_per_worker")
+    threads = record.threads_per_worker
     if threads != goal.threads:
         out.append(f"threads per worker: {threads}, it should be {goal.threads}")
-    cores = record.get("cpu_cores")
-    if isinstance(cores, (int, float)) and cores > goal.threads * MAX_CORES_PER_THREAD:
+    cores = record.cpu_cores
+    if cores is not None and cores > goal.threads * MAX_CORES_PER_THREAD:
         out.append(f"threads per worker: each worker used {cores:.2f} cores while training, more than "
                    f"{goal.threads} thread gives; leave TensorFlow's thread settings to labkit")
-    out += config_problems({"mode": config.get("mode", record.get("mode")),
-                            "test_size": config.get("test_size", record.get("test_size")),
-                            "target_accuracy": config.get("target_accuracy")}, goal, record.get("shrink"))
+    out += config_problems({"mode": config.get("mode", record.mode),
+                            "test_size": config.get("test_size", record.test_size),
+                            "target_accuracy": config.get("target_accuracy")}, goal, record.shrink)
     return out
 
 
@@ -203,26 +204,25 @@ class SettingsWatch:
         return ("its settings cannot count: " + "; ".join(problems)) if problems else None
 
 
-def judge(record: dict[str, Any], goal: Goal, script: str | Path) -> Verdict:
+def judge(record: RunRecord, goal: Goal, script: str | Path) -> Verdict:
     """The verdict on one run record of ``script``."""
-    rid = record.get("run_id")
-    epochs = [e for e in record.get("epochs") or [] if e.get("val_accuracy") is not None]
-    best = max((float(e["val_accuracy"]) for e in epochs), default=None)
+    rid = record.run_id
+    epochs = [(e, e.val_accuracy) for e in record.epochs if e.val_accuracy is not None]
+    best = max((acc for _, acc in epochs), default=None)
     base = {"run_id": rid, "best_accuracy": best, "records_judged": 1}
     if not same_script(record, script):
-        why = f"it ran {record.get('script')}, not {script}: only a run of the script judged counts"
+        why = f"it ran {record.script}, not {script}: only a run of the script judged counts"
         return Verdict(False, f"run {rid} does not count: {why}.", goal, details={"settings": [why]}, **base)
-    hit = next((e for e in epochs if float(e["val_accuracy"]) >= goal.target and e.get("elapsed_s") is not None),
-               None)
-    if record.get("status") == "stopped":
+    reached = next(((e, acc) for e, acc in epochs if acc >= goal.target and e.elapsed_s is not None), None)
+    if record.status == "stopped":
         problems = settings_problems(record, goal, script)
         return Verdict(False, f"run {rid} was stopped as soon as it began training: "
-                              + ("; ".join(problems) or str(record.get("error") or "")) + ".", goal,
+                              + ("; ".join(problems) or str(record.error or "")) + ".", goal,
                        details={"settings": problems}, **base)
     # A run stopped at the assessment's timeout still counts when it reached the target in time.
-    if record.get("status") not in ("ok", "timeout") or (record.get("status") == "timeout" and hit is None):
-        return Verdict(False, f"run {rid} ended with status {record.get('status')!r}: "
-                              f"{(record.get('error') or '').strip()[-300:]}", goal, **base)
+    if record.status not in ("ok", "timeout") or (record.status == "timeout" and reached is None):
+        return Verdict(False, f"run {rid} ended with status {record.status!r}: "
+                              f"{(record.error or '').strip()[-300:]}", goal, **base)
     problems = settings_problems(record, goal, script)
     if problems:
         return Verdict(False, f"run {rid} does not count: " + "; ".join(problems) + ".", goal,
@@ -230,23 +230,24 @@ def judge(record: dict[str, Any], goal: Goal, script: str | Path) -> Verdict:
     if not epochs:
         return Verdict(False, f"run {rid} recorded no validation accuracy: pass validation_data to fit().",
                        goal, **base)
-    if hit is None:
+    if reached is None:
         return Verdict(False, f"run {rid} reached at most {best:.1%} in {len(epochs)} epochs, below the target "
                               f"{goal.target:.0%}: train longer (--epochs), or revisit the learning rate "
                               "(scaled by the workers, with warm-up).", goal, **base)
-    t = float(hit["elapsed_s"])
-    details = {"epoch": hit.get("epoch"), "images_per_sec": record.get("images_per_sec"),
-               "global_batch": record.get("global_batch"), "strategy": record.get("strategy")}
+    hit, accuracy = reached
+    t = float(hit.elapsed_s or 0.0)
+    details = {"epoch": hit.epoch, "images_per_sec": record.images_per_sec,
+               "global_batch": record.global_batch, "strategy": record.strategy}
     if t > goal.budget_s:
-        return Verdict(False, f"run {rid} reached {float(hit['val_accuracy']):.1%} after {t:.0f} s, over the budget "
+        return Verdict(False, f"run {rid} reached {accuracy:.1%} after {t:.0f} s, over the budget "
                               f"of {goal.budget_s:.0f} s: make each epoch faster (batch size, input pipeline) "
                               "or need fewer of them (learning rate).", goal, reached_s=t, details=details, **base)
-    return Verdict(True, f"run {rid} reached {float(hit['val_accuracy']):.1%} validation accuracy after {t:.0f} s "
-                         f"(epoch {hit.get('epoch')}) on {goal.np} workers, within {goal.budget_s:.0f} s.",
+    return Verdict(True, f"run {rid} reached {accuracy:.1%} validation accuracy after {t:.0f} s "
+                         f"(epoch {hit.epoch}) on {goal.np} workers, within {goal.budget_s:.0f} s.",
                    goal, reached_s=t, details=details, **base)
 
 
-def judge_records(records: Iterable[dict[str, Any]], goal: Goal, script: str | Path) -> Verdict:
+def judge_records(records: Iterable[RunRecord], goal: Goal, script: str | Path) -> Verdict:
     """The best verdict over the runs of ``script``: a passing one if any, else the closest run with the
     goal's settings, else the latest run (saying which settings differ). Other scripts' runs never count."""
     records = list(records)
@@ -290,7 +291,7 @@ def assess(script: str | Path, goal: Goal | None = None, args: Sequence[str] = (
             spec = job.but(timeout=job.timeout or goal.budget_s * 1.5, threads=goal.threads, target=goal.target,
                            stop_when=SettingsWatch(goal))
             sweep = bench.bench(script, plan, spec)
-        mine = [r for r in runs.read(path, warn=False) if r.get("bench") == sweep.conditions["sweep_id"]]
+        mine = [r for r in runs.read(path, warn=False) if r.extra.get("bench") == sweep.conditions["sweep_id"]]
     if not mine:
         return Verdict(False, "the run left no record (did it start? see its logs under runs/logs).", goal)
     verdict = judge(mine[-1], goal, script)

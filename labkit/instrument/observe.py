@@ -26,6 +26,7 @@ Without ``LABKIT_OBSERVE`` nothing is patched and nothing is written.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import sys
@@ -112,8 +113,7 @@ def _live() -> None:
     if not run_id or world is None or not world.is_chief:
         return
     try:
-        rec = jobrecord.observed_record(OBSERVER.record, run_id)
-        files.write_json_atomic(runs.live_file(run_id), {**rec, "status": "running", "updated": time.time()})
+        runs.write_live(dataclasses.replace(jobrecord.observed_record(OBSERVER.record, run_id), status="running"))
     except Exception:  # noqa: BLE001 - progress display is best effort
         pass
 

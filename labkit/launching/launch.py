@@ -40,6 +40,7 @@ from labkit.launching.reach import HostWatch
 from labkit.launching.slurm import SlurmOptions
 from labkit.launching.table import get
 from labkit.records import jobrecord, runs
+from labkit.records.runrecord import RunRecord
 
 __all__ = ["JobResult", "LaunchError", "run", "cpu_count", "default_threads", "worker_env", "new_log_dir"]
 
@@ -57,7 +58,7 @@ class JobResult:
     interrupted: bool = False
     rank_exit: dict[int, int] = field(default_factory=dict)
     rank_errors: dict[int, str] = field(default_factory=dict)
-    record: dict | None = None  # the run record, when the job was recorded
+    record: RunRecord | None = None  # the run record, when the job was recorded
     lost: str | None = None  # why the job was stopped when a host stopped answering
     rank_hosts: dict[int, str] = field(default_factory=dict)  # where each rank ran (remote hosts)
     stopped: str | None = None  # why the caller's ``stop_when`` ended the job early

@@ -18,19 +18,20 @@ Speedup is throughput over the 1-worker run's, efficiency is speedup / workers.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from labkit.core import contract, identity, output
 from labkit.instrument import observe, optimizer_knobs
 from labkit.launching import launch
 from labkit.launching.jobspec import JobSpec
 from labkit.records import runs
+from labkit.records.runrecord import RunRecord
 from labkit.records.sweep import (  # noqa: F401 - the results' names, also reached as labkit.measure.bench.NAME
     Point,
     Sweep,
@@ -136,7 +137,7 @@ def bench(script: str | Path, plan: SweepPlan | None = None, job: JobSpec = QUIE
     order = [(i, np_, False) for i in range(repeat) for np_ in nps]
     if ceiling:  # each repeat: the distributed runs, then the copies, so load changes hit both alike
         order = [(i, np_, c) for i in range(repeat) for c in (False, True) for np_ in nps if not c or np_ > 1]
-    records: list[dict[str, Any]] = []
+    records: list[RunRecord] = []
     for k, (i, np_, copies) in enumerate(order, 1):
         run_id = f"bench-{sweep_id}-np{np_}-r{i + 1}" + ("-ceiling" if copies else "")
         if echo:
@@ -150,12 +151,12 @@ def bench(script: str | Path, plan: SweepPlan | None = None, job: JobSpec = QUIE
         else:
             duration = launch.run(command, np_, launcher, spec, hostfile=hostfile).duration
         found = runs.select(runs.read(records_path, warn=False), run_id=run_id)
-        rec = found[-1] if found else {"run_id": run_id, "workers": np_, "status": "no record",
-                                       "error": "the job left no run record"}
-        records.append({**rec, "workers": np_ if copies else rec.get("workers") or np_})
+        rec = found[-1] if found else RunRecord(run_id=run_id, workers=np_, status="no record",
+                                                error="the job left no run record")
+        records.append(dataclasses.replace(rec, workers=np_ if copies else rec.workers or np_))
         if echo:
-            ips = rec.get("images_per_sec")
-            _say(f"  {rec.get('status')}, {'-' if ips is None else f'{ips:.1f}'} images/sec ({duration:.0f} s)")
+            ips = rec.images_per_sec
+            _say(f"  {rec.status}, {'-' if ips is None else f'{ips:.1f}'} images/sec ({duration:.0f} s)")
     points = points_from_records(records, threads)
     for p in points:
         if p.threads is None:

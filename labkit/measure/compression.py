@@ -67,7 +67,7 @@ def compare(script: str | Path, args: Sequence[str] = (), np: int = 2, launcher:
         plan = bench.SweepPlan([np], args=list(args), launcher=launcher, runs_file=runs_file, echo=False,
                                optimizer=spec)
         run = bench.bench(script, plan, JobSpec(threads=1, timeout=timeout, quiet=quiet))
-        rec = run.records[-1] if run.records else {}
-        out.variants.append(Variant(label, list(rec.get("val_accuracy") or []), run.points[0].images_per_sec,
-                                    rec.get("optimizer_knobs"), rec.get("run_id")))
+        rec = run.records[-1] if run.records else None
+        out.variants.append(Variant(label, list(rec.val_accuracy) if rec else [], run.points[0].images_per_sec,
+                                    rec.optimizer_knobs if rec else None, rec.run_id if rec else None))
     return out

@@ -108,9 +108,9 @@ def sweep(script: str | Path, rates: Sequence[str] = RATES, args: Sequence[str] 
     job = job.but(threads=1)
     say(f"one worker alone on this machine: {script} {' '.join(args)}")
     alone = bench.bench(script, plan, job)
-    record = alone.records[-1] if alone.records else {}
-    out = LinkSweep(str(script), np, alone.points[0].images_per_sec, record.get("batch_per_worker"),
-                    record.get("gradient_bytes"))
+    record = alone.records[-1] if alone.records else None
+    out = LinkSweep(str(script), np, alone.points[0].images_per_sec, record.batch_per_worker if record else None,
+                    record.gradient_bytes if record else None)
     for rate in rates:
         say(f"{np} virtual nodes, link {rate}: {script} with {np} workers")
         with nodes.VirtualNodes(count=np, slots=1, rate=None if rate == UNLIMITED else rate) as cluster:

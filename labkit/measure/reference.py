@@ -34,7 +34,8 @@ from labkit.course import labs
 from labkit.launching import engines, launch
 from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
-from labkit.records import runs, sweep
+from labkit.records import runs, sweep, typed
+from labkit.records.runrecord import RunRecord
 from labkit.tfdist import cluster, faults
 from labkit.tfdist.cluster import Tasks
 from labkit.tfdist.faults import ResumeReport
@@ -65,15 +66,15 @@ def _results() -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def records(name: str) -> list[dict[str, Any]]:
+def records(name: str) -> list[RunRecord]:
     """The reference run records called ``name`` (e.g. ``"learning-rate"``), oldest first."""
-    found = [r for r in runs.read(folder() / RECORDS, warn=False) if r.get(TAG) == name]
+    found = [r for r in runs.read(folder() / RECORDS, warn=False) if r.extra.get(TAG) == name]
     if not found:
         raise LookupError(f"no reference records called {name!r} in {folder() / RECORDS}")
     return found
 
 
-def record(name: str, **match: Any) -> dict[str, Any]:
+def record(name: str, **match: Any) -> RunRecord:
     """The reference run record called ``name`` whose fields equal ``match`` (e.g. ``workers=2``), the last
     if several; a sweep's independent copies (its ceiling) are left out."""
     found = [r for r in runs.select(records(name), **match) if not sweep.is_ceiling(r)]
@@ -82,16 +83,16 @@ def record(name: str, **match: Any) -> dict[str, Any]:
     return found[-1]
 
 
-def labelled(name: str) -> dict[str, dict[str, Any]]:
+def labelled(name: str) -> dict[str, RunRecord]:
     """``{label: record}`` of the reference runs called ``name`` (for plots that name their runs)."""
-    return {str(r.get("label") or r.get("run_id")): r for r in records(name)}
+    return {str(r.extra.get("label") or r.run_id): r for r in records(name)}
 
 
 def sweep_of(name: str) -> sweep.Sweep:
     """A reference benchmark sweep, read back from its records (prints and plots like a new one)."""
     recs = records(name)
     info = _results().get(name, {})
-    return sweep.Sweep(info.get("script", str(recs[0].get("script"))),
+    return sweep.Sweep(info.get("script", str(recs[0].script)),
                        sweep.points_from_records(recs, info.get("conditions", {}).get("threads")),
                        info.get("conditions", {}), records=recs)
 
@@ -120,13 +121,13 @@ def banner() -> str:
             "by `python -m labkit.measure.reference` (reference/README.md says how)")
 
 
-def summary(rec: dict[str, Any]) -> str:
+def summary(rec: RunRecord) -> str:
     """One line of a reference record: what ran, how fast, how accurate."""
-    ips, acc = rec.get("images_per_sec"), rec.get("final_val_accuracy")
-    what = rec.get("label") or Path(str(rec.get("script"))).name
-    return (f"{what}: {rec.get('workers') or 1} worker(s), {rec.get('epochs_run') or '?'} epoch(s), "
+    ips, acc = rec.images_per_sec, rec.final_val_accuracy
+    what = rec.extra.get("label") or Path(str(rec.script)).name
+    return (f"{what}: {rec.workers or 1} worker(s), {rec.epochs_run or '?'} epoch(s), "
             f"{'-' if ips is None else f'{ips:.0f}'} images/sec, validation accuracy "
-            f"{'-' if acc is None else f'{acc:.3f}'}, {rec.get('duration_s') or 0:.0f} s, {rec.get('status')}")
+            f"{'-' if acc is None else f'{acc:.3f}'}, {rec.duration_s or 0:.0f} s, {rec.status}")
 
 
 def show(name: str) -> None:
@@ -146,8 +147,9 @@ def final_solution(lab: labs.Lab, root: Path = labs.ROOT) -> Path:
     return whole if whole.is_file() else steps[-1] if steps else lab.solution(root=root)
 
 
-def _tagged(path: Path, since: int, name: str, label: str | None = None) -> list[dict[str, Any]]:
-    return [{**r, TAG: name, **({"label": label} if label else {})} for r in runs.read(path, warn=False)[since:]]
+def _tagged(path: Path, since: int, name: str, label: str | None = None) -> list[RunRecord]:
+    return [r.with_extra(**{TAG: name, **({"label": label} if label else {})})
+            for r in runs.read(path, warn=False)[since:]]
 
 
 class BusyMachine(RuntimeError):
@@ -174,7 +176,7 @@ def make(out: Path, plan: Plan = Plan()) -> Path:
     saved_cwd, saved_file = os.getcwd(), os.environ.get(runs.FILE_VAR)
     os.environ[runs.FILE_VAR] = str(path)
     os.chdir(work)
-    kept: list[dict[str, Any]] = []
+    kept: list[RunRecord] = []
     results: dict[str, Any] = {}
     started = time.time()
 
@@ -192,7 +194,7 @@ def make(out: Path, plan: Plan = Plan()) -> Path:
                 print(f"    failed ({e}); again", flush=True)
                 continue
             new = _tagged(path, since, name, label)
-            if k < tries and any(r.get("status") != "ok" for r in new):
+            if k < tries and any(r.status != "ok" for r in new):
                 print("    a run failed; again", flush=True)
                 continue
             kept.extend(new)
@@ -253,9 +255,9 @@ def make(out: Path, plan: Plan = Plan()) -> Path:
     return out
 
 
-def _portable(rec: dict[str, Any]) -> dict[str, Any]:
+def _portable(rec: RunRecord) -> dict[str, Any]:
     """A record without this machine's folders: scripts by name, no log folder."""
-    out = {k: v for k, v in rec.items() if k not in ("log_dir", "runs_file")}
+    out = {k: v for k, v in typed.dump(rec).items() if k not in ("log_dir", "runs_file")}
     if out.get("script"):
         out["script"] = Path(str(out["script"])).name
     if isinstance(out.get("command"), list):

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from labkit.course import labs
-from labkit.figures.scaling_model import efficiency
 from labkit.figures import step_profile
+from labkit.figures.scaling_model import efficiency
 from labkit.measure import precision, profile_reference, reference
 from labkit.records import sweep
 
@@ -58,10 +58,16 @@ class Measured:
         return next(p for p in reference.sweep_of(name).points if p.workers == workers)
 
     def mirrored(self, devices: int) -> float:
-        return float(reference.record("mirrored", label=f"{devices} device(s)")["images_per_sec"])
+        ips = reference.record("mirrored", label=f"{devices} device(s)").images_per_sec
+        if ips is None:
+            raise FigureError(f"the reference run on {devices} device(s) has no images/sec")
+        return ips
 
     def lr_accuracy(self, run: str, epoch: int) -> int:
-        return round(100 * reference.labelled("learning-rate")[LR_RUNS[run]]["val_accuracy"][epoch - 1])
+        accuracy = reference.labelled("learning-rate")[LR_RUNS[run]].val_accuracy[epoch - 1]
+        if accuracy is None:
+            raise FigureError(f"the reference learning-rate run {LR_RUNS[run]!r} has no accuracy after epoch {epoch}")
+        return round(100 * accuracy)
 
     def fusion(self) -> tuple[dict[str, Any], dict[str, Any]]:
         fused, unfused = self.communication["knobs"]["fusion"]["variants"]
@@ -109,7 +115,10 @@ def _ttt(m: Measured, name: str, workers: int) -> float:
 
 
 def _epochs_to_target(name: str, workers: int) -> int:
-    return int(reference.record(name, workers=workers)["epochs_to_target"])
+    epochs = reference.record(name, workers=workers).epochs_to_target
+    if epochs is None:
+        raise FigureError(f"the reference sweep {name!r} did not reach its target at {workers} worker(s)")
+    return epochs
 
 
 def _step_s(m: Measured) -> float:

@@ -11,7 +11,7 @@ version of the script: an edit after the check makes it a new script that has pa
 notebooks' cells that run the learner's script read this file (:func:`standing`) and run it only when its
 current content has passed the steps they need.
 
-Lines are appended whole under a lock (:func:`labkit.records.runs.append`); reading skips any line that is
+Lines are appended whole under a lock (:func:`labkit.records.jsonlines.append_line`); reading skips any line that is
 not a record. Writing never fails a check: a problem is returned, not raised.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.records import runs
+from labkit.records import jsonlines
 
 FILE = Path("runs") / "checks.jsonl"  # relative to the checked script's folder
 MESSAGE_LIMIT = 600  # characters of a step's message kept in a record
@@ -118,7 +118,7 @@ def record_check(report: Any, data: bytes) -> str | None:
     try:
         path = checks_file(report.script)
         for row in rows:
-            runs.append(row.to_dict(), path)
+            jsonlines.append_line(row.to_dict(), path)
     except (OSError, TypeError, ValueError) as e:
         return f"your check record was not written ({e}): the notebooks' cells will not count this check"
     return None

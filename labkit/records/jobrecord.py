@@ -3,13 +3,15 @@
 The launcher calls :func:`finish` when a job ends: it reads the observations the
 processes left (:mod:`labkit.instrument.observe`), takes the chief's (Horovod rank 0, the
 tf.distribute chief or worker 0), adds what only the launcher knows (command,
-launcher, threads, exit status, wall time) and appends one record to the records
-file. A job whose processes were never seen training (a custom loop, a crash
-before ``fit``, a shell script) still gets a record with its wall time and status.
+launcher, threads, exit status, wall time) and appends one record (a
+:class:`labkit.records.runrecord.RunRecord`) to the records file. A job whose processes
+were never seen training (a custom loop, a crash before ``fit``, a shell script) still
+gets a record with its wall time and status.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -17,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.core import files, identity
+from labkit.core import identity
 from labkit.core.identity import World
-from labkit.records import observation, runs
+from labkit.records import observation, runrecord, runs
 from labkit.records.observation import Observation
+from labkit.records.runrecord import CopyStats, EpochStats, RankPlace, RunRecord, Setting
 
 ACCURACY_KEYS = ("val_accuracy", "val_acc", "val_categorical_accuracy", "val_sparse_categorical_accuracy")
 TRAIN_ACCURACY_KEYS = tuple(k[4:] for k in ACCURACY_KEYS)
@@ -51,7 +54,7 @@ def is_tf_distribute(world: World | None) -> bool:
     return world is not None and world.strategy not in (None, "horovod", "tf_config")
 
 
-def epochs_of(seen: Observation, t0: float | None = None) -> list[dict[str, Any]]:
+def epochs_of(seen: Observation, t0: float | None = None) -> list[EpochStats]:
     """Per-epoch measurements of one process; ``elapsed_s`` counts from ``t0`` (default: its training start)."""
     t0 = t0 or seen.train_begin or seen.started or 0.0
     out = []
@@ -59,16 +62,14 @@ def epochs_of(seen: Observation, t0: float | None = None) -> list[dict[str, Any]
         per_step = images_per_step(seen.world, e.batch_per_step)
         images = (e.steps or 0) * per_step if per_step else None
         train = e.train_s or 0.0
-        entry = {
-            "epoch": e.epoch, "wall_s": e.wall_s, "train_s": train, "steps": e.steps,
-            "images": images, "images_per_sec": round(images / train, 2) if images and train > 0 else None,
+        out.append(EpochStats(
+            epoch=e.epoch, wall_s=e.wall_s, train_s=train, steps=e.steps, images=images,
+            images_per_sec=round(images / train, 2) if images and train > 0 else None,
             # CPU seconds per second of training: about the cores this process got.
-            "cpu_cores": round(e.cpu_s / train, 3) if e.cpu_s is not None and train > 0 else None,
-            "elapsed_s": round(e.end - t0, 3) if e.end else None,
-            "loss": e.metrics.get("loss"), "accuracy": _first(e.metrics, TRAIN_ACCURACY_KEYS),
-            "val_loss": e.metrics.get("val_loss"), "val_accuracy": _first(e.metrics, ACCURACY_KEYS),
-        }
-        out.append(entry)
+            cpu_cores=round(e.cpu_s / train, 3) if e.cpu_s is not None and train > 0 else None,
+            elapsed_s=round(e.end - t0, 3) if e.end else None,
+            metrics={"loss": e.metrics.get("loss"), "accuracy": _first(e.metrics, TRAIN_ACCURACY_KEYS),
+                     "val_loss": e.metrics.get("val_loss"), "val_accuracy": _first(e.metrics, ACCURACY_KEYS)}))
     return out
 
 
@@ -83,24 +84,30 @@ def chief_of(observations: list[Observation]) -> list[Observation]:
     return chiefs or trained[:1]
 
 
+def _setting(value: Any) -> Setting:
+    """A value the script gave, as a record keeps it: a plain value as it is, anything else as text."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+
+
 def measured(observations: list[Observation], target: float | None = None,
-             t0: float | None = None) -> dict[str, Any]:
-    """The measured part of a record from a job's observations (the chief's)."""
+             t0: float | None = None, run_id: str = "") -> RunRecord:
+    """The measured part of a record from a job's observations (the chief's): a :class:`RunRecord` whose other
+    fields are left at their defaults, ``workers`` the workers the chief saw (None when it saw none)."""
     chief = chief_of(observations)
-    by_epoch: dict[Any, dict[str, Any]] = {}
+    by_epoch: dict[int, EpochStats] = {}
     for o in chief:  # a restarted chief repeats nothing it finished: later epochs win
         for e in epochs_of(o, t0):
-            by_epoch[e["epoch"]] = e
-    epochs = [by_epoch[k] for k in sorted(by_epoch, key=lambda k: (k is None, k))]
+            by_epoch[e.epoch] = e
+    epochs = [by_epoch[k] for k in sorted(by_epoch)]
     last = chief[-1] if chief else Observation()
-    config = dict(last.config or {})
+    config = {str(k): _setting(v) for k, v in (last.config or {}).items()}
     if target is None and isinstance(config.get("target_accuracy"), (int, float)):
         target = float(config["target_accuracy"])
     ttt = epochs_to = None
     if target is not None:
         for e in epochs:
-            if e.get("val_accuracy") is not None and e["val_accuracy"] >= target and e.get("elapsed_s") is not None:
-                ttt, epochs_to = e["elapsed_s"], e["epoch"]
+            if e.val_accuracy is not None and e.val_accuracy >= target and e.elapsed_s is not None:
+                ttt, epochs_to = e.elapsed_s, e.epoch
                 break
     world = last.world
     fits = last.fits
@@ -111,56 +118,56 @@ def measured(observations: list[Observation], target: float | None = None,
         per_worker = per_step
     else:
         per_worker = max(1, global_batch // workers)
-    accs = [e.get("val_accuracy") for e in epochs]
+    accs = [e.val_accuracy for e in epochs]
     steps = last.worker_steps  # ParameterServerStrategy: when each worker finished each step
     t_steps = t0 or last.train_begin or 0.0
-    return {
-        "strategy": world.strategy if world else None,
-        "workers_seen": workers if world else None,
-        "batch_per_worker": per_worker,
-        "global_batch": global_batch,
-        "batch_from": next((f.batch_from for f in reversed(fits)), None),
-        "widen_factor": config.get("widen_factor"),
-        "train_size": config.get("train_size"),
-        "test_size": config.get("test_size"),
-        "mode": config.get("mode"),
-        "epochs_requested": config.get("epochs") or next((f.epochs for f in fits), None),
-        "target_accuracy": target,
-        "config": config,
-        "shrink": last.shrink,
-        "gradient_bytes": last.gradient_bytes,
-        "optimizer_knobs": last.optimizer_knobs,  # set from outside: labkit bench --optimizer
-        "device": last.device,
-        "versions": last.versions or identity.versions(),
-        "epochs": epochs,
-        "epochs_run": len(epochs),
-        "val_accuracy": accs,
-        "final_val_accuracy": next((a for a in reversed(accs) if a is not None), None),
-        "images_per_sec": runs.summarize(epochs),
-        "cpu_cores": runs.summarize(epochs, "cpu_cores"),
-        "time_to_target_s": ttt,
-        "epochs_to_target": epochs_to,
-        "train_time_s": round(sum(e.get("train_s") or 0.0 for e in epochs), 4),
-        "called_fit": bool(fits),
-        "worker_steps": {k: len(v) for k, v in sorted(steps.items())} or None,
-        "worker_step_times": {k: [round(t - t_steps, 2) for t in v] for k, v in sorted(steps.items())} or None,
-        "observer_errors": [err for o in observations for err in o.observer_errors] or None,
-    }
+    return RunRecord(
+        run_id=run_id,
+        workers=workers if world else None,
+        strategy=world.strategy if world else None,
+        batch_per_worker=per_worker,
+        global_batch=global_batch,
+        batch_from=next((f.batch_from for f in reversed(fits)), None),
+        widen_factor=config.get("widen_factor"),
+        train_size=config.get("train_size"),
+        test_size=config.get("test_size"),
+        mode=config.get("mode"),
+        epochs_requested=config.get("epochs") or _setting(next((f.epochs for f in fits), None)),
+        target_accuracy=target,
+        config=config,
+        shrink=last.shrink,
+        gradient_bytes=last.gradient_bytes,
+        optimizer_knobs=last.optimizer_knobs,  # set from outside: labkit bench --optimizer
+        device=last.device,
+        versions=last.versions or identity.versions(),
+        epochs=epochs,
+        epochs_run=len(epochs),
+        val_accuracy=accs,
+        final_val_accuracy=next((a for a in reversed(accs) if a is not None), None),
+        images_per_sec=runs.summarize(e.images_per_sec for e in epochs),
+        cpu_cores=runs.summarize(e.cpu_cores for e in epochs),
+        time_to_target_s=ttt,
+        epochs_to_target=epochs_to,
+        train_time_s=round(sum(e.train_s or 0.0 for e in epochs), 4),
+        called_fit=bool(fits),
+        worker_steps={k: len(v) for k, v in sorted(steps.items())} or None,
+        worker_step_times={k: [round(t - t_steps, 2) for t in v] for k, v in sorted(steps.items())} or None,
+        observer_errors=[err for o in observations for err in o.observer_errors] or None,
+    )
 
 
-def ranks_of(observations: list[Observation]) -> list[dict[str, Any]] | None:
+def ranks_of(observations: list[Observation]) -> list[RankPlace] | None:
     """Where each observed process ran: ``rank``, ``host``, ``local_rank``, ``pid``, by rank."""
     ranks = [o for o in observations  # a launcher written in Python (horovodrun) is observed too: not a rank
              if o.fits or o.task or (o.world is not None and o.world.local_rank is not None)]
-    out = [{"rank": w.rank, "task": o.task, "host": w.host, "local_rank": w.local_rank, "pid": o.pid}
+    out = [RankPlace(rank=w.rank, task=o.task, host=w.host, local_rank=w.local_rank, pid=o.pid)
            for o in ranks or observations if (w := o.world) is not None]
-    return sorted(out, key=lambda r: (r["rank"] is None, r["rank"] or 0)) or None
+    return sorted(out, key=lambda r: (r.rank is None, r.rank or 0)) or None
 
 
-def observed_record(seen: Observation, run_id: str) -> dict[str, Any]:
+def observed_record(seen: Observation, run_id: str) -> RunRecord:
     """A record-shaped view of one running process (the live progress file)."""
-    return {"run_id": run_id, **measured([seen]), "workers": seen.world.workers if seen.world
-            else None}
+    return dataclasses.replace(measured([seen], run_id=run_id), workers=seen.world.workers if seen.world else None)
 
 
 @dataclass(frozen=True)
@@ -189,53 +196,51 @@ class JobEnd:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-def finish(end: JobEnd, folder: str | Path, path: str | Path | None = None) -> dict[str, Any]:
+def finish(end: JobEnd, folder: str | Path, path: str | Path | None = None) -> RunRecord:
     """Compose the run record of the job that ``end`` describes, from its observations in ``folder``, and
     append it to ``path`` (default: the runs file); return it."""
-    run_id, command, launcher, workers, threads = end.run_id, end.command, end.launcher, end.workers, end.threads
-    start, duration, exit_status, status, error = end.start, end.duration, end.exit_status, end.status, end.error
-    log_dir, target, copies, fields = end.log_dir, end.target, end.copies, dict(end.extra)
     observations = observation.read(folder)
-    m = measured(observations, target, t0=start)
-    if copies:  # independent copies: throughput adds up; each trained alone
-        each = [measured([o], target, t0=start) for o in observations if o.epochs]
-        rates = [c["images_per_sec"] for c in each]
-        m["copies"] = [{"images_per_sec": c["images_per_sec"], "cpu_cores": c["cpu_cores"],
-                        "final_val_accuracy": c["final_val_accuracy"]} for c in each]
-        m["images_per_sec"] = round(sum(rates), 2) if rates and None not in rates and len(rates) == workers else None
-        m["time_to_target_s"] = m["epochs_to_target"] = None
-        m["workers_seen"] = workers
-    script = next((c for c in command if str(c).endswith(".py")), None)
+    m = measured(observations, end.target, t0=end.start)
+    copies = None
+    if end.copies:  # independent copies: throughput adds up; each trained alone
+        each = [measured([o], end.target, t0=end.start) for o in observations if o.epochs]
+        rates = [c.images_per_sec for c in each]
+        copies = [CopyStats(c.images_per_sec, c.cpu_cores, c.final_val_accuracy) for c in each]
+        m = dataclasses.replace(
+            m, images_per_sec=round(sum(r for r in rates if r is not None), 2)
+            if rates and None not in rates and len(rates) == end.workers else None,
+            time_to_target_s=None, epochs_to_target=None, workers=end.workers)
+    script = next((str(c) for c in end.command if str(c).endswith(".py")), None)
     lab, step = runs.lab_and_step(script or "")
-    seen = m.pop("workers_seen")
-    record = {
+    fields: dict[str, Any] = {
         "schema": runs.SCHEMA,
-        "run_id": run_id,
+        "run_id": end.run_id,
         "script": script,
-        "command": list(command),
+        "command": [str(c) for c in end.command],
         "lab": lab,
         "step": step,
-        "launcher": launcher,
-        "workers": seen or workers,
-        "processes": workers,
-        "threads_per_worker": threads,
-        **m,
-        "exit_status": exit_status,
-        "status": status,
-        "error": (error or "")[-2000:] or None,
-        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(start)),
-        "duration_s": round(duration, 3),
+        "launcher": end.launcher,
+        "workers": m.workers or end.workers,
+        "processes": end.workers,
+        "threads_per_worker": end.threads,
+        "device": m.device if m.device is not None else identity.device_info(),
+        "copies": copies,
+        "exit_status": end.exit_status,
+        "status": end.status,
+        "error": (end.error or "")[-2000:] or None,
+        "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(end.start)),
+        "duration_s": round(end.duration, 3),
         "host": socket.gethostname(),
         "ranks": ranks_of(observations),
-        "log_dir": str(log_dir) if log_dir else None,
-        **fields,
+        "log_dir": str(end.log_dir) if end.log_dir else None,
+        "extra": {k: v for k, v in end.extra.items() if k not in runrecord.field_names()},
     }
-    if record["device"] is None:
-        record["device"] = identity.device_info()
+    # An extra field a record declares (none today) is set as that field, as the starter said.
+    fields.update({k: v for k, v in end.extra.items() if k in runrecord.field_names()})
+    record = dataclasses.replace(m, **fields)
     runs.append(record, path)
-    live = runs.live_file(run_id, path)
     try:
-        files.write_json_atomic(live, {**record, "updated": time.time()})
+        runs.write_live(record, path)
     except OSError:
         pass
     return record

@@ -8,13 +8,15 @@ and threads, how fast it trained (images/sec timed on training steps only,
 validation excluded), the validation accuracy of each epoch, the time to the
 target accuracy, and how it ended.
 
-Records are appended with one ``write`` of a whole line to a file opened in append
-mode under an exclusive lock, so a record is never half-written and concurrent
-runs do not interleave; :func:`read` skips (and counts) any damaged line.
+A record is a :class:`labkit.records.runrecord.RunRecord`. It is appended with one ``write``
+of a whole line to a file opened in append mode under an exclusive lock
+(:mod:`labkit.records.jsonlines`), so a record is never half-written and concurrent runs do
+not interleave; :func:`read` parses every line once, every field checked, and skips (and
+counts) a line that is no JSON or no run record, naming the file.
 
 While training, the chief process also keeps ``runs/live/RUN_ID.json`` up to date (the
-progress of the current run, replaced atomically each epoch) for
-:mod:`labkit.ui.dashboard`.
+progress of the current run, the same record partly filled in, replaced atomically each
+epoch: :func:`write_live`) for :mod:`labkit.ui.dashboard` (:func:`read_live`).
 
 Where records go: the ``path`` argument, else ``$LABKIT_RUNS_FILE``, else
 ``runs/runs.jsonl`` under the current directory.
@@ -34,12 +36,14 @@ from typing import Any
 
 from labkit.core import contract, files
 from labkit.course import labs
+from labkit.records import boundedjson, jsonlines, runrecord, typed
+from labkit.records.runrecord import RunRecord
 
 DEFAULT_FILE = "runs/runs.jsonl"
 FILE_VAR = contract.RUNS_FILE
 RUN_ID_VAR = contract.RUN_ID
 LAUNCHER_VAR = contract.LAUNCHER
-SCHEMA = 2
+SCHEMA = runrecord.SCHEMA
 
 
 def runs_file(path: str | os.PathLike | None = None) -> Path:
@@ -56,60 +60,63 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def append(record: dict[str, Any], path: str | os.PathLike | None = None) -> Path:
+def append(record: RunRecord, path: str | os.PathLike | None = None) -> Path:
     """Append ``record`` as one line, atomically with respect to other writers and readers."""
-    target = runs_file(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(files.json_safe(record), separators=(",", ":"), allow_nan=False) + "\n").encode()
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        try:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except (ImportError, OSError):  # pragma: no cover - no locking on this platform/file system
-            pass
-        written = os.write(fd, line)
-        while written < len(line):  # pragma: no cover - regular files take it in one write
-            written += os.write(fd, line[written:])
-    finally:
-        os.close(fd)  # closing releases the lock
-    return target
+    return jsonlines.append_line(typed.dump(record), runs_file(path))
 
 
-class Records(list):
-    """The records of a file (a list of dicts) plus ``skipped``, the damaged lines left out."""
+class Records(list[RunRecord]):
+    """The records of a file, oldest first, plus ``skipped``, the damaged lines left out, and why the first was."""
 
     skipped: int = 0
+    first_problem: str | None = None
+
+    def _skip(self, why: str) -> None:
+        self.skipped += 1
+        self.first_problem = self.first_problem or why
 
 
 def read(path: str | os.PathLike | None = None, warn: bool = True) -> Records:
-    """Every well-formed record of the file, oldest first; damaged lines are skipped."""
+    """Every record of the file that parses as a :class:`RunRecord`, oldest first; a line that is no JSON or
+    does not fit the type is skipped and counted (a warning names the file and the first such line)."""
     out = Records()
     target = runs_file(path)
     if not target.exists():
         return out
     with open(target, "rb") as f:
-        for raw in f:
+        for n, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
-                rec = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                out.skipped += 1
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-            else:
-                out.skipped += 1
+                out.append(runrecord.parse(json.loads(raw), f"line {n}: record"))
+            except (ValueError, UnicodeDecodeError) as e:  # typed.RecordError is a ValueError
+                out._skip(f"line {n}: not JSON" if not isinstance(e, typed.RecordError) else str(e))
     if out.skipped and warn:
-        warnings.warn(f"{target}: skipped {out.skipped} damaged line(s)", stacklevel=2)
+        warnings.warn(f"{target}: skipped {out.skipped} damaged line(s) (the first: {out.first_problem})",
+                      stacklevel=2)
     return out
 
 
-def select(records: Iterable[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
-    """Records whose fields equal every ``key=value`` given (``run_id=...``, ``workers=2``...)."""
-    return [r for r in records if all(r.get(k) == v for k, v in match.items())]
+def select(records: Iterable[RunRecord], **match: Any) -> list[RunRecord]:
+    """Records whose fields (or extra keys) equal every ``key=value`` given (``run_id=...``, ``workers=2``,
+    ``label=...``)."""
+    return [r for r in records if all(r.lookup(k) == v for k, v in match.items())]
+
+
+def write_live(record: RunRecord, path: str | os.PathLike | None = None) -> Path:
+    """Replace the live progress file of ``record``'s run (:func:`live_file`) with it, stamped ``updated``."""
+    live = live_file(record.run_id, path)
+    files.write_json_atomic(live, typed.dump(record.with_extra(updated=time.time())))
+    return live
+
+
+def read_live(path: str | os.PathLike) -> RunRecord | None:
+    """The live progress file ``path`` (written by the running job, read bounded), or None when it does not exist
+    (yet) or is no run record."""
+    try:
+        return runrecord.parse(boundedjson.read_file(path), Path(path).name)
+    except (OSError, ValueError):  # typed.RecordError is a ValueError
+        return None
 
 
 def lab_and_step(script: str) -> tuple[str | None, str | None]:
@@ -118,14 +125,12 @@ def lab_and_step(script: str) -> tuple[str | None, str | None]:
     return (lab.name if lab else None), step
 
 
-def summarize(epochs: list[dict[str, Any]], key: str = "images_per_sec") -> float | None:
-    """Steady state of ``key``: the median over epochs, leaving out the first (graph tracing) if there are more."""
-    rates = [e[key] for e in epochs if e.get(key)]
+def summarize(values: Iterable[float | None]) -> float | None:
+    """Steady state of a per-epoch measurement: the median over epochs, leaving out the first (graph tracing) if
+    there are more; epochs without one do not count."""
+    rates = [v for v in values if v]
     if len(rates) >= 2:
         rates = rates[1:]
     return statistics.median(rates) if rates else None
-
-
-# ----------------------------------------------------------------------------- jobs
 
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from labkit.records.runrecord import RunRecord
+
 
 @dataclass
 class Point:
@@ -48,7 +50,7 @@ class Sweep:
     points: list[Point]
     conditions: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-    records: list[dict[str, Any]] = field(default_factory=list)  # the runs' records (plots label by them)
+    records: list[RunRecord] = field(default_factory=list)  # the runs' records (plots label by them)
 
     def to_dict(self) -> dict[str, Any]:
         return {"script": self.script, "conditions": self.conditions, "warnings": self.warnings,
@@ -93,34 +95,37 @@ def compute(points: list[Point]) -> list[Point]:
     return points
 
 
-def is_ceiling(record: dict[str, Any]) -> bool:
+def is_ceiling(record: RunRecord) -> bool:
     """A record of independent copies (``--ceiling``), not of a distributed job."""
-    return record.get("launcher") == "independent"
+    return record.launcher == "independent"
 
 
-def points_from_records(records: list[dict[str, Any]], threads: int | None = None) -> list[Point]:
+def finished(record: RunRecord) -> bool:
+    """Whether the run ended well (a record that does not say how it ended counts as one that did)."""
+    return record.status in ("ok", None)
+
+
+def points_from_records(records: list[RunRecord], threads: int | None = None) -> list[Point]:
     """Group run records by worker count into points (median over repeats); speedup and ceiling filled in."""
-    by_np: dict[int, list[dict[str, Any]]] = {}
+    by_np: dict[int, list[RunRecord]] = {}
     ceilings: dict[int, list[float | None]] = {}
     for r in records:
         if is_ceiling(r):
-            if r.get("workers"):
-                ceilings.setdefault(int(r["workers"]), []).append(
-                    r.get("images_per_sec") if r.get("status", "ok") == "ok" else None)
-        elif r.get("workers"):
-            by_np.setdefault(int(r["workers"]), []).append(r)
+            if r.workers:
+                ceilings.setdefault(r.workers, []).append(r.images_per_sec if finished(r) else None)
+        elif r.workers:
+            by_np.setdefault(r.workers, []).append(r)
     points = []
     for np_, recs in sorted(by_np.items()):
-        ok = [r for r in recs if r.get("status", "ok") == "ok"]
-        p = Point(workers=np_, threads=threads if threads is not None else recs[0].get("threads_per_worker"))
-        p.repeats = [r.get("images_per_sec") for r in ok]
-        p.run_ids = [r.get("run_id") for r in recs]
-        p.failures = [f"{r.get('run_id')}: {r.get('status')} ({(r.get('error') or '').splitlines()[-1:]})"
-                      for r in recs if r not in ok]
+        ok = [r for r in recs if finished(r)]
+        p = Point(workers=np_, threads=threads if threads is not None else recs[0].threads_per_worker)
+        p.repeats = [r.images_per_sec for r in ok]
+        p.run_ids = [r.run_id for r in recs]
+        p.failures = [f"{r.run_id}: {r.status} ({(r.error or '').splitlines()[-1:]})" for r in recs if not finished(r)]
         p.images_per_sec = _median(p.repeats)
-        p.time_to_target_s = _median([r.get("time_to_target_s") for r in ok])
-        p.final_val_accuracy = _median([r.get("final_val_accuracy") for r in ok])
-        p.cpu_cores = _median([r.get("cpu_cores") for r in ok])
+        p.time_to_target_s = _median([r.time_to_target_s for r in ok])
+        p.final_val_accuracy = _median([r.final_val_accuracy for r in ok])
+        p.cpu_cores = _median([r.cpu_cores for r in ok])
         p.ceiling_repeats = ceilings.get(np_, [])
         p.ceiling_images_per_sec = _median(p.ceiling_repeats)
         points.append(p)

@@ -11,6 +11,7 @@ from typing import Any
 
 from labkit.core import output, proc
 from labkit.records import jobrecord
+from labkit.records.runrecord import RunRecord
 
 
 @dataclass
@@ -44,7 +45,7 @@ class ClusterResult:
     timed_out: bool = False
     interrupted: bool = False
     errors: dict[str, str] = field(default_factory=dict)
-    record: dict | None = None  # the run record, when the cluster was recorded
+    record: RunRecord | None = None  # the run record, when the cluster was recorded
     lost: str | None = None  # why the run was stopped when a host stopped answering
     stopped: str | None = None  # why the caller's ``stop_when`` ended the run early
 
@@ -87,7 +88,7 @@ class ClusterResult:
         return "\n".join(lines)
 
 
-def record(cluster: Any, result: ClusterResult) -> dict:
+def record(cluster: Any, result: ClusterResult) -> RunRecord:
     """The run record of a finished :class:`labkit.tfdist.cluster.Cluster` run."""
     status = "ok" if result.ok else "stopped" if result.stopped else "timeout" if result.timed_out else (
         "interrupted" if result.interrupted else "failed")

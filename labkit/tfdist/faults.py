@@ -3,7 +3,7 @@
     report = kill_and_resume(["python", "fashion_mnist_multiworker.py"], workers=2)
     print(report)      # epochs before the kill, after the restart, and any repeated
     result = slowed_worker(["python", "fashion_mnist_ps.py"], share=0.3)
-    result.record["worker_steps"]     # steps each worker ran: the slow one ran fewer
+    result.record.worker_steps        # steps each worker ran: the slow one ran fewer
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@
 :class:`Dashboard` as its sink: the launch's one progress channel (the shown rank's
 output, :mod:`labkit.core.progress`) tells the dashboard when to look, and each time it
 re-reads the run's live record (``runs/live/RUN_ID.json``, which the observed chief
-replaces atomically after every epoch) for the figures it shows. Where widgets cannot
+replaces atomically after every epoch; read bounded as a :class:`labkit.records.runrecord.RunRecord`,
+:func:`labkit.records.runs.read_live`) for the figures it shows. Where widgets cannot
 render (a terminal, a notebook executed headless) the same is printed as text, one line
 per epoch.
 """
@@ -15,7 +16,6 @@ per epoch.
 from __future__ import annotations
 
 import html
-import json
 import os
 import time
 from pathlib import Path
@@ -24,42 +24,48 @@ from typing import Any
 from labkit.core import progress
 from labkit.launching import jobspec, launch
 from labkit.records import runs
+from labkit.records.runrecord import EpochStats, RunRecord
 
 
-def read_state(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The progress file's content, or None if it does not exist (yet) or cannot be read."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
+def read_state(path: str | os.PathLike) -> RunRecord | None:
+    """The progress file's record, or None if it does not exist (yet) or is no run record."""
+    return runs.read_live(path)
 
 
 def _f(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def summary(state: dict[str, Any] | None) -> str:
+def _count(value: Any) -> int | None:
+    """The epochs the script asked for as a number (it may have given them as text), else None."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except ValueError:
+        return None
+
+
+def summary(state: RunRecord | None) -> str:
     """One line: status, epochs done, last images/sec and validation accuracy."""
     if not state:
         return "waiting for the first epoch..."
-    epochs = state.get("epochs") or []
-    total = state.get("epochs_requested") or "?"
-    last = epochs[-1] if epochs else {}
-    return (f"{state.get('status', '?')}: epoch {len(epochs)}/{total} on {state.get('workers', '?')} worker(s), "
-            f"{_f(last.get('images_per_sec'), '.1f')} images/sec, "
-            f"val accuracy {_f(last.get('val_accuracy'), '.3f')}")
+    epochs = state.epochs
+    total = state.epochs_requested or "?"
+    last = epochs[-1] if epochs else EpochStats()
+    return (f"{state.status or '?'}: epoch {len(epochs)}/{total} on {state.workers or '?'} worker(s), "
+            f"{_f(last.images_per_sec, '.1f')} images/sec, "
+            f"val accuracy {_f(last.val_accuracy, '.3f')}")
 
 
-def epoch_line(e: dict[str, Any]) -> str:
-    return (f"epoch {e.get('epoch')}: {_f(e.get('train_s'), '.1f')} s training, "
-            f"{_f(e.get('images_per_sec'), '.1f')} images/sec, val accuracy {_f(e.get('val_accuracy'), '.3f')}")
+def epoch_line(e: EpochStats) -> str:
+    return (f"epoch {e.epoch}: {_f(e.train_s, '.1f')} s training, "
+            f"{_f(e.images_per_sec, '.1f')} images/sec, val accuracy {_f(e.val_accuracy, '.3f')}")
 
 
-def table_html(state: dict[str, Any] | None) -> str:
+def table_html(state: RunRecord | None) -> str:
     rows = "".join(
-        f"<tr><td>{e.get('epoch')}</td><td>{_f(e.get('train_s'), '.1f')}</td><td>{_f(e.get('wall_s'), '.1f')}</td>"
-        f"<td>{_f(e.get('images_per_sec'), '.1f')}</td><td>{_f(e.get('val_accuracy'), '.3f')}</td></tr>"
-        for e in (state or {}).get("epochs") or []
+        f"<tr><td>{e.epoch}</td><td>{_f(e.train_s, '.1f')}</td><td>{_f(e.wall_s, '.1f')}</td>"
+        f"<td>{_f(e.images_per_sec, '.1f')}</td><td>{_f(e.val_accuracy, '.3f')}</td></tr>"
+        for e in (state.epochs if state else [])
     )
     head = ("<tr><th>epoch</th><th>training s</th><th>epoch s</th><th>images/sec</th>"
             "<th>val accuracy</th></tr>")
@@ -74,7 +80,7 @@ class Dashboard:
         self.run_id = run_id
         self.path = runs.live_file(run_id, runs_file)
         self.title = title or f"run {run_id}"
-        self.state: dict[str, Any] | None = None
+        self.state: RunRecord | None = None
         self.printed = 0  # epochs already printed in text mode
         self.looked = 0.0
         self.text = (not progress.widgets_work()) if text is None else text
@@ -98,18 +104,18 @@ class Dashboard:
             print(f"{self.title}: progress in {self.path}", flush=True)
         return self
 
-    def refresh(self) -> dict[str, Any] | None:
+    def refresh(self) -> RunRecord | None:
         """Re-read the progress file and update the display; return the state."""
         state = read_state(self.path)
         if state is None:
             return self.state
         self.state = state
-        epochs = state.get("epochs") or []
+        epochs = state.epochs
         if self.widget is not None:
-            total = int(state.get("epochs_requested") or max(1, len(epochs)))
+            total = _count(state.epochs_requested) or max(1, len(epochs))
             self.bar.max = max(total, len(epochs), 1)
             self.bar.value = len(epochs)
-            status = state.get("status")
+            status = state.status
             self.bar.bar_style = "success" if status == "ok" else "danger" if status in (
                 "failed", "interrupted", "timeout") else "info"
             self.status.value = summary(state)

@@ -25,6 +25,7 @@ from labkit.launching import hosts, launch
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import virtual as nodes
+from labkit.records.runrecord import RunRecord
 from labkit.ui import notebook
 
 
@@ -47,14 +48,14 @@ def why_not() -> str | None:
     return None
 
 
-def table(record: dict | None) -> str:
+def table(record: RunRecord | None) -> str:
     """``rank  host  local rank`` lines from a run record's ``ranks``."""
-    ranks = (record or {}).get("ranks") or []
+    ranks = (record.ranks if record else None) or []
     if not ranks:
         return "(the record lists no ranks: did the job start?)"
     lines = [f"{'rank':>4}  {'host':<8} local rank"]
-    lines += [f"{r['rank']:>4}  {r['host'] or '?':<8} {'' if r['local_rank'] is None else r['local_rank']}"
-              for r in ranks]
+    lines += [f"{'?' if r.rank is None else r.rank:>4}  {r.host or '?':<8} "
+              f"{'' if r.local_rank is None else r.local_rank}" for r in ranks]
     return "\n".join(lines)
 
 

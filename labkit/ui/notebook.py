@@ -28,6 +28,7 @@ from labkit.course import release as course
 from labkit.launching import jobspec, launch
 from labkit.measure import reference
 from labkit.records import checklog, jobrecord, runs
+from labkit.records.runrecord import RunRecord
 from labkit.tfdist import cluster
 
 QUICK_VAR = contract.NB_QUICK
@@ -182,9 +183,9 @@ class Finished:
     """A plain process that ran to its end: exit code, seconds, and its output without start-up noise."""
 
     def __init__(self, command: list[str], returncode: int | None, seconds: float, text: str, log: Path,
-                 record: dict[str, Any] | None = None) -> None:
+                 record: RunRecord | None = None) -> None:
         self.command, self.returncode, self.seconds, self.text, self.log = command, returncode, seconds, text, log
-        self.record = record  # the run record (labkit.records.runs): epochs, images/sec, accuracy
+        self.record = record  # the run record (labkit.records.runrecord): epochs, images/sec, accuracy
 
     @property
     def ok(self) -> bool:

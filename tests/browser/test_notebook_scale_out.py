@@ -31,11 +31,11 @@ def test_notebook_runs_and_submits_to_slurm(finished_notebooks, slurm: object) -
     assert "kind: MPIJob" in text and '"index": 3' in text
     assert "Traceback" not in text
     new = done.new_records(Path("runs") / "runs.jsonl")
-    assert [r["launcher"] for r in new if r["launcher"] == "slurm"] == ["slurm", "slurm"]
-    seen = [(r["launcher"], r.get("strategy"), r["status"], r["workers"]) for r in new]
-    assert all(r["status"] == "ok" and r["workers"] == 2 for r in new), seen
+    assert [r.launcher for r in new if r.launcher == "slurm"] == ["slurm", "slurm"]
+    seen = [(r.launcher, r.strategy, r.status, r.workers) for r in new]
+    assert all(r.status == "ok" and r.workers == 2 for r in new), seen
     # Horovod ranks started by mpirun in the allocation; tf.distribute workers with TF_CONFIG made from it.
-    strategies = [str(r.get("strategy")) for r in new if r["launcher"] == "slurm"]
+    strategies = [str(r.strategy) for r in new if r.launcher == "slurm"]
     assert strategies[0] == "horovod" and "MultiWorkerMirrored" in strategies[1], strategies
 
 
@@ -49,8 +49,8 @@ def test_notebook_runs_on_virtual_nodes_with_and_without_slurm(finished_notebook
     done = finished_notebooks.run("07_scale_out.ipynb")
     assert "Not run:" not in outputs_text(done.nb)
     new = done.new_records(Path("runs") / "virtual_nodes.jsonl")
-    placed = [(r["launcher"], str(r.get("strategy")), r["status"],
-               sorted((x["host"], x["local_rank"]) for x in r.get("ranks") or [])) for r in new]
+    placed = [(r.launcher, str(r.strategy), r.status,
+               sorted((str(x.host), x.local_rank) for x in r.ranks or [])) for r in new]
     hostfile, one_each, slurm_mpirun, slurm_tf = placed
     assert hostfile[2] == "ok" and hostfile[3] == [("node1", 0), ("node1", 1), ("node2", 0), ("node2", 1)], placed
     assert one_each[2] == "ok" and "MultiWorkerMirrored" in one_each[1], placed

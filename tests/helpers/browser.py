@@ -36,6 +36,7 @@ from labkit.course import labs
 from labkit.course import release as course
 from labkit.measure import reference
 from labkit.records import checklog
+from labkit.records.runrecord import RunRecord
 
 ROOT = paths.ROOT
 LABS = ROOT / "labs"
@@ -359,15 +360,15 @@ class Executed:
     labs: Path = LABS  # the labs/ folder it ran in (the released course's)
     ended: float = float("inf")  # time.time() when it ended: later records are other notebooks' runs
 
-    def new_records(self, path: Path) -> list[dict[str, Any]]:
+    def new_records(self, path: Path) -> list[RunRecord]:
         """The run records the notebook's own runs appended to ``path`` (relative: in its labs/ folder), not
         those of notebooks run after it in the same course."""
         from datetime import datetime
 
         from labkit.records import runs
 
-        def start(r: dict[str, Any]) -> float:
-            text = r.get("start_time") or "1970-01-01T00:00:00+0000"
+        def start(r: RunRecord) -> float:
+            text = r.start_time or "1970-01-01T00:00:00+0000"
             return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
 
         return [r for r in runs.read(self.labs / path) if self.started - 1 <= start(r) <= self.ended]

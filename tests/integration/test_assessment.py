@@ -7,11 +7,13 @@ real record (two Horovod workers, one thread each, small mode) moved to a course
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import paths
@@ -20,15 +22,18 @@ from labkit.cli import main as cli
 from labkit.course import labs
 from labkit.grading import assessment, calibration, grade
 from labkit.grading.assessment import Goal
-from labkit.records import runs
+from labkit.records import runrecord, runs
+from labkit.records.runrecord import RunRecord
 
 FIXTURES = paths.FIXTURES / "assessment"
 MINE = "/course/labs/fashion_mnist.py"  # where good.json's script ran (the file itself is not needed)
 GOAL = Goal(np=2, target=0.82, budget_s=400)  # good.json reached 82% after 302 s
 
 
-def fixture(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.json").read_text())
+def fixture(name: str, **changes: Any) -> RunRecord:
+    """The fixture record ``name``, read as a run record, with ``changes`` to its fields."""
+    record = runrecord.parse(json.loads((FIXTURES / f"{name}.json").read_text()), f"{name}.json")
+    return dataclasses.replace(record, **changes)
 
 
 def test_a_run_of_the_learners_script_with_the_goals_settings_passes_in_time() -> None:
@@ -80,7 +85,7 @@ def test_a_record_of_another_script_never_counts() -> None:
 def test_a_relative_script_is_read_from_the_folder_the_job_ran_in() -> None:
     record = fixture("good")
     assert assessment.recorded_script(record) == Path(MINE).resolve()
-    record["log_dir"] = "/elsewhere/runs/logs/20261125-094922-212b"  # the same name, another folder
+    record = fixture("good", log_dir="/elsewhere/runs/logs/20261125-094922-212b")  # the same name, another folder
     assert not assessment.judge(record, GOAL, MINE).passed
     assert assessment.judge(record, GOAL, "/elsewhere/fashion_mnist.py").passed
 
@@ -90,25 +95,24 @@ def test_a_script_changed_since_its_run_does_not_count(tmp_path: Path) -> None:
     labs_dir.mkdir()
     script = labs_dir / "fashion_mnist.py"
     script.write_text("# the learner's script\n")
-    record = fixture("good") | {"log_dir": str(labs_dir / "runs" / "logs" / "x")}
-    record["start_time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() + 60))
-    assert assessment.judge(record, GOAL, script).passed  # the file is older than the run
-    record["start_time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - 3600))
-    v = assessment.judge(record, GOAL, script)
+    logs = str(labs_dir / "runs" / "logs" / "x")
+    later = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() + 60))
+    assert assessment.judge(fixture("good", log_dir=logs, start_time=later), GOAL, script).passed  # file older than run
+    earlier = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - 3600))
+    v = assessment.judge(fixture("good", log_dir=logs, start_time=earlier), GOAL, script)
     assert not v.passed and "fashion_mnist.py changed after this run started" in v.message
 
 
 def test_how_a_run_ended_counts() -> None:
-    crashed = fixture("good") | {"status": "failed", "error": "ZeroDivisionError: division by zero"}
+    crashed = fixture("good", status="failed", error="ZeroDivisionError: division by zero")
     v = assessment.judge(crashed, GOAL, MINE)
     assert not v.passed and "status 'failed'" in v.message and "ZeroDivisionError" in v.message
-    stopped = fixture("good") | {"status": "timeout"}  # stopped by the assessment after it reached the target
+    stopped = fixture("good", status="timeout")  # stopped by the assessment after it reached the target
     assert assessment.judge(stopped, GOAL, MINE).passed
-    never = fixture("good") | {"status": "timeout"}
-    never["epochs"] = [e for e in never["epochs"] if e["val_accuracy"] < 0.82]
+    good = fixture("good")
+    never = fixture("good", status="timeout", epochs=[e for e in good.epochs if (e.val_accuracy or 0) < 0.82])
     assert "status 'timeout'" in assessment.judge(never, GOAL, MINE).message
-    short = fixture("good")
-    short["epochs"] = short["epochs"][:5]
+    short = fixture("good", epochs=good.epochs[:5])
     assert "at most 77.9% in 5 epochs" in assessment.judge(short, GOAL, MINE).message
 
 
@@ -156,12 +160,12 @@ def test_the_cli_judges_the_scripts_runs_in_a_records_file(tmp_path: Path, calib
     os.utime(course / "fashion_mnist.py", (time.time() - 10 ** 6,) * 2)  # older than the runs
     logs = str(course / "runs" / "logs" / "x")
     path = course / "runs" / "runs.jsonl"
-    runs.append(fixture("solution_record") | {"log_dir": logs}, path)
+    runs.append(fixture("solution_record", log_dir=logs), path)
     monkeypatch.chdir(course)
     assert cli.main(["assess", "fashion_mnist.py", "--records", str(path), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert not out["passed"] and "other scripts do not count" in out["message"]
-    runs.append(fixture("good") | {"log_dir": logs}, path)
+    runs.append(fixture("good", log_dir=logs), path)
     assert cli.main(["assess", "--records", str(path), "fashion_mnist.py", "--multiple", "8"]) == 0  # 400 s
     assert "PASSED" in capsys.readouterr().out
     assert cli.main(["assess", "fashion_mnist.py", "--records", str(path)]) == (
@@ -254,7 +258,7 @@ def test_a_real_run_is_judged_from_its_record(tmp_path: Path, calibrated: calibr
 
 
 def test_a_script_without_the_settings_does_not_count() -> None:
-    bare = fixture("good") | {"config": {}, "mode": None, "test_size": None}
+    bare = fixture("good", config={}, mode=None, test_size=None)
     v = assessment.judge(bare, GOAL, MINE)
     assert not v.passed and "mode: not shown (the script has no such argument), it should be 'small'" in v.message
     assert "target accuracy: not shown" in v.message and "test set: not shown" in v.message

@@ -16,6 +16,7 @@ from labkit.cli import main as cli
 from labkit.launching.jobspec import JobSpec
 from labkit.measure import bench
 from labkit.records import runs
+from labkit.records.runrecord import RunRecord
 from labkit.tfdist import cluster_result
 
 ROOT = paths.ROOT
@@ -67,9 +68,9 @@ def test_bench_reads_the_records_its_runs_wrote(tmp_path: Path, monkeypatch: pyt
     def fake_run(command, np, launcher, job, **kw):
         threads, env = job.threads, job.env
         calls.append((np, threads, env[runs.RUN_ID_VAR]))
-        runs.append({"run_id": "someone-else", "workers": np, "images_per_sec": 1.0, "status": "ok"}, path)
-        runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": speed[np], "status": "ok",
-                     "threads_per_worker": threads}, env[runs.FILE_VAR])
+        runs.append(RunRecord(run_id="someone-else", workers=np, images_per_sec=1.0, status="ok"), path)
+        runs.append(RunRecord(run_id=env[runs.RUN_ID_VAR], workers=np, images_per_sec=speed[np], status="ok",
+                              threads_per_worker=threads), env[runs.FILE_VAR])
         return launch.JobResult(0, command, tmp_path, np, 1.0)
 
     monkeypatch.setattr(launch, "run", fake_run)
@@ -118,15 +119,15 @@ def test_bench_runs_ceiling_copies_and_says_so(tmp_path: Path, monkeypatch: pyte
     def fake_run(command, np, launcher, job, **kw):
         env = job.env
         calls.append(("mpi", np, env.get("LABKIT_SHRINK")))
-        runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": np, "images_per_sec": 90.0 * np, "status": "ok"},
+        runs.append(RunRecord(run_id=env[runs.RUN_ID_VAR], workers=np, images_per_sec=90.0 * np, status="ok"),
                     env[runs.FILE_VAR])
         return launch.JobResult(0, command, tmp_path, np, 1.0)
 
     def fake_cluster(command, tasks, job):
         workers, env = tasks.workers, job.env
         calls.append(("copies" if tasks.independent else "cluster", workers, env.get("LABKIT_SHRINK")))
-        runs.append({"run_id": env[runs.RUN_ID_VAR], "workers": workers, "images_per_sec": 100.0 * workers,
-                     "status": "ok", "launcher": "independent"}, env[runs.FILE_VAR])
+        runs.append(RunRecord(run_id=env[runs.RUN_ID_VAR], workers=workers, images_per_sec=100.0 * workers,
+                              status="ok", launcher="independent"), env[runs.FILE_VAR])
         return cluster_result.ClusterResult({}, tmp_path, 1.0)
 
     monkeypatch.setattr(launch, "run", fake_run)
@@ -153,9 +154,9 @@ def test_scaling_notebook_runs(finished_notebooks) -> None:
     assert "speedup" in text and "efficiency" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     records = done.new_records(Path("runs") / "scaling.jsonl")
-    assert {r["workers"] for r in records if r.get("strategy") == "horovod" and r["status"] == "ok"} >= {1, 2}
-    no_warmup = [r for r in records if (r.get("config") or {}).get("warmup_epochs") == 0]  # the learning-rate runs
-    assert len(no_warmup) == 2 and 0.025 in {r["config"].get("base_lr") for r in no_warmup}, no_warmup
+    assert {r.workers for r in records if r.strategy == "horovod" and r.status == "ok"} >= {1, 2}
+    no_warmup = [r for r in records if r.config.get("warmup_epochs") == 0]  # the learning-rate runs
+    assert len(no_warmup) == 2 and 0.025 in {r.config.get("base_lr") for r in no_warmup}, no_warmup
     assert outputs_text(nb).count("assessment (82% validation accuracy within ") == 2
 
 
@@ -198,11 +199,11 @@ def test_bench_measures_an_unchanged_script_against_the_ceiling(tmp_path: Path, 
     assert point["ceiling_efficiency"] == pytest.approx(point["images_per_sec"] / point["ceiling_images_per_sec"])
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     records = runs.read(tmp_path / "runs.jsonl")
-    assert sorted(r["launcher"] for r in records) == ["independent", "mpirun"]
-    two = next(r for r in records if r["launcher"] == "mpirun")
-    assert two["strategy"] == "horovod" and two["threads_per_worker"] == 1
-    assert two["global_batch"] == 2 * two["batch_per_worker"]
-    assert all(r["status"] == "ok" and r["epochs"] for r in records)
+    assert sorted(str(r.launcher) for r in records) == ["independent", "mpirun"]
+    two = next(r for r in records if r.launcher == "mpirun")
+    assert two.strategy == "horovod" and two.threads_per_worker == 1
+    assert two.global_batch == 2 * (two.batch_per_worker or 0)
+    assert all(r.status == "ok" and r.epochs for r in records)
     # Shrunk to 512 training images of 32 per step: 16 steps per epoch, split over the 2 Horovod ranks.
-    steps = {r["launcher"]: {e["steps"] for e in r["epochs"]} for r in records}
+    steps = {r.launcher: {e.steps for e in r.epochs} for r in records}
     assert steps == {"mpirun": {8}, "independent": {16}}, steps

@@ -111,7 +111,7 @@ def test_stop_when_ends_the_run_with_its_reason(script: Path, tmp_path: Path) ->
     r = c.wait(timeout=60)
     assert r.stopped == "seen enough" and not r.ok and not r.timed_out and r.duration < 30, r.summary()
     assert asked[0] == tmp_path / "logs" / "observed" and "stopped after" in r.summary()
-    assert r.record and r.record["status"] == "stopped" and r.record["error"] == "seen enough"
+    assert r.record and r.record.status == "stopped" and r.record.error == "seen enough"
     assert proc.marked(c.job_id) == []
 
 
@@ -158,8 +158,8 @@ def test_run_on_ipyparallel_engines(script: Path, tmp_path: Path, capsys: pytest
     assert "hello from worker.1" in out["outputs"]["worker.1"]
     assert "hello from worker.0" in capsys.readouterr().out
     (record,) = runs.read(tmp_path / "runs" / "runs.jsonl")  # recorded like any run labkit starts
-    assert (record["launcher"], record["status"], record["workers"]) == ("ipyparallel", "ok", 2)
-    assert record["duration_s"] > 0 and record["script"] == str(script.resolve())
+    assert (record.launcher, record.status, record.workers) == ("ipyparallel", "ok", 2)
+    assert record.duration_s and record.duration_s > 0 and record.script == str(script.resolve())
 
 
 def test_tasks_on_other_hosts_start_over_ssh_with_their_tf_config(tmp_path: Path) -> None:

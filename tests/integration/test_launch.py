@@ -181,5 +181,5 @@ def test_stop_when_ends_a_job_early_with_its_reason(tmp_path: Path, running: Cal
     assert result.duration < 30, result.duration
     assert asked[0].name == "observed" and asked[0].parent == result.log_dir
     assert "stopped after" in result.summary() and "seen enough" in result.summary()
-    assert result.record and result.record["status"] == "stopped" and result.record["error"] == "seen enough"
+    assert result.record and result.record.status == "stopped" and result.record.error == "seen enough"
     assert not running(str(script))

@@ -11,7 +11,6 @@ Needs root; skipped otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -33,6 +32,8 @@ from labkit.measure import elastic
 from labkit.nodes import net
 from labkit.nodes import slurm as nodes_slurm
 from labkit.nodes import virtual as nodes
+from labkit.records import runs
+from labkit.records.runrecord import RunRecord
 from labkit.tfdist import cluster as tf_cluster
 from labkit.tfdist import faults
 from labkit.tfdist.cluster import Tasks
@@ -149,14 +150,13 @@ def work(cluster: nodes.VirtualNodes, tmp_path: Path, monkeypatch: pytest.Monkey
     assert _job_processes(cluster) == [], "a job left processes on the nodes"
 
 
-def _records(work: Path) -> list[dict]:
-    path = work / "runs.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+def _records(work: Path) -> list[RunRecord]:
+    return runs.read(work / "runs.jsonl")
 
 
-def _placement(record: dict) -> dict[int, tuple[str, int | None]]:
+def _placement(record: RunRecord | None) -> dict[int | None, tuple[str | None, int | None]]:
     """rank -> (host, local rank) of the processes that trained."""
-    return {r["rank"]: (r["host"], r["local_rank"]) for r in record["ranks"]}
+    return {r.rank: (r.host, r.local_rank) for r in (record.ranks if record else None) or []}
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -182,7 +182,7 @@ def test_horovod_solution_runs_on_two_nodes_and_records_where_each_rank_ran(
              "python", str(SOLUTION), *TINY)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (record,) = _records(work)
-    assert record["launcher"] == launcher and record["workers"] == 4 and record["status"] == "ok"
+    assert record.launcher == launcher and record.workers == 4 and record.status == "ok"
     assert _placement(record) == {0: ("node1", 0), 1: ("node1", 1), 2: ("node2", 0), 3: ("node2", 1)}
 
 
@@ -191,8 +191,8 @@ def test_multiworker_cluster_runs_a_worker_on_each_node(cluster: nodes.VirtualNo
              "--backup-dir", str(work / "backup"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (record,) = _records(work)
-    assert record["strategy"] == "MultiWorkerMirroredStrategy" and record["workers"] == 2
-    assert {r["host"] for r in record["ranks"]} == {"node1", "node2"}
+    assert record.strategy == "MultiWorkerMirroredStrategy" and record.workers == 2
+    assert {r.host for r in record.ranks or []} == {"node1", "node2"}
 
 
 def test_parameter_server_cluster_has_tasks_on_both_nodes(cluster: nodes.VirtualNodes, work: Path) -> None:
@@ -200,12 +200,13 @@ def test_parameter_server_cluster_has_tasks_on_both_nodes(cluster: nodes.Virtual
              "python", str(PS), *TINY)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (record,) = _records(work)
-    assert record["strategy"] == "ParameterServerStrategy"
-    assert len(record["worker_steps"] or {}) == 2, record["worker_steps"]  # both workers stepped
-    assert [r["host"] for r in record["ranks"] if r["task"] == "chief.0"] == ["node1"]
+    assert record.strategy == "ParameterServerStrategy"
+    assert len(record.worker_steps or {}) == 2, record.worker_steps  # both workers stepped
+    assert [r.host for r in record.ranks or [] if r.task == "chief.0"] == ["node1"]
     # placed by slots: chief and worker 0 on node1, worker 1 and the ps on node2, each started over ssh
     started = {re.search(r"LABKIT_TASK=(\S+)", line).group(1): line
-               for line in (Path(record["log_dir"]) / "command.txt").read_text().splitlines() if "LABKIT_TASK=" in line}
+               for line in (Path(str(record.log_dir)) / "command.txt").read_text().splitlines()
+               if "LABKIT_TASK=" in line}
     node1, node2 = (n.address for n in cluster.nodes)
     assert {t: node1 in line.split("'")[0] for t, line in started.items()} == {
         "chief.0": True, "worker.0": True, "worker.1": False, "ps.0": False}, started
@@ -229,7 +230,7 @@ def test_slurm_runs_across_both_nodes(cluster: nodes.VirtualNodes, work: Path, s
     result = launch.run(["python", str(script), *TINY, *extra], job=JobSpec(quiet=True, cwd=work, timeout=600),
                         launcher="slurm", slurm=launch.SlurmOptions(nodes=2, tasks_per_node=tasks, start=start))
     assert result.ok, result.summary()
-    placed = _placement(result.record or {})
+    placed = _placement(result.record)
     assert len(placed) == 2 * tasks
     assert sorted(placed.values()) == sorted((f"node{n}", i) for n in (1, 2) for i in range(tasks)) or (
         start == "tf_config" and {h for h, _ in placed.values()} == {"node1", "node2"}), placed
@@ -281,9 +282,9 @@ def test_bench_across_nodes(cluster: nodes.VirtualNodes, work: Path) -> None:
     hosts.write_hostfile([hosts.Host(n.address, 1) for n in cluster.nodes], hostfile)
     r = _cli("bench", str(SOLUTION), "--np", "2", "--hostfile", str(hostfile), "--json", "--", *TINY)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (record,) = [x for x in _records(work) if x["workers"] == 2]
+    (record,) = [x for x in _records(work) if x.workers == 2]
     assert _placement(record) == {0: ("node1", 0), 1: ("node2", 0)}
-    assert record["images_per_sec"] and record["images_per_sec"] > 0
+    assert record.images_per_sec and record.images_per_sec > 0
 
 
 # ----------------------------------------------------------------------------- failures a workshop meets

@@ -35,6 +35,7 @@ from labkit.core import contract, tfconfig
 from labkit.course import labs
 from labkit.deploy.image import recipe
 from labkit.measure import reference
+from labkit.records.runrecord import RunRecord
 
 ROOT = paths.ROOT
 PACKAGES = ("python3", "python3-venv", "g++", "make")
@@ -68,17 +69,16 @@ def test_the_machine_gets_nothing_but_the_repository_and_make_lab() -> None:
                                         "openssh-server", "openssh-client"))
 
 
-def _records(course: Path, name: str) -> list[dict]:
-    import json
+def _records(course: Path, name: str) -> list[RunRecord]:
+    from labkit.records import runs
 
-    path = course / "labs" / "runs" / name
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return runs.read(course / "labs" / "runs" / name)
 
 
 def _check_lab_7(text: str, course: Path) -> None:
     assert "Not run:" not in text and "Traceback" not in text and "is still the starter" not in text, text[-3000:]
     assert "Slurm: a one-node cluster on this machine" in text, text[-3000:]
-    placed = [(r["launcher"], r["status"], sorted({x["host"] for x in r.get("ranks") or []}))
+    placed = [(r.launcher, r.status, sorted({str(x.host) for x in r.ranks or []}))
               for r in _records(course, "virtual_nodes.jsonl")]
     # By hostfile (2 nodes x 2 slots), one worker per node over ssh, then two Slurm jobs of 2 nodes x 1 task.
     assert len(placed) == 4 and all(status == "ok" and hosts == ["node1", "node2"] for _, status, hosts in placed), \

@@ -18,6 +18,7 @@ from labkit.launching import engines, launch, sbatch, slurm
 from labkit.launching.jobspec import JobSpec
 from labkit.launching.launchers import LaunchError
 from labkit.records import runs
+from labkit.records.runrecord import RunRecord
 
 ROOT = paths.ROOT
 SMALL = ["--epochs", "1", "--mode", "small", "--train-size", "512", "--test-size", "256", "--batch-size", "32"]
@@ -100,7 +101,7 @@ def test_engines_on_slurm_get_one_mpi_world() -> None:
 # ----------------------------------------------------------------------------- on a real Slurm cluster
 
 
-def _last_record(tmp_path: Path) -> dict[str, object]:
+def _last_record(tmp_path: Path) -> RunRecord:
     return runs.read(tmp_path / "runs" / "runs.jsonl")[-1]
 
 
@@ -115,8 +116,8 @@ def test_horovod_solution_through_sbatch_and_srun_is_recorded_with_two_workers(t
     assert res.ok, res.summary()
     assert (res.log_dir / "job.sbatch").is_file() and "Test accuracy:" in res.log(0)
     record = _last_record(tmp_path)
-    assert record["status"] == "ok" and record["workers"] == 2 and record["launcher"] == "slurm"
-    assert record.get("images_per_sec")
+    assert record.status == "ok" and record.workers == 2 and record.launcher == "slurm"
+    assert record.images_per_sec
 
 
 def slurm_options(start: str) -> sbatch.SlurmOptions:
@@ -143,8 +144,8 @@ def test_a_failing_job_returns_its_exit_status(tmp_path: Path, slurm: object) ->
     assert out.returncode != 0 and "about to fail" in out.stdout, out.stdout + out.stderr
     assert "#SBATCH --ntasks-per-node=2" in out.stdout  # the script was shown
     record = _last_record(work)
-    assert record["status"] == "failed"
-    assert list(Path(str(record["log_dir"])).glob("slurm-*.out")), "Slurm wrote no output where it was told"
+    assert record.status == "failed"
+    assert list(Path(str(record.log_dir)).glob("slurm-*.out")), "Slurm wrote no output where it was told"
 
 
 @pytest.mark.slow
@@ -158,8 +159,8 @@ def test_bench_runs_through_slurm(tmp_path: Path, slurm: object) -> None:
                         JobSpec(threads=1, cwd=tmp_path, timeout=600, quiet=True))
     assert [p.workers for p in sweep.points] == [2] and all(p.images_per_sec for p in sweep.points)
     (record,) = runs.read(tmp_path / "runs.jsonl")  # ranks started by mpirun inside the allocation
-    assert record["launcher"] == "slurm" and record["workers"] == 2 and record["status"] == "ok"
-    assert "mpirun" in (Path(record["log_dir"]) / "job.sbatch").read_text()
+    assert record.launcher == "slurm" and record.workers == 2 and record.status == "ok"
+    assert "mpirun" in (Path(str(record.log_dir)) / "job.sbatch").read_text()
 
 
 def test_the_job_id_is_read_from_its_own_line() -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from labkit.grading import assessment
+from labkit.records import runrecord
 
 GOAL = assessment.Goal(budget_s=600.0)
 RIGHT = {"mode": "small", "test_size": 1000, "target_accuracy": 0.82, "epochs": 20}
@@ -38,9 +39,10 @@ def test_a_wrong_setting_is_named_once_training_begins(tmp_path: Path) -> None:
 
 
 def test_a_stopped_record_is_judged_by_the_settings_it_showed() -> None:
-    record = {"run_id": "r1", "status": "stopped", "error": "its settings cannot count: test set: 200 images",
-              "script": "/x/fashion_mnist.py", "config": {**RIGHT, "test_size": 200}, "workers": 2,
-              "strategy": "horovod", "threads_per_worker": 1, "epochs": []}
+    record = runrecord.parse({
+        "run_id": "r1", "status": "stopped", "error": "its settings cannot count: test set: 200 images",
+        "script": "/x/fashion_mnist.py", "config": {**RIGHT, "test_size": 200}, "workers": 2, "strategy": "horovod",
+        "threads_per_worker": 1, "epochs": []})
     verdict = assessment.judge(record, GOAL, "/x/fashion_mnist.py")
     assert not verdict.passed and "stopped as soon as it began training" in verdict.message, verdict.message
     assert "test set: 200 images" in verdict.message

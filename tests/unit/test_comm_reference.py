@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from labkit.measure import comm_reference, compression, link_sweep
+from labkit.records.runrecord import RunRecord
 from labkit.records.sweep import Point, Sweep
 
 
@@ -57,7 +58,7 @@ def test_compression_trains_float32_twice_and_float16_once(monkeypatch: pytest.M
         specs.append(optimizer)
         knob = optimizer.split("=")[1]
         return Sweep(script, [Point(2, 1, images_per_sec=1000.0)], {},
-                     records=[{"val_accuracy": [0.7, 0.8], "optimizer_knobs": {"compression": knob}, "run_id": "r"}])
+                     records=[RunRecord(run_id="r", val_accuracy=[0.7, 0.8], optimizer_knobs={"compression": knob})])
 
     monkeypatch.setattr(compression.bench, "bench", fake_bench)
     out = compression.compare("sol.py", ["--epochs", "2"], say=lambda _: None)

@@ -10,6 +10,7 @@ import pytest
 
 from labkit.cli import main as cli
 from labkit.measure import link_sweep
+from labkit.records.runrecord import RunRecord
 from labkit.records.sweep import Point, Sweep
 
 
@@ -52,7 +53,7 @@ def test_the_sweep_runs_alone_then_on_fresh_nodes_per_rate(monkeypatch: pytest.M
         calls.append({"nps": nps, "hostfile": hostfile, "threads": job.threads})
         if hostfile is None:
             return Sweep(script, [Point(1, 1, images_per_sec=640.0, run_ids=["a"])], {},
-                         records=[{"batch_per_worker": 32, "gradient_bytes": 1_000_000}])
+                         records=[RunRecord(run_id="a", batch_per_worker=32, gradient_bytes=1_000_000)])
         assert FakeNodes.made[-1].up  # the run happens while its nodes are up
         ips = {"/nodes/None/hostfile": 1200.0, "/nodes/100mbit/hostfile": 500.0}[hostfile]
         return Sweep(script, [Point(2, 1, images_per_sec=ips, run_ids=["b"])], {})

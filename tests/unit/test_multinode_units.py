@@ -76,8 +76,8 @@ def test_records_list_the_host_and_local_rank_of_every_rank(monkeypatch: pytest.
         {"pid": 11, "fits": [{}], "world": {"rank": 0, "host": "node1", "local_rank": 0}},
         {"pid": 13, "task": "worker.1", "world": {"rank": 2, "host": "node2", "local_rank": None}},
     ]
-    assert [(r["rank"], r["host"], r["local_rank"], r["task"]) for r in jobrecord.ranks_of(
-        [typed.parse(Observation, o) for o in observed])] == [
+    assert [(r.rank, r.host, r.local_rank, r.task) for r in jobrecord.ranks_of(
+        [typed.parse(Observation, o) for o in observed]) or []] == [
         (0, "node1", 0, None), (1, "node1", 1, None), (2, "node2", None, "worker.1")]
 
 

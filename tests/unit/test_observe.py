@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from labkit.instrument import keras_reads, observe, shrink
-from labkit.records import jobrecord, observation, typed
+from labkit.records import jobrecord, observation, runs, typed
 from labkit.records.observation import Observation
+from labkit.records.runrecord import CopyStats
 
 SCRIPT = textwrap.dedent('''
     import argparse, time
@@ -70,16 +71,16 @@ def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
     assert obs.fits[0].batch_per_step == 8 and obs.world is not None and obs.world.is_chief
     assert len(obs.epochs) == 3 and obs.ended and obs.train_end and obs.ended >= obs.train_end
     rec = jobrecord.measured([obs], t0=start)
-    assert rec["batch_per_worker"] == 8 and rec["target_accuracy"] == 0.0
-    assert rec["gradient_bytes"] == 4 * ((16 * 9 + 16) + (16 * 10 + 10))  # float32 weights, 160 filters shrunk to 16
-    assert rec["epochs_to_target"] == 1 and rec["time_to_target_s"] == rec["epochs"][0]["elapsed_s"]
-    for e in rec["epochs"]:
-        assert e["steps"] == 8 and e["images"] == 64
+    assert rec.batch_per_worker == 8 and rec.target_accuracy == 0.0
+    assert rec.gradient_bytes == 4 * ((16 * 9 + 16) + (16 * 10 + 10))  # float32 weights, 160 filters shrunk to 16
+    assert rec.epochs_to_target == 1 and rec.time_to_target_s == rec.epochs[0].elapsed_s
+    for e in rec.epochs:
+        assert e.steps == 8 and e.images == 64
         # Validation (made 0.3 s slower) is in the epoch's wall time but not in the training time.
-        assert e["wall_s"] - e["train_s"] >= 0.3
-        assert e["images_per_sec"] == pytest.approx(64 / e["train_s"], rel=0.01)
-        assert e["val_accuracy"] is not None and 0 < e["cpu_cores"] < 8
-    assert rec["versions"]["tensorflow"] and rec["device"]["kind"] in ("cpu", "gpu")
+        assert e.wall_s is not None and e.train_s is not None and e.wall_s - e.train_s >= 0.3
+        assert e.images_per_sec == pytest.approx(64 / e.train_s, rel=0.01)
+        assert e.val_accuracy is not None and e.cpu_cores is not None and 0 < e.cpu_cores < 8
+    assert rec.versions["tensorflow"] and rec.device is not None and rec.device["kind"] in ("cpu", "gpu")
 
 
 @pytest.mark.slow  # several seconds: out of make test-fast
@@ -152,15 +153,15 @@ HVD = {"rank": 0, "workers": 2, "is_chief": True, "strategy": "horovod"}
 
 def test_horovod_ranks_each_train_their_own_batch() -> None:
     rec = jobrecord.measured([_obs(HVD), _obs({**HVD, "rank": 1, "is_chief": False})], target=0.7, t0=100.0)
-    assert rec["batch_per_worker"] == 16 and rec["global_batch"] == 32
-    assert rec["epochs"][0]["images"] == 320 and rec["images_per_sec"] == 40.0
-    assert rec["time_to_target_s"] == 22.0 and rec["epochs_to_target"] == 2  # from the job's start
+    assert rec.batch_per_worker == 16 and rec.global_batch == 32
+    assert rec.epochs[0].images == 320 and rec.images_per_sec == 40.0
+    assert rec.time_to_target_s == 22.0 and rec.epochs_to_target == 2  # from the job's start
 
 
 def test_tf_distribute_fit_gets_the_global_batch() -> None:
     world = {"rank": 0, "workers": 2, "is_chief": True, "strategy": "MultiWorkerMirroredStrategy"}
     rec = jobrecord.measured([_obs(world, batch=64)])
-    assert rec["global_batch"] == 64 and rec["batch_per_worker"] == 32 and rec["epochs"][0]["images"] == 640
+    assert rec.global_batch == 64 and rec.batch_per_worker == 32 and rec.epochs[0].images == 640
 
 
 def test_the_chief_that_trained_is_used_and_a_restart_is_merged() -> None:
@@ -169,14 +170,14 @@ def test_the_chief_that_trained_is_used_and_a_restart_is_merged() -> None:
     again = _obs(HVD, epochs=3, started=200.0, acc=(0.1, 0.3, 0.4))
     again.epochs = again.epochs[1:]  # resumed at epoch 2
     rec = jobrecord.measured([launcher, first, again])
-    assert [e["epoch"] for e in rec["epochs"]] == [1, 2, 3] and rec["val_accuracy"] == [0.1, 0.3, 0.4]
+    assert [e.epoch for e in rec.epochs] == [1, 2, 3] and rec.val_accuracy == [0.1, 0.3, 0.4]
 
 
 def test_target_comes_from_the_scripts_arguments_unless_given() -> None:
     obs = _obs(HVD)
     obs.config = {**(obs.config or {}), "target_accuracy": 0.85}
-    assert jobrecord.measured([obs])["time_to_target_s"] == 30.0  # from its training start: no job start given
-    assert jobrecord.measured([obs], target=0.4)["epochs_to_target"] == 1
+    assert jobrecord.measured([obs]).time_to_target_s == 30.0  # from its training start: no job start given
+    assert jobrecord.measured([obs], target=0.4).epochs_to_target == 1
 
 
 def test_finish_records_a_job_that_never_called_fit(tmp_path: Path) -> None:
@@ -186,8 +187,11 @@ def test_finish_records_a_job_that_never_called_fit(tmp_path: Path) -> None:
     end = jobrecord.JobEnd("r1", ["python", "loop.py"], "mpirun", 1, 1, start=4.0, duration=12.5, exit_status=0,
                            status="ok")
     rec = jobrecord.finish(end, tmp_path / "obs", tmp_path / "runs.jsonl")
-    assert (rec["script"], rec["status"], rec["duration_s"], rec["called_fit"]) == ("loop.py", "ok", 12.5, False)
-    assert rec["images_per_sec"] is None and rec["epochs"] == []
+    assert (rec.script, rec.status, rec.duration_s, rec.called_fit) == ("loop.py", "ok", 12.5, False)
+    assert rec.images_per_sec is None and rec.epochs == []
+    assert runs.read(tmp_path / "runs.jsonl") == [rec]  # as appended, read back
+    live = runs.read_live(runs.live_file("r1", tmp_path / "runs.jsonl"))
+    assert live is not None and live.status == "ok" and "updated" in live.extra
 
 
 def test_independent_copies_add_up(tmp_path: Path) -> None:
@@ -199,8 +203,10 @@ def test_independent_copies_add_up(tmp_path: Path) -> None:
     end = jobrecord.JobEnd("c", ["python", "t.py"], "independent", 2, 1, start=100.0, duration=40.0, exit_status=0,
                            status="ok", copies=True)
     rec = jobrecord.finish(end, folder, tmp_path / "r.jsonl")
-    assert rec["images_per_sec"] == 40.0 and len(rec["copies"]) == 2 and rec["workers"] == 2
-    assert rec["time_to_target_s"] is None  # copies do not train one model together
+    assert rec.images_per_sec == 40.0 and rec.copies is not None and len(rec.copies) == 2 and rec.workers == 2
+    assert rec.copies[0] == CopyStats(images_per_sec=20.0, cpu_cores=1.0, final_val_accuracy=0.9)
+    assert rec.time_to_target_s is None  # copies do not train one model together
+    assert runs.read(tmp_path / "r.jsonl") == [rec]
 
 
 def test_the_observer_has_no_batch_hooks_where_parameter_servers_forbid_them() -> None:

@@ -86,8 +86,8 @@ def test_an_observed_horovod_script_gets_them_and_its_record_says_so(tmp_path: P
     assert out.returncode == 0, out.stderr[-3000:]
     assert "passes 2" in out.stdout
     rec = jobrecord.measured(observation.read(tmp_path / "obs"))
-    assert rec["optimizer_knobs"] == {"backward_passes_per_step": 2, "compression": "fp16"}
-    assert rec["gradient_bytes"] == 4 * (4 * 2 + 2)
+    assert rec.optimizer_knobs == {"backward_passes_per_step": 2, "compression": "fp16"}
+    assert rec.gradient_bytes == 4 * (4 * 2 + 2)
 
 
 def test_bench_checks_the_knobs_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,16 +9,17 @@ import pytest
 from labkit.cli import main as cli
 from labkit.figures import plot
 from labkit.records import runs, sweep
+from labkit.records.runrecord import RunRecord
 
 
-def records() -> list[dict]:
+def records() -> list[RunRecord]:
     out = []
     for strategy, rates in (("horovod", {1: 100.0, 2: 190.0, 4: 340.0}),
                             ("MultiWorkerMirroredStrategy", {1: 90.0, 2: 150.0})):
         for w, ips in rates.items():
-            out.append({"run_id": f"{strategy}-{w}", "strategy": strategy, "launcher": "mpirun", "workers": w,
-                        "images_per_sec": ips, "time_to_target_s": 100.0 / w if w < 4 else None, "status": "ok"})
-    out.append({"run_id": "bad", "strategy": "horovod", "workers": 8, "images_per_sec": None, "status": "failed"})
+            out.append(RunRecord(run_id=f"{strategy}-{w}", strategy=strategy, launcher="mpirun", workers=w,
+                                 images_per_sec=ips, time_to_target_s=100.0 / w if w < 4 else None, status="ok"))
+    out.append(RunRecord(run_id="bad", strategy="horovod", workers=8, images_per_sec=None, status="failed"))
     return out
 
 
@@ -68,7 +69,7 @@ def test_compare_puts_frameworks_side_by_side() -> None:
 
 
 def test_sweep_plot_and_png(tmp_path: Path) -> None:
-    points = sweep.points_from_records([r for r in records() if r["strategy"] == "horovod"])
+    points = sweep.points_from_records([r for r in records() if r.strategy == "horovod"])
     result = sweep.Sweep("train.py", points, {})
     fig = plot.scaling(result)
     assert [ax.get_title() for ax in fig.axes] == ["Throughput", "Speedup", "Efficiency = speedup / workers",
@@ -89,9 +90,12 @@ def test_cli_writes_pngs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
 
 
 def test_sweep_plot_shows_the_ceiling() -> None:
-    ceiling = {"launcher": "independent", "status": "ok", "strategy": "horovod", "threads_per_worker": 1}
-    recs = [r for r in records() if r["strategy"] == "horovod"]
-    recs += [{**ceiling, "workers": 2, "images_per_sec": 200.0}, {**ceiling, "workers": 4, "images_per_sec": 400.0}]
+    def ceiling(workers: int, ips: float) -> RunRecord:
+        return RunRecord(run_id=f"c{workers}", launcher="independent", status="ok", strategy="horovod",
+                         threads_per_worker=1, workers=workers, images_per_sec=ips)
+
+    recs = [r for r in records() if r.strategy == "horovod"]
+    recs += [ceiling(2, 200.0), ceiling(4, 400.0)]
     result = sweep.Sweep("train.py", sweep.points_from_records(recs), {})
     throughput, _, efficiency, _ = plot.scaling(result).axes
     (ceil,) = [v for k, v in _lines(throughput).items() if k.endswith(": ceiling (independent copies)")]

@@ -47,11 +47,11 @@ def test_the_shipped_results_come_from_real_runs_of_every_reference(shipped: Pat
             assert report.after and not report.repeated and report.killed == "worker.1", report
             continue
         recs = reference.records(name)
-        assert recs and all(r["status"] == "ok" for r in recs), (name, recs)
+        assert recs and all(r.status == "ok" for r in recs), (name, recs)
         # images/sec of every run but a parameter-server cluster's (its workers' steps are counted instead)
-        assert all(r.get("images_per_sec") or r.get("worker_steps") for r in recs), (name, recs)
-        assert all(r["epochs_run"] >= 2 for r in recs if r.get("launcher") != "independent"), name
-    assert all("/" not in str(r.get("script")) for r in reference.records("horovod-sweep"))  # no machine paths
+        assert all(r.images_per_sec or r.worker_steps for r in recs), (name, recs)
+        assert all(r.epochs_run >= 2 for r in recs if r.launcher != "independent"), name
+    assert all("/" not in str(r.script) for r in reference.records("horovod-sweep"))  # no machine paths
 
 
 def test_the_notebooks_plots_draw_from_the_shipped_results(shipped: Path) -> None:

@@ -1,4 +1,4 @@
-"""Run records: atomic append, tolerant reading, who is the chief; the fields of a launched job's record."""
+"""Run records: atomic append, typed and tolerant reading, who is the chief; the fields of a launched job's record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from labkit.core import identity
-from labkit.records import runs
+from labkit.course import labs
+from labkit.records import jsonlines, runrecord, runs, typed
+from labkit.records.runrecord import EpochStats, RunRecord
 
 REQUIRED = {
     "run_id", "script", "lab", "step", "launcher", "strategy", "workers", "threads_per_worker", "device",
@@ -20,7 +22,7 @@ REQUIRED = {
 
 def _writer(path: str, worker: int, count: int, size: int) -> None:
     for i in range(count):
-        runs.append({"worker": worker, "i": i, "pad": "x" * size}, path)
+        runs.append(RunRecord(run_id=f"{worker}-{i}", extra={"worker": worker, "i": i, "pad": "x" * size}), path)
 
 
 def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
@@ -35,7 +37,7 @@ def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
     records = runs.read(path)
     assert records.skipped == 0
     assert len(records) == 100
-    assert sorted((r["worker"], r["i"]) for r in records) == [(w, i) for w in range(4) for i in range(25)]
+    assert sorted((r.extra["worker"], r.extra["i"]) for r in records) == [(w, i) for w in range(4) for i in range(25)]
 
 
 def test_append_is_one_write_of_a_whole_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,24 +51,88 @@ def test_append_is_one_write_of_a_whole_line(tmp_path: Path, monkeypatch: pytest
         return real(fd, data)
 
     monkeypatch.setattr(os, "write", spy)
-    runs.append({"a": 1, "b": [1.5, float("nan")]}, tmp_path / "r.jsonl")
+    jsonlines.append_line({"a": 1, "b": [1.5, float("nan")]}, tmp_path / "r.jsonl")
     assert len(writes) == 1 and writes[0].endswith(b"\n") and writes[0].count(b"\n") == 1
     assert json.loads(writes[0]) == {"a": 1, "b": [1.5, None]}  # NaN is not valid JSON: stored as null
+    writes.clear()
+    runs.append(RunRecord(run_id="r", images_per_sec=float("nan")), tmp_path / "r.jsonl")
+    assert len(writes) == 1 and json.loads(writes[0])["images_per_sec"] is None
 
 
 def test_corrupt_and_partial_lines_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
-    runs.append({"run_id": "a"}, path)
+    runs.append(RunRecord(run_id="a"), path)
     with open(path, "ab") as f:
         f.write(b'{"run_id": "half-writ\n')  # a torn line
         f.write(b"\xff\xfe garbage\n")
         f.write(b"[1, 2]\n")  # valid JSON but not a record
         f.write(b"\n")
-    runs.append({"run_id": "b"}, path)
-    with pytest.warns(UserWarning, match="skipped 3"):
+    runs.append(RunRecord(run_id="b"), path)
+    with pytest.warns(UserWarning, match=f"{path}: skipped 3"):
         records = runs.read(path)
-    assert [r["run_id"] for r in records] == ["a", "b"]
+    assert [r.run_id for r in records] == ["a", "b"]
     assert records.skipped == 3
+
+
+REFERENCE = labs.ROOT / "labs" / "reference" / "runs.jsonl"  # real records of every kind the course makes
+
+
+def test_every_reference_record_parses_with_no_line_skipped() -> None:
+    records = runs.read(REFERENCE)
+    lines = [line for line in REFERENCE.read_text().splitlines() if line.strip()]
+    assert records.skipped == 0 and len(records) == len(lines) >= 10
+    assert all(isinstance(e, EpochStats) for r in records for e in r.epochs)
+    assert {"bench", "tasks", "reference", "label", "slowed"} <= {k for r in records for k in r.extra}
+    assert any(r.copies for r in records) and all(r.ranks for r in records)
+
+
+def test_a_reference_record_keeps_every_key_and_value_on_a_round_trip() -> None:
+    for n, line in enumerate(REFERENCE.read_text().splitlines(), 1):
+        data = json.loads(line)
+        again = typed.dump(runrecord.parse(data, f"line {n}"))
+        assert {k: again[k] for k in data} == data, n  # every key, the same value (epochs' metrics too)
+        assert set(again) - set(data) <= {"log_dir"}, n  # the reference leaves out the machine's log folder
+        assert REQUIRED <= set(again)
+        assert json.dumps(typed.dump(runrecord.parse(again))) == json.dumps(again)  # and again, to the byte
+
+
+def test_a_line_that_does_not_fit_the_type_is_skipped_and_counted_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    good = typed.dump(RunRecord(run_id="good", workers=2, epochs=[EpochStats(epoch=1, steps=10)]))
+    wrong_epoch = {**good, "run_id": "x", "epochs": [{"epoch": 1, "steps": "ten"}]}
+    lines = [good, {**good, "run_id": "w", "workers": "two"}, wrong_epoch, {"workers": 2}, good]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.warns(UserWarning) as seen:
+        records = runs.read(path)
+    assert [r.run_id for r in records] == ["good", "good"] and records.skipped == 3
+    (warning,) = seen
+    assert str(path) in str(warning.message) and "skipped 3" in str(warning.message)
+    assert "line 2: record.workers: expected int, got 'two'" in str(warning.message)  # the first, by its field
+    with pytest.raises(typed.RecordError, match=r"epochs\[0\]\.steps: expected int, got 'ten'"):
+        runrecord.parse(wrong_epoch)
+    with pytest.raises(typed.RecordError, match="the field 'run_id' is missing"):
+        runrecord.parse({"workers": 2})
+
+
+def test_select_matches_fields_and_extra_keys() -> None:
+    recs = [RunRecord(run_id="a", workers=1, extra={"label": "one"}), RunRecord(run_id="b", workers=2)]
+    assert runs.select(recs, workers=2) == [recs[1]]
+    assert runs.select(recs, label="one", workers=1) == [recs[0]]
+    assert runs.select(recs, label="two") == [] and runs.select(recs) == recs
+
+
+def test_the_live_file_is_the_record_read_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit.records import boundedjson
+
+    live = runs.write_live(RunRecord(run_id="r1", status="running", epochs=[EpochStats(epoch=1)]), tmp_path / "r.jsonl")
+    assert live == runs.live_file("r1", tmp_path / "r.jsonl")
+    got = runs.read_live(live)
+    assert got is not None and got.status == "running" and got.epochs[0].epoch == 1 and "updated" in got.extra
+    monkeypatch.setattr(boundedjson, "FILE_LIMIT", 64)
+    assert runs.read_live(live) is None  # larger than a live file can be: not read
+    monkeypatch.undo()
+    live.write_text('{"run_id": "r1", "epochs": "many"}')
+    assert runs.read_live(live) is None and runs.read_live(tmp_path / "none.json") is None
 
 
 def test_missing_file_reads_empty(tmp_path: Path) -> None:

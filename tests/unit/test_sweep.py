@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from labkit.records import sweep
+from labkit.records.runrecord import RunRecord
 
 
-def rec(workers: int, ips: float | None, ttt: float | None = None, status: str = "ok", acc: float = 0.8) -> dict:
+def rec(workers: int, ips: float | None, ttt: float | None = None, status: str = "ok", acc: float = 0.8,
+        **more: Any) -> RunRecord:
     """A run record as the observer writes it, with what a sweep reads."""
-    return {"run_id": f"r{workers}-{ips}", "workers": workers, "images_per_sec": ips, "time_to_target_s": ttt,
-            "final_val_accuracy": acc, "status": status, "threads_per_worker": 1}
+    return RunRecord(run_id=f"r{workers}-{ips}", workers=workers, images_per_sec=ips, time_to_target_s=ttt,
+                     final_val_accuracy=acc, status=status, threads_per_worker=1, **more)
 
 
 
@@ -53,7 +57,7 @@ def test_table_columns() -> None:
 
 
 def test_busy_machine_warning() -> None:
-    points = sweep.points_from_records([{**rec(1, 100.0), "cpu_cores": 1.1}, {**rec(2, 150.0), "cpu_cores": 0.4}])
+    points = sweep.points_from_records([rec(1, 100.0, cpu_cores=1.1), rec(2, 150.0, cpu_cores=0.4)])
     assert points[1].cpu_cores == 0.4
     (w,) = sweep.check_busy(points, cores=2)
     assert "at 2 worker(s) rank 0 got 0.40 cores of the 1" in w and "other processes" in w
@@ -68,11 +72,9 @@ def test_conditions_say_which_comparison_is_fair() -> None:
 
 
 def test_ceiling_points_and_table() -> None:
-    ceiling = {"launcher": "independent", "status": "ok"}
     points = sweep.points_from_records([
-        rec(1, 100.0), rec(2, 180.0), {**ceiling, "workers": 2, "images_per_sec": 190.0},
-        {**ceiling, "workers": 2, "images_per_sec": 200.0}, {**ceiling, "workers": 2, "images_per_sec": None,
-                                                               "status": "failed"},
+        rec(1, 100.0), rec(2, 180.0), rec(2, 190.0, launcher="independent"), rec(2, 200.0, launcher="independent"),
+        rec(2, None, status="failed", launcher="independent"),
     ])
     assert [p.workers for p in points] == [1, 2]  # the copies are not a point of their own
     assert points[1].ceiling_images_per_sec == 195.0 and points[1].ceiling_efficiency == pytest.approx(180 / 195)

@@ -7,6 +7,8 @@ from helpers.probe_cases import find
 
 from labkit.check import Report, judging
 from labkit.figures import views
+from labkit.records import runrecord
+from labkit.records.runrecord import RunRecord
 from labkit.tfdist.faults import ResumeReport
 
 
@@ -38,11 +40,11 @@ def test_resume_timeline_marks_the_kill() -> None:
     assert "worker.1 killed" in texts and texts.count("2") == 2  # epoch 2 cut, then run again after the restart
 
 
-def _rec(workers: int, rate: float, accs: list[float]) -> dict:
+def _rec(workers: int, rate: float, accs: list[float]) -> RunRecord:
     eps = [{"epoch": i + 1, "elapsed_s": 10.0 * (i + 1), "val_accuracy": a, "accuracy": a - 0.02,
             "images_per_sec": rate} for i, a in enumerate(accs)]
-    return {"workers": workers, "batch_per_worker": 32, "epochs": eps, "target_accuracy": 0.8,
-            "images_per_sec": rate, "duration_s": 12.0 * len(accs)}
+    return runrecord.parse({"run_id": f"r{workers}", "workers": workers, "batch_per_worker": 32, "epochs": eps,
+                            "target_accuracy": 0.8, "images_per_sec": rate, "duration_s": 12.0 * len(accs)})
 
 
 def test_curves_draw_accuracy_against_time_and_throughput_per_epoch() -> None:
@@ -70,14 +72,14 @@ def test_a_run_without_record_is_a_clear_error() -> None:
 
 
 def test_worker_steps_count_each_workers_steps() -> None:
-    rec = {"worker_step_times": {"0": [1.0, 1.5, 2.0, 2.5], "1": [2.2]}}
+    rec = RunRecord(run_id="ps", worker_step_times={"0": [1.0, 1.5, 2.0, 2.5], "1": [2.2]})
     fig = views.worker_steps(rec, slowed="worker.1")
     assert [t.get_text() for t in fig.axes[1].texts] == ["4", "1"]
     assert fig.axes[0].get_legend().get_texts()[1].get_text() == "worker 1 (slowed)"
     import pytest
 
     with pytest.raises(ValueError, match="not a ParameterServerStrategy run"):
-        views.worker_steps({"epochs": []})
+        views.worker_steps(RunRecord(run_id="mirrored"))
 
 
 def test_learning_rates_are_scaled_warmed_up_and_decayed() -> None:
