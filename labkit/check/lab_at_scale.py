@@ -33,14 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from labkit.check import elastic_run, lr_rule
 from labkit.check import hvd_runs as hr
-from labkit.check import lr_rule
 from labkit.check.hvd_lr import BASE_LR
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
 from labkit.figures import step_profile
 from labkit.records import hvd_probe
-from labkit.records.hvd_probe import Evidence, Profiled, RankRecord
+from labkit.records.hvd_probe import ElasticRun, ElasticWorker, Evidence, Profiled, RankRecord
 
 evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
 K = 3  # --accumulate: not the 2 workers, so that a rate scaled by one cannot pass for the other
@@ -49,6 +49,7 @@ RUN_ARGS = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--val-batch-si
             str(BASE_LR), "--target-accuracy", "2", "--warmup-epochs", "1"]
 PROFILE_DIR = "profile"  # relative: each rank runs in a folder of its own, so each rank's profile lands in its own
 OPTIONS = (["--accumulate", str(K)], ["--sync-bn"], ["--precision", "bf16"], ["--profile-dir", PROFILE_DIR])
+ELASTIC_TIMEOUT = 200.0  # seconds for the elastic run (about 60-70 s on the 2-core machine)
 SAME_STATS = 1e-5  # relative spread of the ranks' moving statistics that counts as equal (float32 rounding)
 LOW = frozenset({"bfloat16", "float16"})
 ACCUMULATE = ("pass `backward_passes_per_step=args.accumulate` and `average_aggregated_gradients=True` to "
@@ -64,8 +65,9 @@ def words(workers: int) -> lr_rule.Words:
 
 
 def upto(step: int) -> int:
-    """Each step's run has the options of the steps before it: step k's run covers steps 1..k."""
-    return max(1, min(step, len(OPTIONS)))
+    """Each step's run has the options of the steps before it: step k's run covers steps 1..k (step 5 adds a run
+    of its own)."""
+    return max(1, min(step, len(STEPS)))
 
 
 def run_args(covers: int) -> list[str]:
@@ -84,6 +86,10 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     ev["lab"], ev["args"] = "at-scale", args
     if profiling:
         ev["profiles"] = {str(r): asdict(profiled(work / "run" / f"rank{r}" / PROFILE_DIR)) for r in range(hr.NP)}
+    trains = len(ev["states"]) == hr.NP and all("train_end" in (st.get("milestones") or [])
+                                                 for st in ev["states"].values())
+    if upto >= 5 and trains:  # a script that does not train to the end fails an earlier step
+        ev["elastic"] = asdict(elastic_run.run(script, work / "elastic", ELASTIC_TIMEOUT))
     return ev
 
 
@@ -362,4 +368,86 @@ def step_4(ev: Evidence) -> str:
             "collective(s) started in them), and no other rank profiled")
 
 
-STEPS = [step_1, step_2, step_3, step_4]
+ELASTIC = ("when args.elastic is set, keep the model, its optimizer and the epoch in "
+           "`state = hvd.elastic.KerasState(model, epoch=...)` (build the optimizer first: "
+           "`opt.build(model.trainable_variables)`), add `hvd.elastic.CommitStateCallback(state)` and "
+           "`hvd.elastic.UpdateEpochStateCallback(state)` to the callbacks, and call fit with "
+           "`initial_epoch=state.epoch` inside a function decorated with `@hvd.elastic.run`")
+
+
+def _epochs_after(w: ElasticWorker, t: float) -> list[int]:
+    return [e for e, end in zip(w.epochs, w.epoch_ends, strict=False) if end > t]
+
+
+def _fit_after(w: ElasticWorker, t: float) -> tuple[int, float] | None:
+    """The first call of fit ``w`` made after ``t``: its initial_epoch and start."""
+    return next(((e, s) for e, s in zip(w.fits, w.fit_starts, strict=False) if s > t), None)
+
+
+def step_5(ev: Evidence) -> str:
+    el = ev.elastic
+    if el is None:
+        _horovod_script(ev)
+        raise Failed("the elastic run was not made: check step 5 again.")
+    if el.refused:
+        raise Failed("the script does not accept --elastic: add `p.add_argument(\"--elastic\", action=\"store_true\")` "
+                     "to parse_args; then, " + ELASTIC + ".")
+    _horovod_script(ev)
+    first = [w for w in el.workers if w.fit_starts and (el.left is None or w.fit_starts[0] < el.left)]
+    chief = next((w for w in first if w.rank == 0), None)
+    if chief is None or el.left is None:
+        raise Failed(f"with --elastic the job never finished {el.leave_after} epochs on 2 workers: {el.summary}")
+    return _left(el, chief) + _returned(el, chief, {w.pid for w in first})
+
+
+def _left(el: ElasticRun, chief: ElasticWorker) -> str:
+    """That the job went on from its last commit when a worker left."""
+    assert el.left is not None
+    again = _fit_after(chief, el.left)
+    if again is None:
+        done = len({e for e, end in zip(chief.epochs, chief.epoch_ends, strict=False) if end <= el.left})
+        if _epochs_after(chief, el.left) and el.ok:
+            raise Failed(f"the check took a worker's slot away after {done} epochs, and the job never shrank: every "
+                         "worker trained on to the end. Horovod's elastic mode removes a worker when the script "
+                         "commits its state, and goes on through the function `hvd.elastic.run` wraps: " + ELASTIC +
+                         ".")
+        raise Failed(f"when the check took a worker's slot away after {done} epochs, the job stopped "
+                     f"({el.summary}): " + ELASTIC + ".")
+    # the epochs rank 0 finished before it went on alone; one may be redone (the last commit precedes its end)
+    done = len({e for e, end in zip(chief.epochs, chief.epoch_ends, strict=False) if end <= again[1]})
+    if again[0] < done - 1:
+        raise Failed(f"when a worker left after {done} epochs, rank 0 trained again from epoch {again[0] + 1}: the "
+                     "epoch reached was not restored. Call fit with `initial_epoch=state.epoch`, and keep the epoch "
+                     "in the state with `hvd.elastic.UpdateEpochStateCallback(state)`.")
+    return f"when a worker left after {done} epochs, rank 0 went on alone from epoch {again[0] + 1}"
+
+
+def _returned(el: ElasticRun, chief: ElasticWorker, before: set[int]) -> str:
+    """That the worker given back joined from the state the others held, and the job finished."""
+    if el.returned is None:
+        raise Failed(f"the job ended before the slot was given back ({el.summary}): with --elastic it must train "
+                     f"all {el.epochs} epochs.")
+    newcomers = [w for w in el.workers if w.pid not in before and w.fit_starts and w.fit_starts[0] > el.returned]
+    if not newcomers:
+        if el.stopped:
+            raise Failed(f"{el.stopped}: a worker that joins runs your script from the top, alone, while the "
+                         "others train, and a collective call outside the elastic function waits for them forever. "
+                         "When args.elastic is set, skip the broadcast of the resume epoch and "
+                         "BroadcastGlobalVariablesCallback: `hvd.elastic.run` synchronises the state (weights, "
+                         "optimizer, epoch) from rank 0 before each call.")
+        if el.ok:
+            raise Failed(f"the job finished before the returning worker joined (slot given back {el.returned:.0f} s "
+                         "into the run): this machine was too busy for the check to see it; check again.")
+        raise Failed(f"after the slot was given back the job did not finish: {el.summary}")
+    new = newcomers[0]
+    joined = _fit_after(chief, new.fit_starts[0] - 5.0)  # rank 0's call of fit when the newcomer joined
+    if new.fits[0] == 0 or (joined is not None and joined[0] != new.fits[0]):
+        raise Failed(f"the worker that returned began at epoch {new.fits[0] + 1} while rank 0 had reached epoch "
+                     f"{(joined[0] if joined else 0) + 1}: its state did not come from rank 0. " + ELASTIC + ".")
+    if not el.ok or (chief.epochs and max(chief.epochs) < el.epochs and max(new.epochs or [0]) < el.epochs):
+        raise Failed(f"the worker returned, but the job did not finish its {el.epochs} epochs: {el.summary}")
+    return (f"; when its slot came back a new worker joined at epoch {new.fits[0] + 1}, rank 0's, and the job "
+            f"finished all {el.epochs} epochs")
+
+
+STEPS = [step_1, step_2, step_3, step_4, step_5]

@@ -106,12 +106,14 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "a Slurm batch script that runs fashion_mnist.py on all 8 GPUs, one rank per GPU, for 30 minutes at most",
     ), "cluster.sbatch", "07_scale_out.ipynb", 60.0,
         step_files=("cluster_hostfile", "cluster.sbatch")),
-    Lab("at-scale", "What changes at scale: accumulation, synchronised BatchNorm, mixed precision, profiling", (
+    Lab("at-scale",
+        "What changes at scale: accumulation, synchronised BatchNorm, mixed precision, profiling, elasticity", (
         "--accumulate K: K batches per all-reduce and per update, the learning rate for the effective batch",
         "--sync-bn: BatchNorm's statistics over the global batch, its moving statistics the same on every worker",
         "--precision bf16: the layers compute in bfloat16, the variables and the model's output stay float32",
         "--profile-dir DIR: rank 0, and only rank 0, profiles a few training steps into DIR",
-    ), "fashion_mnist.py", "09_at_scale.ipynb", 240.0, 4,
+        "--elastic: the job goes on when a worker leaves, from the last committed state, and grows when it returns",
+    ), "fashion_mnist.py", "09_at_scale.ipynb", 360.0, 5,
         builds_on="communication", solutions_stem="fashion_mnist_at_scale"),
 )}
 

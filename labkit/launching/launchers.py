@@ -286,9 +286,12 @@ class Elastic(Gloo):
 
     def commands(self, command: Sequence[str], env: Mapping[str, str]) -> list[Command]:
         head, extra = access.head_node([h.name for h in self.hosts], self.cwd)
+        # Every host this one: horovodrun cannot tell the interfaces from other hosts' and waits out its elastic
+        # timeout before it asks for one; the loopback is the one.
+        local = ["--network-interface", "lo"] if all(hosts.is_local(h.name) for h in self.hosts) else []
         return [("launcher", [*head, tool("horovodrun"), "-np", str(self.np), "--min-np", str(self.min_np),
                               "--max-np", str(self.np), "--host-discovery-script", str(self.files(env)[1]), "--gloo",
-                              *command], extra)]
+                              *local, *command], extra)]
 
 
 def remote_command(host: str, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None,

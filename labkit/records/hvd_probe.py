@@ -215,6 +215,38 @@ class Profiled:
 
 
 @dataclass(frozen=True)
+class ElasticWorker:
+    """One process of lab 9's elastic run that called ``fit``: its rank when it started, each call of ``fit``
+    (its ``initial_epoch`` and start) and each epoch it finished (1-based, and its end); times in seconds since
+    the job began."""
+
+    pid: int
+    rank: int | None = None
+    fits: list[int] = field(default_factory=list)
+    fit_starts: list[float] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    epoch_ends: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ElasticRun:
+    """Lab 9's elastic run on one host: 2 workers, one slot taken away once rank 0 finished ``leave_after`` epochs
+    and given back once it finished ``away`` more; when (seconds since the job began), how the job ended, and
+    every process that trained."""
+
+    epochs: int
+    leave_after: int
+    away: int
+    ok: bool = False
+    summary: str = ""
+    refused: bool = False  # the script does not accept --elastic
+    left: float | None = None
+    returned: float | None = None
+    stopped: str | None = None  # why the check stopped the job
+    workers: list[ElasticWorker] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Run:
     """One probed run of the script on ``np`` ranks."""
 
@@ -232,6 +264,7 @@ class Run:
     args: list[str] = field(default_factory=list)
     allreduce: dict[int, Allreduced] = field(default_factory=dict)  # the communication lab's run
     profiles: dict[int, Profiled] = field(default_factory=dict)  # lab 9's run with --profile-dir, by rank
+    elastic: ElasticRun | None = None  # lab 9's elastic run
 
     def state(self, rank: int) -> RankRecord:
         """Rank ``rank``'s record (a ``KeyError`` for a rank that left none: the judges ask :func:`need` first)."""

@@ -48,14 +48,6 @@ def _reference_quietly() -> dict[str, Any] | None:
         return None
 
 
-def _show(fig: Any) -> None:
-    try:
-        from IPython.display import display
-    except ImportError:  # a plain interpreter: the figure is returned to the caller only
-        return
-    display(fig)
-
-
 def link(sizes: tuple[int, ...] = comm_reference.SIZES, rate: str = RATE, via: str = "gloo",
          repeat: int | None = None) -> allreduce.AllreduceResult | None:
     """Time the all-reduce of each tensor size on 2 workers across the link, against the ring model."""
@@ -71,7 +63,7 @@ def link(sizes: tuple[int, ...] = comm_reference.SIZES, rate: str = RATE, via: s
         return None
     print(result)
     title = f"{result.via}, {result.workers} workers, link {result.rate}"
-    _show(comm.link([allreduce.human_bytes(s.bytes) for s in result.sizes], [s.median for s in result.sizes],
+    notebook.show(comm.link([allreduce.human_bytes(s.bytes) for s in result.sizes], [s.median for s in result.sizes],
                     [s.model for s in result.sizes], title))
     return result
 
@@ -89,7 +81,7 @@ def knob(name: str, rate: str = RATE, steps: int | None = None) -> knobs.KnobRes
     if result is None:
         return None
     print(result)
-    _show(comm.knob([v.label for v in result.variants], [v.comm_s for v in result.variants],
+    notebook.show(comm.knob([v.label for v in result.variants], [v.comm_s for v in result.variants],
                     f"{name}: {result.tensors} tensors x {result.kib} KiB a step, link {result.rate or 'none'}"))
     return result
 
@@ -98,7 +90,7 @@ def straggler(share: float = 0.3, steps: int | None = None) -> timeline_straggle
     """Rank 1 gets ``share`` of the CPU time while it computes; the timeline says who waits for whom."""
     diagnosis = timeline_straggler.run(np=2, slow=1, share=share, steps=steps or (12 if notebook.quick() else 30))
     print(diagnosis)
-    _show(diagnosis.figure())
+    notebook.show(diagnosis.figure())
     return diagnosis
 
 
@@ -118,7 +110,7 @@ def elastic(epochs: int | None = None) -> elastic_job.ElasticReport | None:
     print("workers per epoch:", " ".join(str(s) for s in report.sizes()))
     lost = sorted(set(range(max(report.completed(), default=-1) + 1)) - report.completed())
     print("epochs lost:", ", ".join(map(str, lost)) if lost else "none (what a leaving worker began was redone)")
-    _show(comm.workers_per_epoch([e["epoch"] for e in report.epochs], report.sizes(), "Horovod Elastic: node2 "
+    notebook.show(comm.workers_per_epoch([e["epoch"] for e in report.epochs], report.sizes(), "Horovod Elastic: node2 "
                                  "leaves after 3 epochs, returns 4 later"))
     return report
 
@@ -140,7 +132,7 @@ def links(script: str, rates: tuple[str, ...] | None = None, epochs: int = 2) ->
         return None
     print(result)
     p = result.points
-    _show(comm.link_sweep([x.rate for x in p], [x.images_per_sec for x in p], [x.model_serial for x in p],
+    notebook.show(comm.link_sweep([x.rate for x in p], [x.images_per_sec for x in p], [x.model_serial for x in p],
                           [x.model_overlap for x in p], f"{Path(result.script).name}, {result.np} nodes x 1 worker"))
     return result
 
@@ -155,5 +147,5 @@ def compression(script: str, epochs: int = 6) -> fp16.Comparison | None:
     if result is None:
         return None
     print(result)
-    _show(comm.accuracy_curves(result.curves(), f"{Path(result.script).name}: gradients sent as"))
+    notebook.show(comm.accuracy_curves(result.curves(), f"{Path(result.script).name}: gradients sent as"))
     return result

@@ -36,6 +36,15 @@ TINY = ("--train-size", "256", "--test-size", "128", "--batch-size", "16")
 _DONE: dict[tuple, Any] = {}
 
 
+def show(fig: Any) -> None:
+    """Display ``fig`` in the notebook's output (a plain interpreter: nothing; the caller returns it)."""
+    try:
+        from IPython.display import display
+    except ImportError:
+        return
+    display(fig)
+
+
 def quick() -> bool:
     """True when the notebook runs in quick mode (the test suite's)."""
     return contract.settings().nb_quick

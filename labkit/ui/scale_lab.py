@@ -13,8 +13,6 @@ the course's reference profile (:mod:`labkit.measure.profile_reference`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from labkit.figures import step_profile
 from labkit.instrument.precision_workload import POLICIES
 from labkit.measure import precision, profile_reference
@@ -50,14 +48,6 @@ def precision_speed(batches: int = precision.BATCHES) -> list[precision.Speed]:
     return speeds
 
 
-def _show(fig: Any) -> None:
-    try:
-        from IPython.display import display
-    except ImportError:  # a plain interpreter: the figure is returned to the caller only
-        return
-    display(fig)
-
-
 def profile(script: str, epochs: int = 1) -> step_profile.Profile | None:
     """``script`` on 2 workers with ``--profile-dir`` (a new folder under ``runs/``): rank 0's profiled steps, split
     into compute, all-reduce, input and the rest, as a table and a picture; the course's reference profile while the
@@ -85,5 +75,5 @@ def profile(script: str, epochs: int = 1) -> step_profile.Profile | None:
         print(f"The course's reference: {ref.script} on {ref.workers} workers ({' '.join(ref.args)}), made on "
               f"{ref.made.date} on {ref.made.machine} by `{ref.made.command}`.")
     print(prof.summary())
-    _show(step_profile.figure(prof))
+    notebook.show(step_profile.figure(prof))
     return prof

@@ -84,7 +84,8 @@ MW2 = "solutions/fashion_mnist_multiworker_after_step_02.py"
 MW4 = "solutions/fashion_mnist_multiworker_after_step_04.py"
 MW5 = "solutions/fashion_mnist_multiworker_after_step_05.py"
 PS = "solutions/fashion_mnist_ps_after_step_03.py"
-AT_SCALE = "solutions/fashion_mnist_at_scale_after_step_04.py"
+AT_SCALE = "solutions/fashion_mnist_at_scale_after_step_05.py"
+AT_SCALE_4 = "solutions/fashion_mnist_at_scale_after_step_04.py"  # one elastic run fewer for what fails earlier
 
 CUSTOM_LOOP = '''
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -255,32 +256,32 @@ CASES: list[Case] = [
     Case("at-scale", "lab8_finished", "solutions/fashion_mnist_communication_after_step_01.py", 0,
          "does not accept --accumulate"),
     *[Case("at-scale", f"after_step_{k:02d}", f"solutions/fashion_mnist_at_scale_after_step_{k:02d}.py", k,
-           {1: "does not accept --sync-bn", 2: "does not accept --precision", 3: "does not accept --profile-dir"}
-           .get(k, "")) for k in (1, 2, 3, 4)],
-    Case("at-scale", "accumulate_ignored", AT_SCALE, 0, "at every batch",
+           {1: "does not accept --sync-bn", 2: "does not accept --precision", 3: "does not accept --profile-dir",
+            4: "does not accept --elastic"}.get(k, "")) for k in (1, 2, 3, 4, 5)],
+    Case("at-scale", "accumulate_ignored", AT_SCALE_4, 0, "at every batch",
          (("backward_passes_per_step=args.accumulate,", "backward_passes_per_step=1,"),)),
-    Case("at-scale", "summed_not_scaled", AT_SCALE, 4, "", (  # summed gradients at the workers' rate: the same step
+    Case("at-scale", "summed_not_scaled", AT_SCALE_4, 4, "", (  # summed gradients at the workers' rate: the same step
         ("average_aggregated_gradients=True", "average_aggregated_gradients=False"),
         ("    base_lr *= args.accumulate\n", ""))),
-    Case("at-scale", "summed_and_scaled", AT_SCALE, 0, "above",
+    Case("at-scale", "summed_and_scaled", AT_SCALE_4, 0, "above",
          (("average_aggregated_gradients=True", "average_aggregated_gradients=False"),)),
-    Case("at-scale", "rate_not_scaled", AT_SCALE, 0, "rose to", (("    base_lr *= args.accumulate\n", ""),)),
-    Case("at-scale", "rate_scaled_twice", AT_SCALE, 0, "above",  # by K again where the workers were meant
+    Case("at-scale", "rate_not_scaled", AT_SCALE_4, 0, "rose to", (("    base_lr *= args.accumulate\n", ""),)),
+    Case("at-scale", "rate_scaled_twice", AT_SCALE_4, 0, "above",  # by K again where the workers were meant
          (("    base_lr *= args.accumulate\n", "    base_lr *= args.accumulate ** 2\n"),)),
-    Case("at-scale", "keras_sync_bn", AT_SCALE, 1, "horovod.tensorflow.SyncBatchNormalization",
+    Case("at-scale", "keras_sync_bn", AT_SCALE_4, 1, "horovod.tensorflow.SyncBatchNormalization",
          (("norm = SyncBatchNormalization if", "norm = tf.keras.layers.experimental.SyncBatchNormalization if"),)),
-    Case("at-scale", "pure_bfloat16", AT_SCALE, 0, "mixed_bfloat16",
+    Case("at-scale", "pure_bfloat16", AT_SCALE_4, 0, "mixed_bfloat16",
          (('set_global_policy("mixed_bfloat16" if', 'set_global_policy("bfloat16" if'),)),
-    Case("at-scale", "bfloat16_output", AT_SCALE, 2, 'dtype="float32"', ((', dtype="float32")(x)', ")(x)"),)),
-    Case("at-scale", "profile_every_rank", AT_SCALE, 3, "wrote a profile too",
+    Case("at-scale", "bfloat16_output", AT_SCALE_4, 2, 'dtype="float32"', ((', dtype="float32")(x)', ")(x)"),)),
+    Case("at-scale", "profile_every_rank", AT_SCALE_4, 3, "wrote a profile too",
          (("    if args.profile_dir and hvd.rank() == 0:\n", "    if args.profile_dir:\n"),)),
-    Case("at-scale", "profile_never_stopped", AT_SCALE, 3, "wrote no profile",
+    Case("at-scale", "profile_never_stopped", AT_SCALE_4, 3, "wrote no profile",
          (("        tf.profiler.experimental.stop()\n", ""),)),
-    Case("at-scale", "profile_validation", AT_SCALE, 3, "no training step", (  # validation batches, not training's
+    Case("at-scale", "profile_validation", AT_SCALE_4, 3, "no training step", (  # validation batches, not training's
         ("def on_train_batch_begin(", "def on_test_batch_begin("),
         ("def on_train_batch_end(", "def on_test_batch_end("),
         ("first: int = 2", "first: int = 0"))),
-    Case("at-scale", "profile_around_fit", AT_SCALE, 4, "", transform=lambda s: s.replace(  # the context manager
+    Case("at-scale", "profile_around_fit", AT_SCALE_4, 4, "", transform=lambda s: s.replace(  # the context manager
         "        callbacks.append(ProfileBatches(args.profile_dir))\n", "        pass\n").replace(
         "    model.fit(train_ds,", "    import contextlib\n"
         "    with (tf.profiler.experimental.Profile(args.profile_dir) if args.profile_dir and hvd.rank() == 0\n"
@@ -290,6 +291,14 @@ CASES: list[Case] = [
         "              callbacks=callbacks, verbose=verbose)",
         "                  validation_data=test_ds, validation_steps=validation_steps,\n"
         "                  callbacks=callbacks, verbose=verbose)")),
+    Case("at-scale", "elastic_ignored", AT_SCALE, 4, "never shrank",  # parsed, and nothing made elastic
+         (("    if args.elastic:\n        # Horovod elastic: the state",
+           "    if False:\n        # Horovod elastic: the state"),)),
+    Case("at-scale", "elastic_epoch_not_restored", AT_SCALE, 4, "was not restored",
+         (("initial_epoch=state.epoch,", "initial_epoch=resume_from_epoch,"),)),
+    Case("at-scale", "elastic_resume_broadcast", AT_SCALE, 4, "runs your script from the top",  # deadlocks a newcomer
+         (("    if not args.elastic:\n        resume_from_epoch = int(",
+           "    if True:\n        resume_from_epoch = int("),)),
 ]
 
 

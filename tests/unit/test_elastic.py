@@ -24,6 +24,14 @@ def test_the_elastic_launcher_discovers_its_hosts_from_the_job_folder(tmp_path: 
     assert launchers.Elastic.files(env) == (tmp_path.resolve() / "hosts.now", tmp_path.resolve() / "discover_hosts.sh")
 
 
+def test_on_this_host_alone_the_elastic_launcher_names_the_loopback_interface(tmp_path: Path) -> None:
+    env = {contract.LOG_DIR: str(tmp_path)}
+    ((_, here, _),) = launchers.Elastic(2, hosts.parse_hosts("localhost:2")).commands(["python", "t.py"], env)
+    ((_, away, _),) = launchers.Elastic(4, hosts.parse_hosts("a:2,b:2")).commands(["python", "t.py"], env)
+    assert here[here.index("--gloo"):] == ["--gloo", "--network-interface", "lo", "python", "t.py"]
+    assert "--network-interface" not in away
+
+
 def test_the_elastic_launcher_needs_hosts(tmp_path: Path) -> None:
     with proc.Job() as job, pytest.raises(launchers.LaunchError, match="needs a host list"):
         launchers.Elastic(2).start(job, ["python", "x.py"], {contract.LOG_DIR: str(tmp_path)}, tmp_path)

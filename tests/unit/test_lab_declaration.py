@@ -66,7 +66,7 @@ def test_a_lab_that_continues_another_is_generated_from_its_template() -> None:
     # Lab 9 continues lab 8, which continues lab 2: its steps come after both labs' steps, in lab 2's template.
     targets = sources.lab_targets(labs.get("at-scale"))
     assert {t.template for t in targets} == {"solutions/source/fashion_mnist.py.tmpl"}
-    assert [t.version for t in targets] == [10, 11, 12, 13]
+    assert [t.version for t in targets] == [10, 11, 12, 13, 14]
     assert runs.lab_and_step("fashion_mnist_at_scale_after_step_02.py") == ("at-scale", "2")
 
 

@@ -1,0 +1,106 @@
+"""Lab 9's step 5 (labkit.check.lab_at_scale.step_5) on hand-made elastic runs: every message and the run that
+passes; and the pacing of the elastic run (labkit.check.elastic_run.Pace) on observations written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labkit.check import elastic_run
+from labkit.check import lab_at_scale as at
+from labkit.check.verdict import Failed
+from labkit.core.identity import World
+from labkit.records import observation, typed
+from labkit.records.observation import EpochNote, FitNote, Observation
+
+EPOCHS = 8
+
+
+def worker(pid: int, rank: int, fits: list[tuple[int, float]], epochs: list[tuple[int, float]]) -> dict[str, Any]:
+    return {"pid": pid, "rank": rank, "fits": [f for f, _ in fits], "fit_starts": [t for _, t in fits],
+            "epochs": [e for e, _ in epochs], "epoch_ends": [t for _, t in epochs]}
+
+
+CHIEF = worker(100, 0, [(0, 10.0), (2, 31.0), (5, 44.0)],
+               [(1, 20.0), (2, 29.0), (3, 32.0), (4, 33.0), (5, 34.0), (6, 46.0), (7, 47.0), (8, 48.0)])
+LEAVER = worker(101, 1, [(0, 10.0)], [(1, 20.0), (2, 29.0)])
+NEWCOMER = worker(102, 1, [(5, 44.0)], [(6, 46.0), (7, 47.0), (8, 48.0)])
+
+
+def run(workers: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
+    """Lab 9's evidence whose elastic run left after 2 epochs (at 30 s) and returned after 2 more (at 35 s)."""
+    from test_lab_at_scale_units import evidence
+
+    data = evidence(covers=5)
+    data["elastic"] = {"epochs": EPOCHS, "leave_after": 2, "away": 2, "ok": True, "summary": "job finished OK",
+                       "left": 30.0, "returned": 35.0, "workers": workers or [CHIEF, LEAVER, NEWCOMER], **kw}
+    return data
+
+
+def judge(data: dict[str, Any]) -> str:
+    return at.step_5(at.evidence(data))
+
+
+def test_a_job_that_shrinks_restores_and_grows_passes_step_5() -> None:
+    said = judge(run())
+    assert "went on alone from epoch 3" in said and "joined at epoch 6, rank 0's" in said
+    assert f"all {EPOCHS} epochs" in said
+
+
+def died(chief: dict[str, Any]) -> dict[str, Any]:
+    return {**chief, "fits": chief["fits"][:1], "fit_starts": chief["fit_starts"][:1], "epochs": [1, 2],
+            "epoch_ends": [20.0, 29.0]}
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (run(refused=True), "does not accept --elastic"),
+    (run([died(CHIEF), LEAVER], ok=False, summary="rank 0 failed", returned=None), "the job stopped"),
+    (run([{**CHIEF, "fits": [0], "fit_starts": [10.0]}, LEAVER], returned=None), "the job never shrank"),
+    (run([{**CHIEF, "fits": [0, 0, 5]}, LEAVER, NEWCOMER]), "trained again from epoch 1: the epoch reached was not"),
+    (run([CHIEF, LEAVER], stopped="the returning worker had not joined 60 s after its slot came back", ok=False),
+     "runs your script from the top"),
+    (run([CHIEF, LEAVER]), "too busy"),
+    (run([CHIEF, LEAVER, {**NEWCOMER, "fits": [0]}]), "did not come from rank 0"),
+    (run(returned=None), "ended before the slot was given back"),
+    (run(left=None, returned=None), "never finished 2 epochs"),
+    (run(ok=False, summary="rank 1 failed"), "did not finish"),
+])
+def test_an_elastic_run_that_is_not_is_told_what_to_change(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(Failed, match=message):
+        judge(data)
+
+
+def observed(folder: Path, pid: int, rank: int, fits: list[float], ends: list[float]) -> None:
+    """Process ``pid``'s observation: its calls of fit and its epochs' ends (seconds)."""
+    o = Observation(pid=pid, started=fits[0] - 1, world=World(rank=rank, workers=2),
+                    fits=[FitNote(start=t, initial_epoch=0) for t in fits],
+                    epochs=[EpochNote(epoch=e, end=t) for e, t in enumerate(ends, 1)])
+    observation.path(folder, pid).write_text(json.dumps(typed.dump(o)))
+
+
+def test_the_run_takes_a_slot_away_gives_it_back_and_stops_a_worker_that_never_joins(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    hosts_now, now = tmp_path / "hosts.now", [1000.0]
+    monkeypatch.setattr(elastic_run.time, "time", lambda: now[0])
+    pace = elastic_run.Pace(hosts_now, 1000.0)
+    observed(tmp_path, 7, 0, [1001.0], [1002.0])
+    assert pace(tmp_path) is None and not hosts_now.exists()
+    observed(tmp_path, 7, 0, [1001.0], [1002.0, 1003.0])  # LEAVE_AFTER epochs
+    now[0] = 1010.0
+    assert pace(tmp_path) is None and hosts_now.read_text() == "localhost:1\n" and pace.left == 10.0
+    observed(tmp_path, 7, 0, [1001.0], [1002.0, 1003.0, 1011.0, 1012.0])  # epochs, but still on 2 workers
+    now[0] = 1013.0
+    assert pace(tmp_path) is None and hosts_now.read_text() == "localhost:1\n"
+    observed(tmp_path, 7, 0, [1001.0, 1013.0], [1002.0, 1003.0, 1011.0, 1012.0, 1014.0])  # alone, 1 epoch
+    now[0] = 1015.0
+    assert pace(tmp_path) is None and hosts_now.read_text() == "localhost:1\n"
+    observed(tmp_path, 7, 0, [1001.0, 1013.0], [1002.0, 1003.0, 1011.0, 1012.0, 1014.0, 1015.0])  # AWAY epochs
+    now[0] = 1020.0
+    assert pace(tmp_path) is None and hosts_now.read_text() == "localhost:2\n" and pace.returned == 20.0
+    now[0] = 1020.0 + elastic_run.JOIN_S + 1
+    assert "had not joined" in (pace(tmp_path) or "")
+    observed(tmp_path, 8, 1, [1025.0], [1030.0])  # a worker that joined after the slot came back
+    assert pace(tmp_path) is None
