@@ -374,7 +374,12 @@ def main(argv: list[str] | None = None) -> int:
         # newcomer has the same ones to receive as the workers that trained have to send.
         opt.build(model.trainable_variables)
         state = hvd.elastic.KerasState(model, epoch=resume_from_epoch)
-        callbacks = [hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateEpochStateCallback(state), *callbacks]
+        # Horovod elastic: the epochs done, as tf.keras numbers them from initial_epoch. (Horovod's
+        # UpdateEpochStateCallback counts from 0 in every call of fit, for fit(epochs=args.epochs - state.epoch);
+        # with initial_epoch=state.epoch it would skip epochs after each change of workers.)
+        epoch_done = tf.keras.callbacks.LambdaCallback(
+            on_epoch_end=lambda epoch, logs: setattr(state, "epoch", epoch + 1))
+        callbacks = [hvd.elastic.CommitStateCallback(state), epoch_done, *callbacks]
 
         @hvd.elastic.run
         def train(state: hvd.elastic.KerasState) -> None:

@@ -113,7 +113,7 @@ LABS: dict[str, Lab] = {lab.name: lab for lab in (
         "--precision bf16: the layers compute in bfloat16, the variables and the model's output stay float32",
         "--profile-dir DIR: rank 0, and only rank 0, profiles a few training steps into DIR",
         "--elastic: the job goes on when a worker leaves, from the last committed state, and grows when it returns",
-    ), "fashion_mnist.py", "09_at_scale.ipynb", 360.0, 5,
+    ), "fashion_mnist.py", "09_at_scale.ipynb", 420.0, 5,
         builds_on="communication", solutions_stem="fashion_mnist_at_scale"),
 )}
 

@@ -17,16 +17,21 @@ timed events:
   thread, once the all-reduce came back), linked by the ``_p``/``_c`` ids of the two;
 * ``IteratorGetNextOp::DoCompute``: the step waiting for its batch from tf.data.
 
-A step's **compute** is the union of its op kernels' intervals (on a GPU, of the kernels on the device's plane:
-written for GPUs, unverified on one), **all-reduce** the union of the Horovod collectives' intervals from start to
-done, **exposed** the part of it when no kernel ran, **input** the waits for a batch, and **other** the rest of the
-step (Python, the framework, idle). The trace is written by the learner's process: it is read with a size cap,
-through its protocol buffer only, and a file that does not parse is named.
+A step's **compute** is the union of its op kernels' intervals (on a GPU, of every kernel on the device's plane,
+NCCL's all-reduce kernels among them, so that the exposed part reads low there: written for GPUs, unverified on
+one), **all-reduce** the union of the Horovod collectives' intervals from start to done, **exposed** the part of it
+when no kernel ran, **input** the waits for a batch, and **other** the rest of the step (Python, the framework,
+idle). The trace is written by the learner's process: it is opened without following links and only as a regular
+file, read with a size and an event cap, through its protocol buffer only, in passes that stay linear however many
+steps and events it holds; a file that does not parse is named.
 """
 
 from __future__ import annotations
 
+import bisect
 import importlib.util
+import os
+import stat
 import statistics
 import sys
 from collections.abc import Iterable
@@ -40,7 +45,8 @@ from matplotlib.figure import Figure
 
 from labkit.figures import plot
 
-MAX_BYTES = 256 * 2**20  # of one trace: a few steps of the course's model take well under 1 MiB
+MAX_BYTES = 32 * 2**20  # of one trace: three steps of the course's model take 0.35 MiB
+MAX_EVENTS = 1_000_000  # of one trace's host plane (the course's three steps: about 8,700)
 PATTERN = "plugins/profile/*/*.xplane.pb"  # under the folder given to tf.profiler.experimental.start
 STEP = "train_function"  # Keras's traced training step, as the profiler names its call
 ASYNC_START, ASYNC_DONE = "ExecutorState::ProcessAsync::Start", "ExecutorState::ProcessAsync::Done"
@@ -173,14 +179,20 @@ def read_folder(folder: str | Path) -> Profile:
 def read(path: str | Path) -> Profile:
     """The training steps of one ``.xplane.pb`` file."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ProfileError(f"{path}: {size} bytes, more than the {MAX_BYTES} a profile of a few steps takes")
-        with open(path, "rb") as f:
+    try:  # the file as it is when opened: not through a link, never a FIFO that would block, at most MAX_BYTES
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ProfileError(f"{path}: not a regular file")
+            if info.st_size > MAX_BYTES:
+                raise ProfileError(f"{path}: {info.st_size} bytes, more than the {MAX_BYTES} a profile of a few steps "
+                                   "takes")
             data = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise ProfileError(f"{path}: {e.strerror or e}") from None
+    if len(data) > MAX_BYTES:
+        raise ProfileError(f"{path}: more than the {MAX_BYTES} bytes a profile of a few steps takes")
     space = xplane_module().XSpace()
     try:
         space.ParseFromString(data)
@@ -214,6 +226,8 @@ def _profile(space: Any, path: str) -> Profile:
     host = next((p for p in space.planes if p.name == "/host:CPU"), None)
     if host is None:
         return Profile(path, _host_name(space), "cpu", (), None)
+    if sum(len(line.events) for line in host.lines) > MAX_EVENTS:
+        raise ProfileError(f"{path}: more than {MAX_EVENTS} events: profile a few steps")
     windows: list[Span] = []
     kernels: list[Span] = []
     waits: list[Span] = []
@@ -236,20 +250,23 @@ def _profile(space: Any, path: str) -> Profile:
             kernels.append((start, end))
     device = "cpu"
     gpus = [p for p in space.planes if p.name.startswith("/device:GPU:")]
-    if gpus:  # the kernels a GPU ran are the compute; the host's are their launches
+    if gpus:  # the kernels a GPU ran are the compute (NCCL's all-reduce kernels among them); the host's launch them
         device = gpus[0].name
+        if sum(len(line.events) for line in gpus[0].lines) > MAX_EVENTS:
+            raise ProfileError(f"{path}: more than {MAX_EVENTS} events on {device}: profile a few steps")
         kernels = [(s, e) for _, s, e, _, _ in _events(gpus[0])]
     collectives = [(t, done[k]) for k, t in started.items() if k in done]
     windows.sort()
     origin = windows[0][0] if windows else 0.0
-    steps = tuple(_step(w, kernels, collectives, waits, origin) for w in windows)
+    spans = Spans(_union(kernels), _union(collectives), _union(waits), sorted(a for a, _ in collectives))
+    steps = tuple(_step(w, spans, origin) for w in windows)
     prof = Profile(path, _host_name(space), device, steps, None)
     t = prof.typical()
     if t is None:
         return prof
     w = (origin + t.start, origin + t.start + t.wall)
-    lanes = Lanes(*(tuple((a - w[0], b - w[0]) for a, b in _union(_clip(spans, w)))
-                    for spans in (kernels, collectives, waits)))
+    lanes = Lanes(*(tuple((a - w[0], b - w[0]) for a, b in _within(union, w))
+                    for union in (spans.kernels, spans.collectives, spans.waits)))
     return Profile(path, prof.host, device, steps, lanes)
 
 
@@ -257,9 +274,37 @@ def _host_name(space: Any) -> str:
     return space.hostnames[0] if space.hostnames else "?"
 
 
-def _clip(spans: Iterable[Span], window: Span) -> list[Span]:
+@dataclass(frozen=True)
+class Spans:
+    """A trace's intervals, each kind merged into disjoint sorted spans, and when each collective began."""
+
+    kernels: list[Span]
+    collectives: list[Span]
+    waits: list[Span]
+    starts: list[float]
+
+
+def _within(union: list[Span], window: Span) -> list[Span]:
+    """The parts of the disjoint, sorted ``union`` inside ``window`` (found by bisection: a trace may hold many)."""
     lo, hi = window
-    return [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
+    out = []
+    for a, b in union[_first_ending_after(union, lo):]:
+        if a >= hi:
+            break
+        out.append((max(a, lo), min(b, hi)))
+    return out
+
+
+def _first_ending_after(union: list[Span], t: float) -> int:
+    """The index of the first span of the disjoint, sorted ``union`` that ends after ``t``."""
+    lo, hi = 0, len(union)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if union[mid][1] <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _union(spans: Iterable[Span]) -> list[Span]:
@@ -277,27 +322,30 @@ def _length(spans: Iterable[Span]) -> float:
 
 
 def _minus(spans: list[Span], cut: list[Span]) -> list[Span]:
-    """The parts of the (disjoint, sorted) ``spans`` outside the (disjoint, sorted) ``cut``."""
+    """The parts of the (disjoint, sorted) ``spans`` outside the (disjoint, sorted) ``cut``, in one pass of both."""
     out: list[Span] = []
+    j = 0
     for a, b in spans:
-        pos = a
-        for c, d in cut:
-            if d <= pos or c >= b:
-                continue
+        while j < len(cut) and cut[j][1] <= a:
+            j += 1
+        pos, k = a, j
+        while k < len(cut) and cut[k][0] < b:
+            c, d = cut[k]
             if c > pos:
                 out.append((pos, c))
             pos = max(pos, d)
+            k += 1
         if pos < b:
             out.append((pos, b))
     return out
 
 
-def _step(window: Span, kernels: list[Span], collectives: list[Span], waits: list[Span], origin: float) -> Step:
-    compute = _union(_clip(kernels, window))
-    reduce = _union(_clip(collectives, window))
-    wait = _minus(_minus(_union(_clip(waits, window)), compute), reduce)
+def _step(window: Span, spans: Spans, origin: float) -> Step:
+    compute = _within(spans.kernels, window)
+    reduce = _within(spans.collectives, window)
+    wait = _minus(_minus(_within(spans.waits, window), compute), reduce)
     exposed = _minus(reduce, compute)
-    begun = sum(1 for a, _ in collectives if window[0] <= a < window[1])
+    begun = bisect.bisect_left(spans.starts, window[1]) - bisect.bisect_left(spans.starts, window[0])
     return Step(window[0] - origin, window[1] - window[0], _length(compute), _length(reduce), _length(exposed),
                 _length(wait), begun)
 

@@ -217,13 +217,14 @@ class Profiled:
 @dataclass(frozen=True)
 class ElasticWorker:
     """One process of lab 9's elastic run that called ``fit``: its rank when it started, each call of ``fit``
-    (its ``initial_epoch`` and start) and each epoch it finished (1-based, and its end); times in seconds since
-    the job began."""
+    (its ``initial_epoch``, its ``epochs`` and its start) and each epoch it finished (as tf.keras numbers it,
+    1-based, and its end); times in seconds since the job began."""
 
     pid: int
     rank: int | None = None
     fits: list[int] = field(default_factory=list)
     fit_starts: list[float] = field(default_factory=list)
+    fit_epochs: list[int] = field(default_factory=list)  # 0: not a number
     epochs: list[int] = field(default_factory=list)
     epoch_ends: list[float] = field(default_factory=list)
 

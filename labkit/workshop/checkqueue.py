@@ -57,7 +57,7 @@ from labkit.core.slotserver import ProtocolError
 from labkit.course import labs
 
 SLACK_S = 60.0  # beyond a check's own budget: its start-up, its ranks' stack dumps and their ending
-DEFAULT_MAX_HOLD = max(lab.timeout for lab in labs.LABS.values()) + SLACK_S  # the multi-worker check's 360 s + 60
+DEFAULT_MAX_HOLD = max(lab.timeout for lab in labs.LABS.values()) + SLACK_S  # lab 9's check: 420 s + 60
 REQUEST_S = 5.0  # a client asks within this many seconds of connecting, or is dropped
 HEARTBEAT_S = 15.0  # each waiter hears where it stands at least this often (its client gives up after 60 s)
 PER_USER = 4  # connections one uid may keep open

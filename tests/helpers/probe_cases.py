@@ -299,6 +299,18 @@ CASES: list[Case] = [
     Case("at-scale", "elastic_resume_broadcast", AT_SCALE, 4, "runs your script from the top",  # deadlocks a newcomer
          (("    if not args.elastic:\n        resume_from_epoch = int(",
            "    if True:\n        resume_from_epoch = int("),)),
+    Case("at-scale", "elastic_horovod_epochs", AT_SCALE, 5, "", (  # Horovod's example: fit for the epochs left
+        ('epoch_done = tf.keras.callbacks.LambdaCallback(\n'
+         '            on_epoch_end=lambda epoch, logs: setattr(state, "epoch", epoch + 1))',
+         "epoch_done = hvd.elastic.UpdateEpochStateCallback(state)"),
+        ("epochs=args.epochs, initial_epoch=state.epoch,", "epochs=args.epochs - state.epoch,"))),
+    Case("at-scale", "elastic_epochs_counted_twice", AT_SCALE, 4, "tf.keras numbers", (
+        ('epoch_done = tf.keras.callbacks.LambdaCallback(\n'
+         '            on_epoch_end=lambda epoch, logs: setattr(state, "epoch", epoch + 1))',
+         "epoch_done = hvd.elastic.UpdateEpochStateCallback(state)"),)),
+    Case("at-scale", "elastic_broadcast_callback", AT_SCALE, 4, "BroadcastGlobalVariablesCallback",
+         (("    if not args.elastic:  # Horovod elastic: state.sync()",
+           "    if True:  # Horovod elastic: state.sync()"),)),
 ]
 
 

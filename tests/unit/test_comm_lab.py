@@ -25,7 +25,7 @@ DATA = {
 @pytest.fixture
 def shown(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     figures: list[Any] = []
-    monkeypatch.setattr(comm_lab, "_show", figures.append)
+    monkeypatch.setattr(comm_lab.notebook, "show", figures.append)
     monkeypatch.setattr(comm_reference, "load", lambda: DATA)
     monkeypatch.setattr(link_sweep, "sweep", lambda *a, **k: pytest.fail("a starter must not be measured"))
     monkeypatch.setattr(compression, "compare", lambda *a, **k: pytest.fail("a starter must not be measured"))

@@ -19,9 +19,13 @@ from labkit.records.observation import EpochNote, FitNote, Observation
 EPOCHS = 8
 
 
-def worker(pid: int, rank: int, fits: list[tuple[int, float]], epochs: list[tuple[int, float]]) -> dict[str, Any]:
+def worker(pid: int, rank: int, fits: list[tuple[int, float]], epochs: list[tuple[int, float]],
+           asked: list[int] | None = None) -> dict[str, Any]:
+    """A process of the run: its calls of fit (initial_epoch, start; ``asked``: their epochs, default all), and the
+    epochs it finished as tf.keras numbered them (1-based, end)."""
     return {"pid": pid, "rank": rank, "fits": [f for f, _ in fits], "fit_starts": [t for _, t in fits],
-            "epochs": [e for e, _ in epochs], "epoch_ends": [t for _, t in epochs]}
+            "fit_epochs": asked or [EPOCHS] * len(fits), "epochs": [e for e, _ in epochs],
+            "epoch_ends": [t for _, t in epochs]}
 
 
 CHIEF = worker(100, 0, [(0, 10.0), (2, 31.0), (5, 44.0)],
@@ -47,7 +51,36 @@ def judge(data: dict[str, Any]) -> str:
 def test_a_job_that_shrinks_restores_and_grows_passes_step_5() -> None:
     said = judge(run())
     assert "went on alone from epoch 3" in said and "joined at epoch 6, rank 0's" in said
-    assert f"all {EPOCHS} epochs" in said
+    assert f"every one of its {EPOCHS} epochs" in said
+
+
+def test_horovods_way_fit_for_the_epochs_left_from_0_passes_too() -> None:
+    # fit(epochs=args.epochs - state.epoch) with UpdateEpochStateCallback: each call counts its epochs from 1
+    chief = worker(100, 0, [(0, 10.0), (0, 31.0), (0, 44.0)],
+                   [(1, 20.0), (2, 29.0), (1, 32.0), (2, 33.0), (3, 34.0), (1, 46.0), (2, 47.0), (3, 48.0)],
+                   asked=[EPOCHS, EPOCHS - 2, EPOCHS - 5])
+    newcomer = worker(102, 1, [(0, 44.0)], [(1, 46.0), (2, 47.0), (3, 48.0)], asked=[EPOCHS - 5])
+    said = judge(run([chief, LEAVER, newcomer]))
+    assert "went on alone from epoch 3" in said and "joined at epoch 6" in said
+
+
+def test_epochs_skipped_after_a_change_of_workers_fail_step_5() -> None:
+    # Horovod's UpdateEpochStateCallback with fit(initial_epoch=state.epoch): the state's epoch counted twice
+    chief = worker(100, 0, [(0, 10.0), (2, 31.0), (7, 44.0)],
+                   [(1, 20.0), (2, 29.0), (3, 32.0), (4, 33.0), (5, 34.0), (8, 48.0)])
+    newcomer = worker(102, 1, [(7, 44.0)], [(8, 48.0)])
+    with pytest.raises(Failed, match="never trained epoch.s. 6, 7 of its 8: tf.keras numbers"):
+        judge(run([chief, LEAVER, newcomer]))
+    skipped = worker(100, 0, [(0, 10.0), (4, 31.0)], [(1, 20.0), (2, 29.0), (5, 32.0)])
+    with pytest.raises(Failed, match="epochs 3 to 4 were never trained"):
+        judge(run([skipped, LEAVER, NEWCOMER]))
+
+
+def test_a_newcomer_that_calls_fit_but_never_trains_is_told_of_the_broadcast_callback() -> None:
+    stuck = {**NEWCOMER, "epochs": [], "epoch_ends": []}
+    data = run([CHIEF, LEAVER, stuck], ok=False, stopped="the returning worker called fit but finished no epoch")
+    with pytest.raises(Failed, match="BroadcastGlobalVariablesCallback"):
+        judge(data)
 
 
 def died(chief: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +99,7 @@ def died(chief: dict[str, Any]) -> dict[str, Any]:
     (run([CHIEF, LEAVER, {**NEWCOMER, "fits": [0]}]), "did not come from rank 0"),
     (run(returned=None), "ended before the slot was given back"),
     (run(left=None, returned=None), "never finished 2 epochs"),
-    (run(ok=False, summary="rank 1 failed"), "did not finish"),
+    (run(ok=False, summary="rank 1 failed"), "did not end well"),
 ])
 def test_an_elastic_run_that_is_not_is_told_what_to_change(data: dict[str, Any], message: str) -> None:
     with pytest.raises(Failed, match=message):
@@ -102,5 +135,10 @@ def test_the_run_takes_a_slot_away_gives_it_back_and_stops_a_worker_that_never_j
     assert pace(tmp_path) is None and hosts_now.read_text() == "localhost:2\n" and pace.returned == 20.0
     now[0] = 1020.0 + elastic_run.JOIN_S + 1
     assert "had not joined" in (pace(tmp_path) or "")
-    observed(tmp_path, 8, 1, [1025.0], [1030.0])  # a worker that joined after the slot came back
+    observed(tmp_path, 8, 1, [1025.0], [])  # joined, in fit, but no epoch finished (a collective only it makes)
+    now[0] = 1025.0 + elastic_run.JOIN_S - 1
+    assert pace(tmp_path) is None
+    now[0] = 1025.0 + elastic_run.JOIN_S + 1
+    assert "finished no epoch" in (pace(tmp_path) or "")
+    observed(tmp_path, 8, 1, [1025.0], [1030.0])  # a worker that joined after the slot came back, and trains
     assert pace(tmp_path) is None

@@ -140,3 +140,60 @@ def test_a_trace_without_a_training_step_has_no_typical_step(tmp_path: Path) -> 
     prof = sp.read(f)
     assert prof.steps == () and prof.typical() is None and "no training step" in prof.summary()
     assert len(sp.figure(prof).axes) == 2
+
+
+def test_a_fifo_or_a_link_in_place_of_the_trace_is_refused_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "t.xplane.pb"
+    os.mkfifo(fifo)
+    with pytest.raises(sp.ProfileError, match="not a regular file"):
+        sp.read(fifo)  # opened without blocking, then refused
+    fifo.unlink()
+    os.symlink(RECORDED, fifo)
+    with pytest.raises(sp.ProfileError):
+        sp.read(fifo)
+
+
+def test_many_steps_and_kernels_are_read_in_a_pass_and_too_many_events_refused(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    steps = [(10.0 * k, 10.0 * k + 9) for k in range(2000)]  # 2000 steps of 9 ms, 10 kernels each
+    xs = _space(steps[0], [(a + i * 0.9, a + i * 0.9 + 0.5) for a, _ in steps for i in range(10)],
+                [(a + 4, a + 8) for a, _ in steps], [])
+    main = xs.planes[0].lines[0]
+    for a, b in steps[1:]:
+        main.events.add(metadata_id=main.events[0].metadata_id, offset_ps=int(a * 1e9), duration_ps=int((b - a) * 1e9))
+    f = tmp_path / "t.xplane.pb"
+    f.write_bytes(xs.SerializeToString())
+    began = time.perf_counter()
+    prof = sp.read(f)
+    assert time.perf_counter() - began < 10
+    assert len(prof.steps) == 2000 and all(round(1e3 * s.compute, 6) == 5.0 for s in prof.steps)
+    monkeypatch.setattr(sp, "MAX_EVENTS", 1000)
+    with pytest.raises(sp.ProfileError, match="more than 1000 events"):
+        sp.read(f)
+
+
+def _minus_by_pairs(spans, cut):
+    """Every span against every cut: the plain way, to compare with the single pass."""
+    out = []
+    for a, b in spans:
+        pos = a
+        for c, d in cut:
+            if d <= pos or c >= b:
+                continue
+            if c > pos:
+                out.append((pos, c))
+            pos = max(pos, d)
+        if pos < b:
+            out.append((pos, b))
+    return out
+
+
+def test_the_single_pass_difference_agrees_with_every_pair() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        spans = sp._union((a, a + rng.random()) for a in (rng.random() * 10 for _ in range(rng.randint(0, 12))))
+        cut = sp._union((a, a + rng.random()) for a in (rng.random() * 10 for _ in range(rng.randint(0, 12))))
+        assert sp._minus(spans, cut) == _minus_by_pairs(spans, cut)
