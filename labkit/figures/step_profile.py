@@ -288,23 +288,11 @@ def _within(union: list[Span], window: Span) -> list[Span]:
     """The parts of the disjoint, sorted ``union`` inside ``window`` (found by bisection: a trace may hold many)."""
     lo, hi = window
     out = []
-    for a, b in union[_first_ending_after(union, lo):]:
+    for a, b in union[bisect.bisect_right(union, lo, key=lambda span: span[1]):]:
         if a >= hi:
             break
         out.append((max(a, lo), min(b, hi)))
     return out
-
-
-def _first_ending_after(union: list[Span], t: float) -> int:
-    """The index of the first span of the disjoint, sorted ``union`` that ends after ``t``."""
-    lo, hi = 0, len(union)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if union[mid][1] <= t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def _union(spans: Iterable[Span]) -> list[Span]:
