@@ -91,7 +91,8 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
     flags += ["--fit-bound", str(FIT_FACTOR)]  # a rank that never gets to fit is stopped and told then
     oom = ending.oom_kills()
     # Probe runs are not the learner's runs: not recorded.
-    job = launch.run([sys.executable, "-m", "labkit.instrument.probe", str(out), *flags, "--", str(script), *args],
+    cmd = [sys.executable, "-m", "labkit.instrument.start", "horovod", str(out), *flags, "--", str(script), *args]
+    job = launch.run(cmd,
                      job=JobSpec(timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
                                  env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False), np=NP, launcher="mpirun")
     ev: dict[str, Any] = {"lab": "horovod", "np": NP, "batch": BATCH, "states": {}, "weights": {}, "ranks": {},
@@ -121,7 +122,7 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
 def _how_it_ended(info: dict[str, Any], st: dict[str, Any] | None, out: Path, r: int, job: launch.JobResult) -> None:
     """Optional evidence: where a rank that had to be stopped was; what it left running."""
     if st is not None and "end" not in st.get("milestones", []):
-        running = ending.still_running(out, r, "labkit/instrument/probe.py", job.duration)
+        running = ending.still_running(out, r, "labkit/instrument/start.py", job.duration)
         if running:
             info["running_at_end"] = running
     left = ending.left_running(job.log_dir, r)

@@ -3,7 +3,8 @@
 A lab's judge module provides ``collect(script, upto, timeout, work) -> dict`` (a probed run's evidence),
 ``STEPS`` (one judge per step, :mod:`labkit.check.verdict`) and, optionally, ``upto(step)`` and
 ``syntax_error(script)`` (:mod:`labkit.check.judging` says what each does). A new lab adds its module to
-:data:`JUDGES` under the name its declaration gives it; ``tests/unit/test_labs.py`` fails for a lab without one.
+:data:`JUDGES` under the name its declaration gives it; ``tests/unit/test_lab_declaration.py`` fails for a lab
+without one.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     if code != 0 or timed_out:
         text = log.read_text(errors="replace") if log.exists() else ""
         why = (f"timed out after {timeout:.0f} s: "
-               + ending.where_text(ending.still_running(probe, "local.0", "labkit/instrument/dprobe.py", timeout))
+               + ending.where_text(ending.still_running(probe, "local.0", "labkit/instrument/start.py", timeout))
                if timed_out else ending.exit_text(code))
         run_error = why + "\n" + output.error_tail(text, 12)
     return {"lab": "mirrored", "devices": DEVICES, "batch": tfdist.BATCH, "train": tfdist.TRAIN,

@@ -37,7 +37,7 @@ def _where(probe: Path, timed_out: bool, timeout: float) -> str:
     """On a timeout, where the chief was when it was stopped."""
     if not timed_out:
         return ""
-    where = ending.still_running(probe, "chief.0", "labkit/instrument/dprobe.py", timeout)
+    where = ending.still_running(probe, "chief.0", "labkit/instrument/start.py", timeout)
     return "\nthe chief: " + ending.where_text(where)
 
 

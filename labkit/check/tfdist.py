@@ -21,7 +21,7 @@ COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", 
 
 def probe_command(probe: Path, script: Path, *args: str) -> list[str]:
     """The learner's script under :mod:`labkit.instrument.dprobe`, on the check's tiny data."""
-    return [sys.executable, "-m", "labkit.instrument.dprobe", str(probe), "--", str(script), *COMMON, *args]
+    return [sys.executable, "-m", "labkit.instrument.start", "tfdist", str(probe), "--", str(script), *COMMON, *args]
 
 
 def records(probe: Path) -> dict[str, dict[str, Any]]:

@@ -80,7 +80,7 @@ def own(path: str) -> bool:
 
 
 def main_thread(dumped: list[list[dict[str, Any]]], runner: str) -> list[dict[str, Any]]:
-    """The thread running the script: the one whose stack goes through ``runner`` (e.g. labkit/instrument/probe.py)."""
+    """The thread running the script: the one whose stack goes through ``runner`` (e.g. labkit/instrument/start.py)."""
     for frames in dumped:
         if any(f["file"].endswith(runner) for f in frames):
             return frames

@@ -57,7 +57,7 @@ def pristine(lab: labs.Lab, roots: list[Path] | None = None, name: str | None = 
     its template, or from a released course's copy."""
     name = name or lab.starter
     for root in roots or [labs.ROOT]:
-        target = next((t for t in sources.TARGETS if t.output == f"labs/{name}"), None)
+        target = next((t for t in sources.all_targets() if t.output == f"labs/{name}"), None)
         if target is not None and (root / target.template).is_file():
             return sources.expected(target, root)
         copy = root / STARTERS / name

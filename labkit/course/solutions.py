@@ -115,7 +115,7 @@ _MEANING = {SELF_PACED: "the step solutions are in .labkit/solutions/ (`labkit s
 
 def step_targets() -> list[sources.Target]:
     """Every lab's step solutions (``<stem>_after_step_NN.py``), as ``labkit gen`` makes them."""
-    return [t for t in sources.TARGETS if t.output.startswith("solutions/") and "_after_step_" in t.output]
+    return [t for t in sources.all_targets() if t.output.startswith("solutions/") and "_after_step_" in t.output]
 
 
 def release_files(root: Path) -> dict[str, bytes]:
@@ -133,7 +133,7 @@ def source_text(lab: labs.Lab, step: int, root: Path) -> str:
     the learner's script is the steps' code, not the file's name."""
     name = file_name(lab, step)
     target = next((t for t in step_targets() if Path(t.output).name == name), None)
-    starter = next((t for t in sources.TARGETS if t.output == f"labs/{lab.step_file(step)}"), None)
+    starter = next((t for t in sources.all_targets() if t.output == f"labs/{lab.step_file(step)}"), None)
     if target is None or starter is None or not (root / target.template).is_file():
         raise FileNotFoundError(f"no template for {name} in {root}: run this in the course source")
     return sources.expected(sources.Target(target.template, target.version, starter.output, starter.title), root)

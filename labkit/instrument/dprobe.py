@@ -1,7 +1,7 @@
 """Run a learner's tf.distribute script and record what each process really does.
 
-``python -m labkit.instrument.dprobe OUTDIR -- SCRIPT [ARGS...]`` runs ``SCRIPT`` as
-``__main__`` after patching, in this process only:
+The ``tfdist`` probe of :mod:`labkit.instrument.start`: ``python -m labkit.instrument.start tfdist OUTDIR -- SCRIPT
+[ARGS...]`` runs ``SCRIPT`` as ``__main__`` after patching, in this process only:
 
 * ``fashion_mnist.load_data``: the real labels, but every training image is a
   constant grey level equal to its index modulo 256, so that a batch tells which
@@ -23,11 +23,9 @@ model at the end and compares its weights with the trained ones.
 from __future__ import annotations
 
 import os
-import runpy
-import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from labkit.core import contract, stacks
 from labkit.instrument import data
@@ -35,7 +33,6 @@ from labkit.instrument.dprobe_record import Recorder, digest, model_variables, s
 from labkit.instrument.hooks import dataset
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
-from labkit.instrument.leave import leave
 from labkit.records.tfdist_probe import Fit, Load
 
 
@@ -212,36 +209,37 @@ def _record_ps_variables(tf: Any, rec: Recorder) -> None:
     extended._create_variable = create
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m labkit.instrument.dprobe OUTDIR -- SCRIPT [ARGS...]", file=sys.stderr)
-        return 2
-    rec = Recorder(Path(argv[0]))
-    stacks.install(rec.outdir / f"stack.{rec.task}")  # where it was, if it has to be stopped
-    script, args = argv[2], argv[3:]
-    install(rec)
-    rec.dump()
-    sys.argv = [script, *args]
-    sys.path.insert(0, str(Path(script).resolve().parent))
-    code = 0
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException as e:  # noqa: BLE001 - record the learner's error, then fail
-        rec.record.error = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
+class DistributeProbe:
+    """The tf.distribute checks' probe in one task; :func:`labkit.instrument.start.run` runs the script."""
+
+    OPTIONS: ClassVar[str] = ""
+
+    rec: Recorder
+
+    @classmethod
+    def parse(cls, options: list[str]) -> DistributeProbe | None:
+        """It has no options of its own."""
+        return None if options else cls()
+
+    def prepare(self, out: str) -> None:
+        rec = self.rec = Recorder(Path(out))
+        stacks.install(rec.outdir / f"stack.{rec.task}")  # where it was, if it has to be stopped
+        install(rec)
+        rec.dump()
+
+    def failed(self, error: BaseException) -> None:
+        self.rec.record.error = "".join(traceback.format_exception_only(type(error), error)).strip()[-2000:]
         traceback.print_exc()
-        code = 1
-    model = rec.model
-    rec.done = True
-    load = contract.settings().probe_load
-    if code == 0 and load and model is not None:
-        rec.record.load = _reload(load, rec.record.fits[-1].weights or "")
-    rec.record.exit = code
-    rec.dump()
-    sys.stdout.flush()
-    return code
+
+    def finish(self, code: int) -> None:
+        rec = self.rec
+        model = rec.model
+        rec.done = True
+        load = contract.settings().probe_load
+        if code == 0 and load and model is not None:
+            rec.record.load = _reload(load, rec.record.fits[-1].weights or "")
+        rec.record.exit = code
+        rec.dump()
 
 
 def _reload(path: str, trained: str) -> Load:
@@ -257,7 +255,3 @@ def _reload(path: str, trained: str) -> Load:
         return Load(True, same)
     except Exception as e:  # noqa: BLE001
         return Load(False, error=f"{type(e).__name__}: {e}"[:400])
-
-
-if __name__ == "__main__":
-    leave(main())

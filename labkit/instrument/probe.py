@@ -1,4 +1,5 @@
-"""Run a learner's training script under observation: ``python -m labkit.instrument.probe OUT -- SCRIPT ARGS``.
+"""Run a learner's training script under observation: the ``horovod`` probe of :mod:`labkit.instrument.start`,
+``python -m labkit.instrument.start horovod OUT [OPTIONS] -- SCRIPT ARGS``.
 
 Used by :mod:`labkit.check` under a 2-rank launch. It never edits the script; it
 patches library entry points in this process only:
@@ -34,12 +35,12 @@ stays short on a fast one (:meth:`labkit.instrument.probe_record.Rank.watch_fit`
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 import traceback
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from labkit.core import env, stacks
-from labkit.instrument.leave import leave
 from labkit.instrument.probe_patches import (
     patch_arguments,
     patch_data,
@@ -60,76 +61,77 @@ def fit_bound(factor: float, patched_s: float) -> float:
     return factor * patched_s + FIT_FLOOR
 
 
-def main(argv: list[str] | None = None) -> int:
-    env.apply_defaults()  # before TensorFlow loads
-    argv = list(sys.argv[1:] if argv is None else argv)
-    own_folders, max_epochs, budget, factor = False, 1, None, None
-    tolerated: list[str] = []
-    while len(argv) > 1 and argv[1] != "--":  # the probe's own options, in any order, before "--"
-        flag, value = argv[1], argv[2] if len(argv) > 2 else ""
-        if flag == "--own-folders":
-            own_folders = True
-            del argv[1]
-            continue
-        if flag == "--epochs" and value.isdigit():
-            max_epochs = int(value)
-        elif flag == "--budget":
-            budget = float(value)
-        elif flag == "--fit-bound":
-            factor = float(value)
-        elif flag == "--tolerate" and value:
-            tolerated.append(value)
-        else:
-            break
-        del argv[1:3]
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m labkit.instrument.probe OUTDIR [--own-folders] [--epochs N] [--budget S] "
-              "[--fit-bound F] [--tolerate OPTION]... -- SCRIPT [ARGS...]", file=sys.stderr)
-        return 2
-    out, script, script_args = os.path.abspath(argv[0]), os.path.abspath(argv[2]), argv[3:]
-    os.makedirs(out, exist_ok=True)
-    rank = Rank(out)
-    stacks.install(os.path.join(out, f"stack.{rank.rank}"), budget)
-    if own_folders:  # as on separate nodes: each rank sees only its own files
-        folder = os.path.join(os.getcwd(), f"rank{rank.rank}")
-        os.makedirs(folder, exist_ok=True)
-        os.chdir(folder)
-    rank.milestone("start")
-    import tensorflow as tf
-    # A probe run trains a few batches: optimising their graph (Grappler) costs more than it saves.
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+@dataclass
+class HorovodProbe:
+    """The Horovod checks' probe in one rank; :func:`labkit.instrument.start.run` runs the script."""
 
-    patch_data(rank)
-    patch_model()
-    patch_devices(tf, rank)
-    patch_horovod(rank)
-    patch_keras(tf, rank, max_epochs)
-    patch_saving(tf, rank)
-    if tolerated:
-        patch_arguments(rank, tolerated)
-    rank.milestone("patched")
-    if factor:
-        rank.state.fit_rule = FitRule(factor, FIT_FLOOR)
-        rank.watch_fit(fit_bound(factor, rank.state.times["patched"]), os.path.join(out, f"stack.{rank.rank}"))
+    OPTIONS: ClassVar[str] = "[--own-folders] [--epochs N] [--budget S] [--fit-bound F] [--tolerate OPTION]..."
 
-    sys.argv = [script, *script_args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    code = 0
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException as e:  # noqa: BLE001 - everything is reported to the checker
-        rank.state.error = Failure(type(e).__name__, str(e)[:2000], traceback.format_exc()[-4000:])
-        code = 1
-    rank.state.pins.cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    rank.state.exit_code = code
-    rank.milestone("end")
-    sys.stdout.flush()
-    if rank.state.error:
-        print(rank.state.error.traceback, file=sys.stderr)
-    return code
+    own_folders: bool = False
+    max_epochs: int = 1
+    budget: float | None = None  # seconds after which the stacks are dumped
+    factor: float | None = None  # --fit-bound
+    tolerated: list[str] = field(default_factory=list)
+    rank: Rank = field(init=False, repr=False)
 
+    @classmethod
+    def parse(cls, options: list[str]) -> HorovodProbe | None:
+        """The probe's own options, in any order; None for one it does not know."""
+        probe, options = cls(), list(options)
+        while options:
+            flag, value = options[0], options[1] if len(options) > 1 else ""
+            if flag == "--own-folders":
+                probe.own_folders = True
+                del options[0]
+                continue
+            if flag == "--epochs" and value.isdigit():
+                probe.max_epochs = int(value)
+            elif flag == "--budget":
+                probe.budget = float(value)
+            elif flag == "--fit-bound":
+                probe.factor = float(value)
+            elif flag == "--tolerate" and value:
+                probe.tolerated.append(value)
+            else:
+                return None
+            del options[:2]
+        return probe
 
-if __name__ == "__main__":
-    leave(main())
+    def prepare(self, out: str) -> None:
+        env.apply_defaults()  # before TensorFlow loads
+        out = os.path.abspath(out)
+        os.makedirs(out, exist_ok=True)
+        rank = self.rank = Rank(out)
+        stacks.install(os.path.join(out, f"stack.{rank.rank}"), self.budget)
+        if self.own_folders:  # as on separate nodes: each rank sees only its own files
+            folder = os.path.join(os.getcwd(), f"rank{rank.rank}")
+            os.makedirs(folder, exist_ok=True)
+            os.chdir(folder)
+        rank.milestone("start")
+        import tensorflow as tf
+        # A probe run trains a few batches: optimising their graph (Grappler) costs more than it saves.
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+        patch_data(rank)
+        patch_model()
+        patch_devices(tf, rank)
+        patch_horovod(rank)
+        patch_keras(tf, rank, self.max_epochs)
+        patch_saving(tf, rank)
+        if self.tolerated:
+            patch_arguments(rank, self.tolerated)
+        rank.milestone("patched")
+        if self.factor:
+            rank.state.fit_rule = FitRule(self.factor, FIT_FLOOR)
+            rank.watch_fit(fit_bound(self.factor, rank.state.times["patched"]), os.path.join(out, f"stack.{rank.rank}"))
+
+    def failed(self, error: BaseException) -> None:
+        self.rank.state.error = Failure(type(error).__name__, str(error)[:2000], traceback.format_exc()[-4000:])
+
+    def finish(self, code: int) -> None:
+        rank = self.rank
+        rank.state.pins.cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+        rank.state.exit_code = code
+        rank.milestone("end")
+        if rank.state.error:
+            print(rank.state.error.traceback, file=sys.stderr)

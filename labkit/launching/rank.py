@@ -4,7 +4,7 @@ It runs ``CMD`` with its output captured, writes its output to ``LOGDIR/rank.N.l
 (the first :data:`LOG_HEAD` bytes and the last :data:`LOG_TAIL`, so a flood of output
 cannot fill the disk; past the head it is read at most :data:`FLOOD_RATE` bytes a second, so it cannot take the
 cores either), copies rank 0's output to its own stdout (which the launcher
-streams), forwards termination signals (a probe, :mod:`labkit.instrument.probe`, first gets SIGUSR1, on
+streams), forwards termination signals (a probe, :mod:`labkit.instrument.start`, first gets SIGUSR1, on
 which it writes where it is, even when the script ignores SIGTERM), and makes sure the command
 dies with it.
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
     )
 
-    probed = cmd[1:3] in (["-m", "labkit.instrument.probe"], ["-m", "labkit.instrument.dprobe"])
+    probed = cmd[1:3] == ["-m", "labkit.instrument.start"]
 
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:

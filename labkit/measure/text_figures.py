@@ -5,7 +5,7 @@ A measured figure in a notebook's text or the instructor guide is written betwee
 each name is computed from the course's reference results (``labs/reference/results.json`` and ``runs.jsonl``,
 made by :mod:`labkit.measure.reference`; ``communication.json``, by :mod:`labkit.measure.comm_reference`;
 ``precision.json``, by :mod:`labkit.measure.precision`; ``profile.json`` and its trace, by
-:mod:`labkit.measure.profile_reference`).
+:mod:`labkit.measure.profile_reference`; ``large_batch.json``, by :mod:`labkit.measure.large_batch`).
 ``labkit gen`` (``make gen``) rewrites every marked figure from the files; ``labkit gen --check`` fails when one is
 out of date, so results made again cannot leave the text quoting the old ones. A test also fails on a measured-
 looking figure outside the markers that is not listed as a prediction, a setting or a computed example
@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from labkit.course import labs
+from labkit.figures import large_batch as drawn
 from labkit.figures import step_profile
 from labkit.figures.scaling_model import efficiency
-from labkit.measure import precision, profile_reference, reference
+from labkit.measure import large_batch, precision, profile_reference, reference
 from labkit.records import sweep
 
 MARK = re.compile(r"<!--fig:(?P<name>[\w.\-]+)-->(?P<value>.*?)<!--/fig-->", re.S)
@@ -33,6 +34,8 @@ TEXTS = ("labs/03_mirrored_strategy.ipynb", "labs/04_multi_worker.ipynb", "labs/
          "labs/06_scaling.ipynb", "labs/08_communication.ipynb", "labs/09_at_scale.ipynb", "course/INSTRUCTOR.md")
 BATCH = 32  # the lab's images per worker per step
 LR_RUNS = {"unscaled": "not scaled", "nowarmup": "×2, no warm-up", "warmup": "×2, warm-up"}
+LB_RULES = {"warmup": "linear rule, warm-up", "nowarmup": "linear rule, no warm-up", "unscaled": "not scaled"}
+LB_BATCHES = (32, 128, 512, 2048)  # the large-batch reference's global batches (lab 9)
 SMALL_GRADIENT, ETHERNET = 0.18e6 * 4, 1.25e9  # the scaling model cell's own cases (lab 6)
 FULL_GRADIENT, NVLINK, SHARED = 17.1e6 * 4, 100e9, 5e9
 
@@ -101,6 +104,25 @@ class Measured:
         if found is None or typical is None:
             raise FigureError(f"no {profile_reference.FILE} with a profiled training step among the reference results")
         return found[0], typical
+
+    @cached_property
+    def large_batch(self) -> large_batch.Reference:
+        found = large_batch.read(reference.folder())
+        if found is None:
+            raise FigureError(f"no {large_batch.FILE} among the reference results")
+        return found
+
+    def updates(self, global_batch: int) -> int:
+        point = next((p for p in self.large_batch.points if p.global_batch == global_batch), None)
+        if point is None:
+            raise FigureError(f"the large-batch reference has no run at a global batch of {global_batch}")
+        return point.updates_per_epoch
+
+    def final(self, rule: str, global_batch: int) -> int:
+        point = drawn.at(self.large_batch.points, LB_RULES[rule], global_batch)
+        if point is None or point.final is None:
+            raise FigureError(f"the large-batch reference has no final accuracy for {rule} at {global_batch}")
+        return round(100 * point.final)
 
 
 def _speedup(m: Measured, name: str) -> float:
@@ -214,6 +236,14 @@ for _case, (_compute, _gradient, _bandwidth) in MODEL_CASES.items():
     for _n in (2, 4, 8):
         FIGURES[f"lab6.model_{_case}_{_n}"] = lambda m, c=_compute, g=_gradient, b=_bandwidth, n=_n: str(
             _model(c, g, n, b))
+# the large-batch experiment (lab 9): each rule's final validation accuracy (%) at each global batch
+for _rule in LB_RULES:
+    for _g in LB_BATCHES:
+        FIGURES[f"lab9.lb_{_rule}_{_g}"] = lambda m, r=_rule, g=_g: str(m.final(r, g))
+FIGURES["lab9.lb_epochs"] = lambda m: str(m.large_batch.epochs)
+FIGURES["lab9.lb_updates_2048"] = lambda m: str(m.updates(2048))
+FIGURES["lab9.lb_machine"] = lambda m: f"{m.large_batch.workers} workers on {m.large_batch.made.machine}"
+FIGURES["lab9.lb_minutes"] = lambda m: f"{sum(p.seconds or 0 for p in m.large_batch.points) / 60:.0f}"
 # the learning-rate runs' validation accuracy (%) after the epochs the text quotes
 LR_QUOTED = {"unscaled": (1, 6), "nowarmup": (1, 2, 3, 6), "warmup": (1, 2, 3, 4, 6)}
 for _run, _epochs_quoted in LR_QUOTED.items():

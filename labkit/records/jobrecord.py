@@ -29,7 +29,7 @@ ACCURACY_KEYS = ("val_accuracy", "val_acc", "val_categorical_accuracy", "val_spa
 TRAIN_ACCURACY_KEYS = tuple(k[4:] for k in ACCURACY_KEYS)
 
 
-def _first(metrics: Mapping[str, float], keys: Sequence[str]) -> float | None:
+def _first(metrics: Mapping[str, float | None], keys: Sequence[str]) -> float | None:
     for key in keys:
         if metrics.get(key) is not None:
             return float(metrics[key])

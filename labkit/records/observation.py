@@ -41,7 +41,7 @@ class EpochNote:
     steps: int | None = None
     batch_per_step: int | None = None
     cpu_s: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict, metadata=typed.REST)
+    metrics: dict[str, float | None] = field(default_factory=dict, metadata=typed.REST)  # a diverged run: None
 
 
 @dataclass

@@ -9,12 +9,22 @@ its repeats. In quick mode (the test suite's) each policy times a few batches.
 ``scale_lab.profile(SCRIPT)`` runs the learner's script on 2 workers with ``--profile-dir`` once its lab 9 step 4
 passed, and shows where rank 0's profiled steps spent their time (:mod:`labkit.figures.step_profile`); before that,
 the course's reference profile (:mod:`labkit.measure.profile_reference`).
+
+``scale_lab.large_batch()`` shows the course's large-batch experiment (:mod:`labkit.measure.large_batch`): the
+same epochs at ever larger global batches, the learning rate set three ways. ``scale_lab.large_batch(SCRIPT,
+batches=..., epochs=...)`` runs the experiment on the learner's own script once its Horovod lab passed step 8 (the
+rate scaled by the workers and warmed up), each run told as it ends.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
+from labkit.figures import large_batch as drawn
 from labkit.figures import step_profile
 from labkit.instrument.precision_workload import POLICIES
+from labkit.measure import large_batch as experiment
 from labkit.measure import precision, profile_reference
 from labkit.ui import notebook
 
@@ -77,3 +87,32 @@ def profile(script: str, epochs: int = 1) -> step_profile.Profile | None:
     print(prof.summary())
     notebook.show(step_profile.figure(prof))
     return prof
+
+
+def large_batch(script: str | None = None, batches: Sequence[int] = (64, 1024), epochs: int = 4) -> list[drawn.Point]:
+    """Without ``script``: the course's large-batch experiment, a table and a picture. With ``script`` (once its
+    Horovod lab passed step 8): every rule at ``batches`` images per worker, ``epochs`` epochs each, on this
+    machine (in quick mode, two small runs of one epoch on tiny data)."""
+    if script is not None and notebook.ready(script, "horovod", 8):
+        quick = notebook.quick()
+        plan = experiment.Plan(batches=(16,) if quick else tuple(batches), epochs=1 if quick else epochs)
+        tiny = dict(zip(notebook.TINY[::2], notebook.TINY[1::2], strict=True))
+        extra = [a for k, v in tiny.items() if k != "--batch-size" for a in (k, v)] if quick else []
+        print(f"running {plan.size()} trainings of {script} on {plan.workers} workers, {plan.epochs} epoch(s) each; "
+              "each is told as it ends ...", flush=True)
+        points = experiment.sweep(Path(script), plan, extra=extra)
+        where = "this machine"
+    else:
+        ref = experiment.read()
+        if ref is None:
+            print("(no reference results for the large-batch experiment in this course)")
+            return []
+        points = ref.points
+        load = f", other programs {100 * ref.made.other_work:.0f}% of it" if ref.made.other_work is not None else ""
+        where = (f"the course's reference: {ref.script} on {ref.workers} workers, {ref.epochs} epochs each, made on "
+                 f"{ref.made.date} on {ref.made.machine}{load} (`{ref.made.command}`)")
+    print(f"\nValidation accuracy (%) after the last epoch, {where}:")
+    print(drawn.table(points))
+    if points:
+        notebook.show(drawn.figure(points))
+    return points

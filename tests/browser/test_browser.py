@@ -88,7 +88,7 @@ def test_notebook_runs_in_the_browser_without_errors(name: str, state: str, requ
     else:
         assert SAYS_STARTER not in text, text[-3000:]
     assert "solutions/" not in text  # nothing runs or names a solution
-    assert browser.leftovers(runner.course, "labkit.instrument.probe", "labkit.instrument.dprobe") == []
+    assert browser.leftovers(runner.course, "labkit.instrument.start") == []
 
 
 def test_the_released_course_gets_the_final_solutions_only_when_finished(tmp_path: Path) -> None:

@@ -52,5 +52,5 @@ def test_notebook_runs_and_leaves_nothing_running(name: str, finished_notebooks)
     from helpers import browser
 
     left = browser.leftovers(finished_notebooks.course, "fashion_mnist_mirrored.py", "fashion_mnist_multiworker",
-                             "fashion_mnist_ps", "labkit.instrument.dprobe")  # of this course only
+                             "fashion_mnist_ps", "labkit.instrument.start tfdist")  # of this course only
     assert left == [], f"processes of {name} are still running: {left}"

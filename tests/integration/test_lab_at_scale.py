@@ -30,7 +30,7 @@ def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
 def test_a_real_check_of_step_4s_script_passes_four_steps_and_matches_its_recording(tmp_path: Path, running) -> None:
     # the elastic run it asks for refuses --elastic within seconds; the finished script's elastic run is heavy
     report = real_check_matches_recording(find("at-scale", "after_step_04"), tmp_path, running,
-                                          "labkit.instrument.probe")
+                                          "labkit.instrument.start horovod")
     assert report.seconds is not None and report.seconds < labs.get("at-scale").timeout
 
 
@@ -39,6 +39,6 @@ def test_a_real_check_of_step_4s_script_passes_four_steps_and_matches_its_record
 def test_a_real_elastic_check_of_the_finished_script_shrinks_grows_and_passes(tmp_path: Path, running) -> None:
     # about 70 s idle: the probed run, then 24 epochs under horovodrun's elastic mode, a worker leaving and returning
     report = real_check_matches_recording(find("at-scale", "after_step_05"), tmp_path, running,
-                                          "labkit.instrument.probe")
+                                          "labkit.instrument.start horovod")
     assert "a new worker joined" in report.steps[4].message
     assert not running("horovodrun") and not running("fashion_mnist")

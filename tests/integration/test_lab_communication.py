@@ -81,7 +81,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[R
 
 def _finished_in_time(report: Report, running: Callable[[str], bool]) -> None:
     assert report.seconds is not None and report.seconds < LAB.timeout
-    assert not running("labkit.instrument.probe")
+    assert not running("labkit.instrument.start horovod")
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ def test_a_hang_is_called_a_deadlock() -> None:
 @pytest.mark.horovod
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:
     report = real_check_matches_recording(find("horovod", "after_step_08"), tmp_path, running,
-                                          "labkit.instrument.probe")
+                                          "labkit.instrument.start horovod")
     assert report.seconds is not None and report.seconds < labs.get("horovod").timeout
 
 
@@ -62,7 +62,7 @@ def test_a_deadlock_is_reported_within_the_timeout(tmp_path: Path, running) -> N
     assert "deadlock" in report.format() or "stuck" in report.format(), report.format()
     assert "rank 0" in report.format() and "a correct script calls model.fit within" in report.format(), report.format()
     assert report.seconds is not None and report.seconds < 150  # the bound grows with the machine's load
-    assert not running("labkit.instrument.probe")
+    assert not running("labkit.instrument.start horovod")
 
 
 def test_step_8_reads_the_rates_of_every_rank_and_every_epoch() -> None:
@@ -104,4 +104,4 @@ def test_a_queued_check_waits_for_its_slot_and_its_budget_starts_then(tmp_path: 
     assert report.passed, report.format()
     assert any("waited" in n and "for a check slot" in n for n in report.notes), report.notes
     assert report.seconds is not None and report.seconds > 12
-    assert not list((tmp_path / "queue").glob("*.ticket")) and not running("labkit.instrument.probe")
+    assert not list((tmp_path / "queue").glob("*.ticket")) and not running("labkit.instrument.start horovod")

@@ -28,4 +28,4 @@ def test_a_model_never_saved_fails_step_4() -> None:
 @pytest.mark.slow
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:
     real_check_matches_recording(find("mirrored", "after_step_04"), tmp_path, running,
-                                          "labkit.instrument.dprobe")
+                                          "labkit.instrument.start tfdist")

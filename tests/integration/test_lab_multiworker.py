@@ -39,7 +39,7 @@ def test_worker_1_printing_progress_fails_step_3() -> None:
 def test_a_real_check_with_a_killed_worker_passes_and_matches_its_recording(tmp_path: Path,
                                                                             running) -> None:
     real_check_matches_recording(find("multiworker", "after_step_05"), tmp_path, running,
-                                 "labkit.instrument.dprobe", step=5)
+                                 "labkit.instrument.start tfdist", step=5)
 
 
 def test_step_5_takes_an_epoch_run_again_after_a_restart_from_its_last_run() -> None:

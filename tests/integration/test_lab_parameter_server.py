@@ -23,7 +23,7 @@ def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
 @pytest.mark.slow
 def test_a_real_check_of_the_solution_passes_and_matches_its_recording(tmp_path: Path, running) -> None:
     real_check_matches_recording(find("parameter-server", "after_step_03"), tmp_path, running,
-                                          "labkit.instrument.dprobe")
+                                          "labkit.instrument.start tfdist")
 
 
 @pytest.mark.slow
@@ -34,4 +34,4 @@ def test_servers_that_return_fail_step_1_at_once(tmp_path: Path, running) -> Non
     assert time.perf_counter() - t < 90
     expect_case(report, case)
     assert "server.join()" in report.steps[0].message
-    assert not running("labkit.instrument.dprobe")
+    assert not running("labkit.instrument.start tfdist")

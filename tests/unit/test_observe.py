@@ -194,6 +194,22 @@ def test_finish_records_a_job_that_never_called_fit(tmp_path: Path) -> None:
     assert live is not None and live.status == "ok" and "updated" in live.extra
 
 
+def test_a_diverged_run_keeps_its_epochs_and_accuracy(tmp_path: Path) -> None:
+    # a learning rate too large for the batch: the loss is NaN, written as null; the run's epochs stay in its record
+    (tmp_path / "obs").mkdir()
+    epoch = {"epoch": 1, "end": 20.0, "wall_s": 10.0, "train_s": 9.0, "steps": 12, "batch_per_step": 256,
+             "loss": None, "accuracy": 0.0965, "val_loss": None, "val_accuracy": 0.1084, "lr": 0.8}
+    (tmp_path / "obs" / "observed.1.json").write_text(json.dumps(
+        {"started": 5.0, "world": {"rank": 0, "workers": 2, "is_chief": True, "strategy": "horovod"},
+         "fits": [{"start": 10.0, "batch_per_step": 256, "epochs": 1, "steps_per_epoch": 12}],
+         "epochs": [epoch, {**epoch, "epoch": 2, "end": 30.0}]}))
+    end = jobrecord.JobEnd("r2", ["python", "train.py"], "mpirun", 2, 1, start=4.0, duration=30.0, exit_status=0,
+                           status="ok")
+    rec = jobrecord.finish(end, tmp_path / "obs", tmp_path / "runs.jsonl")
+    assert rec.epochs_run == 2 and rec.val_accuracy == [0.1084, 0.1084]
+    assert rec.epochs[0].metrics["loss"] is None and rec.epochs[0].steps == 12
+
+
 def test_independent_copies_add_up(tmp_path: Path) -> None:
     folder = tmp_path / "obs"
     folder.mkdir()

@@ -151,7 +151,7 @@ def test_a_graded_release_holds_no_solution_text_and_cannot_reveal(courses: dict
     assert not (course / solutions.RELEASED).exists() and not (course / "solutions").exists()
     texts = [p.read_text() for p in (ROOT / "solutions").glob("*.py")]
     texts += [solutions.source_text(lab, k, ROOT) for lab in labs.LABS.values() for k in range(1, lab.n_steps + 1)]
-    heads = [f"{t.template} (version {t.version})" for t in sources.TARGETS if t.version > 0]
+    heads = [f"{t.template} (version {t.version})" for t in sources.all_targets() if t.version > 0]
     leaks = []
     for path in (p for p in course.rglob("*") if p.is_file()):
         data = path.read_bytes().decode(errors="replace")

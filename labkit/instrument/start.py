@@ -1,0 +1,95 @@
+"""One way to start a probe in a rank: ``python -m labkit.instrument.start PROBE OUT [OPTIONS] -- SCRIPT [ARGS...]``.
+
+``PROBE`` names an entry of :data:`PROBES`: ``horovod`` (:mod:`labkit.instrument.probe`, the Horovod checks) or
+``tfdist`` (:mod:`labkit.instrument.dprobe`, the tf.distribute checks). ``OPTIONS`` are the probe's own, before
+``--``. This module owns the frame every probe runs in (:func:`run`): the script runs as ``__main__`` with its own
+command line and its folder first on ``sys.path``, its ``SystemExit`` becomes the exit code, any other exception is
+handed to the probe, and the process ends through :func:`labkit.instrument.leave.leave`. A probe adds only its own
+parts (:class:`Probe`); it never edits the script.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+from typing import Protocol
+
+from labkit.instrument.leave import leave
+
+# Plug-ins register here: a probe's name and its class, "module:Class", imported only when it is started.
+PROBES: dict[str, str] = {
+    "horovod": "labkit.instrument.probe:HorovodProbe",
+    "tfdist": "labkit.instrument.dprobe:DistributeProbe",
+}
+
+
+class Probe(Protocol):
+    """What a probe adds to :func:`run`, called in this order."""
+
+    def prepare(self, out: str) -> None:
+        """Before the script runs: its record under ``out`` (as given), stack dumps and library patches."""
+
+    def failed(self, error: BaseException) -> None:
+        """The script raised ``error`` (called while it is handled: ``traceback.format_exc()`` shows it)."""
+
+    def finish(self, code: int) -> None:
+        """The script ended with exit code ``code`` (its output flushed): the final record."""
+
+
+class ProbeClass(Protocol):
+    """A class named in :data:`PROBES`: its options for the usage line, and a probe made from them."""
+
+    OPTIONS: str
+
+    def parse(self, options: list[str]) -> Probe | None:
+        """The probe the options between ``OUT`` and ``--`` ask for; None when they are not understood."""
+
+
+def probe_class(name: str) -> ProbeClass:
+    """The class :data:`PROBES` names ``name`` (KeyError for an unknown one)."""
+    module, _, cls = PROBES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def run(probe: Probe, out: str, script: str, args: list[str]) -> int:
+    """Run ``script`` as ``__main__`` with ``args`` under ``probe``; the exit code it ended with."""
+    script = os.path.abspath(script)  # before the probe may change the working folder
+    probe.prepare(out)
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(script))
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:  # noqa: BLE001 - everything is reported to the checker
+        probe.failed(e)
+        code = 1
+    sys.stdout.flush()  # the script's output comes before what the probe adds
+    probe.finish(code)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if name not in PROBES:
+        return _usage("|".join(PROBES), "[OPTIONS]")
+    kind = probe_class(name)
+    cut = rest.index("--", 1) if "--" in rest[1:] else 0  # OUT, the probe's options, "--", SCRIPT, ARGS
+    probe = kind.parse(rest[1:cut]) if 0 < cut < len(rest) - 1 else None
+    if probe is None:
+        return _usage(name, kind.OPTIONS)
+    return run(probe, rest[0], rest[cut + 1], rest[cut + 2:])
+
+
+def _usage(name: str, options: str) -> int:
+    print(f"usage: python -m labkit.instrument.start {name} OUTDIR {options + ' ' if options else ''}"
+          "-- SCRIPT [ARGS...]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    leave(main())

@@ -1,0 +1,61 @@
+"""labkit.instrument.start: the one frame a probe runs a script in, and its command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.instrument import start
+
+
+class Seen:
+    """A probe that writes down what the frame hands it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def prepare(self, out: str) -> None:
+        self.calls.append(("prepare", out))
+
+    def failed(self, error: BaseException) -> None:
+        self.calls.append(("failed", type(error).__name__))
+
+    def finish(self, code: int) -> None:
+        self.calls.append(("finish", code))
+
+
+@pytest.mark.parametrize(("body", "code", "failed"), [
+    ("import sys\nassert sys.argv[1:] == ['--x', '1'] and __name__ == '__main__'\n", 0, False),
+    ("raise SystemExit(3)\n", 3, False),
+    ("raise SystemExit('bye')\n", 1, False),
+    ("raise RuntimeError('boom')\n", 1, True),
+])
+def test_the_script_runs_as_main_and_its_end_is_handed_to_the_probe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, code: int, failed: bool) -> None:
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    script = tmp_path / "train.py"
+    script.write_text(body)
+    probe = Seen()
+    assert start.run(probe, "out", str(script), ["--x", "1"]) == code
+    assert sys.argv == [str(script), "--x", "1"] and sys.path[0] == str(tmp_path)
+    assert probe.calls == [("prepare", "out"), *([("failed", "RuntimeError")] if failed else []), ("finish", code)]
+
+
+@pytest.mark.parametrize("argv", [[], ["nope", "out", "--", "s.py"], ["tfdist", "out"], ["tfdist", "out", "--"],
+                                  ["tfdist", "out", "--x", "--", "s.py"],
+                                  ["horovod", "out", "--epochs", "x", "--", "s.py"]])
+def test_a_command_line_it_does_not_understand_is_a_usage_error(argv: list[str],
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert start.main(argv) == 2
+    assert "usage: python -m labkit.instrument.start" in capsys.readouterr().err
+
+
+def test_every_probe_in_the_table_parses_its_options() -> None:
+    horovod = start.probe_class("horovod").parse(["--own-folders", "--epochs", "0", "--tolerate", "--x",
+                                                  "--budget", "5", "--fit-bound", "2.5"])
+    assert horovod is not None and (horovod.own_folders, horovod.max_epochs, horovod.budget, horovod.factor,
+                                    horovod.tolerated) == (True, 0, 5.0, 2.5, ["--x"])
+    assert start.probe_class("tfdist").parse([]) is not None
