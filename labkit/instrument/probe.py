@@ -86,10 +86,15 @@ class HorovodProbe:
                 continue
             if flag == "--epochs" and value.isdigit():
                 probe.max_epochs = int(value)
-            elif flag == "--budget":
-                probe.budget = float(value)
-            elif flag == "--fit-bound":
-                probe.factor = float(value)
+            elif flag in ("--budget", "--fit-bound"):
+                try:
+                    number = float(value)
+                except ValueError:
+                    return None  # the usage line, exit 2
+                if flag == "--budget":
+                    probe.budget = number
+                else:
+                    probe.factor = number
             elif flag == "--tolerate" and value:
                 probe.tolerated.append(value)
             else:

@@ -64,6 +64,8 @@ def run(probe: Probe, out: str, script: str, args: list[str]) -> int:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)  # as Python prints sys.exit("message")
     except BaseException as e:  # noqa: BLE001 - everything is reported to the checker
         probe.failed(e)
         code = 1

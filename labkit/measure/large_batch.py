@@ -102,7 +102,9 @@ def updates_per_epoch(batch: int, workers: int, images: int = TRAIN_IMAGES) -> i
 
 
 def run_point(script: Path, rule: Rule, batch: int, plan: Plan, extra: Sequence[str] = ()) -> Point:
-    """Train ``script`` once with ``rule`` at ``batch`` images per worker; what it gave."""
+    """Train ``script`` once with ``rule`` at ``batch`` images per worker; what it gave (the run has a folder of its
+    own: a relative ``script`` is taken from here)."""
+    script = Path(script).resolve()
     with tempfile.TemporaryDirectory(prefix="labkit-large-batch-") as tmp:
         job = launch.run([sys.executable, str(script), *arguments(rule, batch, plan), *extra],
                          job=JobSpec(timeout=plan.timeout, threads=1, log_dir=Path(tmp) / "logs", quiet=True,

@@ -92,7 +92,7 @@ def profile(script: str, epochs: int = 1) -> step_profile.Profile | None:
 def large_batch(script: str | None = None, batches: Sequence[int] = (64, 1024), epochs: int = 4) -> list[drawn.Point]:
     """Without ``script``: the course's large-batch experiment, a table and a picture. With ``script`` (once its
     Horovod lab passed step 8): every rule at ``batches`` images per worker, ``epochs`` epochs each, on this
-    machine (in quick mode, two small runs of one epoch on tiny data)."""
+    machine (in quick mode, one small run per rule, one epoch on tiny data)."""
     if script is not None and notebook.ready(script, "horovod", 8):
         quick = notebook.quick()
         plan = experiment.Plan(batches=(16,) if quick else tuple(batches), epochs=1 if quick else epochs)

@@ -215,6 +215,7 @@ def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(ext))
     monkeypatch.delitem(sys.modules, "lab_sharding", raising=False)
     import lab_sharding  # the judge module, a real file as a course author writes it
+    monkeypatch.setitem(sys.modules, "lab_sharding", lab_sharding)  # gone from sys.modules after the test
 
     assert set(sources.generate(check=True, root=root)) == stale, "not declared yet: gen does not know the lab"
     monkeypatch.setitem(labs.LABS, LAB.name, LAB)

@@ -133,3 +133,20 @@ def test_the_sweep_runs_every_rule_at_every_batch_and_tells_each(monkeypatch: py
     assert ran == [(r.name, b) for b in (16, 1024) for r in lb.RULES] and len(points) == 6
     assert told[-1] == ("[6/6] global batch 2048, not scaled (lr 0.05): validation accuracy 50.0% after 1 epoch(s), "
                         "2 s, ok")
+
+
+def test_a_script_named_from_the_lab_folder_runs_in_the_runs_own_folder(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # the notebook passes "fashion_mnist.py"; each run has a temporary folder of its own
+    from labkit.launching import launch
+
+    seen: list[str] = []
+
+    def fake_run(command: list[str], **kw: object) -> object:
+        seen.append(command[1])
+        return launch.JobResult(1, command, tmp_path, 2, 1.0)
+
+    monkeypatch.setattr(lb.launch, "run", fake_run)
+    monkeypatch.chdir(tmp_path)
+    p = lb.run_point(Path("fashion_mnist.py"), lb.RULES[2], 64, lb.Plan(epochs=1))
+    assert seen == [str(tmp_path / "fashion_mnist.py")] and p.status == "failed (1)" and p.val_accuracy == []

@@ -44,9 +44,21 @@ def test_the_script_runs_as_main_and_its_end_is_handed_to_the_probe(
     assert probe.calls == [("prepare", "out"), *([("failed", "RuntimeError")] if failed else []), ("finish", code)]
 
 
+def test_a_message_the_script_exits_with_is_printed_as_python_prints_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('no data in ./data: run it from the lab folder')\n")
+    assert start.run(Seen(), "out", str(script), []) == 1
+    assert capsys.readouterr().err == "no data in ./data: run it from the lab folder\n"
+
+
 @pytest.mark.parametrize("argv", [[], ["nope", "out", "--", "s.py"], ["tfdist", "out"], ["tfdist", "out", "--"],
                                   ["tfdist", "out", "--x", "--", "s.py"],
-                                  ["horovod", "out", "--epochs", "x", "--", "s.py"]])
+                                  ["horovod", "out", "--epochs", "x", "--", "s.py"],
+                                  ["horovod", "out", "--budget", "soon", "--", "s.py"],
+                                  ["horovod", "out", "--fit-bound", "--", "s.py"]])
 def test_a_command_line_it_does_not_understand_is_a_usage_error(argv: list[str],
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert start.main(argv) == 2
