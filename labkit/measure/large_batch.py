@@ -134,9 +134,7 @@ def sweep(script: Path, plan: Plan, extra: Sequence[str] = (),
 
 def make(out: Path, plan: Plan = Plan(), busy_ok: bool = False) -> Path:
     """The experiment on the course's finished lab 9 script; write ``out/large_batch.json``."""
-    before = machineload.idle_now(10)
-    if before is not None and before.share > reference.IDLE_SHARE and not busy_ok:
-        raise reference.BusyMachine(f"{before}: make the reference on an idle machine (or pass --busy-ok)")
+    before = reference.idle_or_refuse(busy_ok)
     script = labs.get("at-scale").solution()
     watch = machineload.OtherWork(identity.cpu_count())
     points = sweep(script, plan, told=lambda line: print(line, flush=True))

@@ -133,9 +133,7 @@ def read(folder: Path | None = None) -> Reference | None:
 def make(out: Path, batches: int = REFERENCE_BATCHES, repeats: int = REPEATS, busy_ok: bool = False) -> Path:
     """Measure on this machine ``repeats`` times and write ``out/precision.json``; refuses a busy machine unless
     ``busy_ok``."""
-    before = machineload.idle_now(10)
-    if before is not None and before.share > reference.IDLE_SHARE and not busy_ok:
-        raise reference.BusyMachine(f"{before}: make the reference on an idle machine (or pass --busy-ok)")
+    before = reference.idle_or_refuse(busy_ok)
     watch = machineload.OtherWork(identity.cpu_count())
     speeds = [speed for _ in range(repeats) for speed in compare(batches)]
     during = watch.share()

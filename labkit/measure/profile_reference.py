@@ -62,9 +62,7 @@ def run(script: Path, folder: Path, args: tuple[str, ...] = ARGS, timeout: float
 
 def make(out: Path, busy_ok: bool = False) -> Path:
     """Profile the finished lab 9 script on this machine; write ``out/profile.json`` and the trace beside it."""
-    before = machineload.idle_now(10)
-    if before is not None and before.share > reference.IDLE_SHARE and not busy_ok:
-        raise reference.BusyMachine(f"{before}: make the reference on an idle machine (or pass --busy-ok)")
+    before = reference.idle_or_refuse(busy_ok)
     script = labs.get("at-scale").solution()
     watch = machineload.OtherWork(identity.cpu_count())
     with tempfile.TemporaryDirectory(prefix="labkit-profile-") as tmp:

@@ -156,6 +156,15 @@ class BusyMachine(RuntimeError):
     """Other programs use the machine: the references would teach a slow machine's lesson."""
 
 
+def idle_or_refuse(busy_ok: bool = False) -> machineload.Share | None:
+    """Other programs' share of the machine, watched for 10 s before a reference is made; :class:`BusyMachine`
+    when it is more than :data:`IDLE_SHARE` (unless ``busy_ok``)."""
+    before = machineload.idle_now(10)
+    if before is not None and before.share > IDLE_SHARE and not busy_ok:
+        raise BusyMachine(f"{before}: make the reference on an idle machine (or pass --busy-ok)")
+    return before
+
+
 def make(out: Path, plan: Plan = Plan()) -> Path:
     """Run the final solutions as the notebooks do (small mode) and write the results."""
     epochs = plan.epochs
