@@ -22,7 +22,6 @@ RUN_ID = "LABKIT_RUN_ID"  # the run record's id
 LAUNCHER = "LABKIT_LAUNCHER"  # mpirun, horovodrun, gloo, slurm, cluster, ipyparallel, ...
 LOG_DIR = "LABKIT_LOG_DIR"  # the job's log folder
 RUNS_FILE = "LABKIT_RUNS_FILE"  # where run records go
-OBSERVE = "LABKIT_OBSERVE"  # folder the observed processes write to (labkit.instrument.observe)
 THREADS = "LABKIT_THREADS"  # threads per worker
 NP = "LABKIT_NP"  # workers in the job
 SHOW_RANK = "LABKIT_SHOW_RANK"  # the rank whose output is streamed
@@ -60,7 +59,7 @@ SETUP_NAMES = {
 
 _NAMES = {
     "job_id": JOB_ID, "run_id": RUN_ID, "launcher": LAUNCHER, "log_dir": LOG_DIR, "runs_file": RUNS_FILE,
-    "observe": OBSERVE, "threads": THREADS, "np": NP, "show_rank": SHOW_RANK, "task": TASK, "rank": RANK,
+    "threads": THREADS, "np": NP, "show_rank": SHOW_RANK, "task": TASK, "rank": RANK,
     "bench": BENCH, "shrink": SHRINK, "optimizer": OPTIMIZER, "probe_load": PROBE_LOAD,
 }
 _INTS = {"threads", "np", "show_rank", "rank"}
@@ -75,7 +74,6 @@ class JobEnv:
     launcher: str | None = None
     log_dir: str | None = None
     runs_file: str | None = None
-    observe: str | None = None
     threads: int | None = None
     np: int | None = None
     show_rank: int | None = None

@@ -15,26 +15,15 @@ import os
 import sys
 from collections.abc import Iterator, MutableMapping
 
-from labkit.core import contract
-
 DEFAULTS: dict[str, str] = {
     "TF_USE_LEGACY_KERAS": "1",  # tf.keras is Keras 2 (tf-keras), as Horovod needs
     "TF_CPP_MIN_LOG_LEVEL": "2",  # only errors from TensorFlow's C++ side
 }
 
 PTH_NAME = "labkit_env.pth"
-# One line, executed by site.py at interpreter start-up.
-# When a launcher asks for it (``LABKIT_OBSERVE``), the process is observed for its run
-# record (:mod:`labkit.instrument.observe`); a failure there must never stop the interpreter.
-PTH_LINE = (
-    "import os; [os.environ.setdefault(k, v) for k, v in "
-    + repr(sorted(DEFAULTS.items()))
-    + "]; os.environ.get("
-    + repr(contract.OBSERVE)
-    + ") and exec("
-    + repr("try:\n import labkit.instrument.observe as o; o.install()\nexcept Exception as e: print('labkit:', e)")
-    + ")\n"
-)
+# One line, executed by site.py at interpreter start-up: the defaults, nothing else (a rank is observed only when
+# its launcher starts it so, :mod:`labkit.instrument.start`).
+PTH_LINE = "import os; [os.environ.setdefault(k, v) for k, v in " + repr(sorted(DEFAULTS.items())) + "]\n"
 
 # Lines TensorFlow and friends print at start-up that say nothing to a learner.
 NOISE_MARKERS = (

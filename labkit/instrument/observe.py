@@ -1,9 +1,10 @@
-"""Observe a training script from outside, so that every run labkit starts gets a record.
+"""Observe a training script from outside, so that every run labkit starts gets a record: the ``run`` probe of
+:mod:`labkit.instrument.start`.
 
-The script carries no labkit code. A launcher sets ``LABKIT_OBSERVE=FOLDER`` in
-the environment of the processes it starts; the start-up hook that ``make setup``
-installs (:mod:`labkit.core.env`) then calls :func:`install` before the script runs.
-Like :mod:`labkit.instrument.probe` it patches library entry points in this process only:
+The script carries no labkit code. A launcher that records its job starts each rank's ``python SCRIPT ARGS`` as
+``python -m labkit.instrument.start run FOLDER -- SCRIPT ARGS`` (:func:`labkit.instrument.start.command`), and
+:class:`RunProbe` observes the script through the shared hooks (:mod:`labkit.instrument.hooks`), in this
+process only:
 
 * ``argparse``: the parsed arguments are kept (batch size, target accuracy, ...);
 * ``Model.fit`` (tf-keras): one more callback, last, measures every epoch: time of
@@ -16,26 +17,26 @@ Like :mod:`labkit.instrument.probe` it patches library entry points in this proc
 * with ``LABKIT_OPTIMIZER=compression=fp16,...`` (``labkit bench --optimizer``) Horovod's
   ``DistributedOptimizer`` takes those knobs (:mod:`labkit.instrument.optimizer_knobs`).
 
-Each process writes ``FOLDER/observed.PID.json`` at every epoch end and at exit
+Each process writes ``FOLDER/observed.PID.json`` at every epoch end and when the script ends
 (atomically); the launcher, which knows the exit status and the wall time, turns
 the chief's observations into the run record (:func:`labkit.records.jobrecord.finish`).
-A script that never calls ``fit`` still leaves its start, end and world.
-Without ``LABKIT_OBSERVE`` nothing is patched and nothing is written.
+A script that never calls ``fit`` still leaves its start, end and world. A long-lived process that runs one
+script after another (an ipyparallel engine) starts each run with a fresh record (:meth:`RunProbe.prepare`).
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from labkit.core import contract, files, identity, patch
+from labkit.core import contract, env, files, identity, patch
 from labkit.instrument import optimizer_knobs, shrink
 from labkit.instrument.hooks import arguments
 from labkit.instrument.hooks import fit as fit_hook
@@ -43,7 +44,6 @@ from labkit.instrument.keras_reads import batch_of
 from labkit.records import jobrecord, observation, runs, typed
 from labkit.records.observation import EpochNote, FitNote, Observation
 
-OBSERVE_VAR = contract.OBSERVE
 SHRINK_VAR = contract.SHRINK
 
 
@@ -116,11 +116,6 @@ def _live() -> None:
         runs.write_live(dataclasses.replace(jobrecord.observed_record(OBSERVER.record, run_id), status="running"))
     except Exception:  # noqa: BLE001 - progress display is best effort
         pass
-
-
-def _at_exit() -> None:
-    OBSERVER.record.ended = time.time()
-    _save()
 
 
 # ----------------------------------------------------------------------------- patches
@@ -252,37 +247,31 @@ def _from_outside(key: str, spec: str, make: Callable[[str], tuple[Any, dict[str
         when_imported(module, hook)
 
 
-def install(folder: str | None = None) -> bool:
-    """Start observing this process (once); True when observing. Never raises."""
-    if OBSERVER.installed:
-        return True
-    folder = folder or os.environ.get(OBSERVE_VAR)
-    if not folder:
-        return False
-    try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        OBSERVER.begin(folder)
-        arguments.add(_arguments)
-        job = contract.current()
-        if job.shrink:
-            _from_outside("shrink", job.shrink, shrink.from_spec)
-        if job.optimizer:
-            _from_outside("optimizer_knobs", job.optimizer, optimizer_knobs.from_spec)
-        fit_hook.add(_FIT)
-        when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
-        atexit.register(_at_exit)
-        OBSERVER.installed = True
-    except Exception as e:  # noqa: BLE001
-        print(f"labkit: could not observe this run: {e}", file=sys.stderr)
-        return False
-    return True
+def _install() -> None:
+    """The hooks, once per process: arguments, the patches a benchmark sets from outside, fit, the coordinator."""
+    arguments.add(_arguments)
+    job = contract.current()
+    if job.shrink:
+        _from_outside("shrink", job.shrink, shrink.from_spec)
+    if job.optimizer:
+        _from_outside("optimizer_knobs", job.optimizer, optimizer_knobs.from_spec)
+    fit_hook.add(_FIT)
+    when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
+    OBSERVER.installed = True
 
 
 def begin(folder: str) -> bool:
-    """Observe the next run of a long-lived process (an ipyparallel engine) into ``folder``, afresh."""
-    ok = install(folder)
-    OBSERVER.begin(folder)
-    return ok
+    """Observe the run about to start in this process into ``folder``, with a fresh record (the hooks are installed
+    the first time); True when observing. Never raises."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        OBSERVER.begin(folder)
+        if not OBSERVER.installed:
+            _install()
+    except Exception as e:  # noqa: BLE001 - observing must never stop the script
+        print(f"labkit: could not observe this run: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def end() -> None:
@@ -291,8 +280,21 @@ def end() -> None:
     _save()
 
 
-def stop() -> None:
-    """Stop observing this process and leave nothing (for labkit's own helper processes)."""
-    if OBSERVER.installed:
-        atexit.unregister(_at_exit)
-        OBSERVER.record.folder = None
+class RunProbe:
+    """The ``run`` probe of :mod:`labkit.instrument.start`: the run record's observations, no options."""
+
+    OPTIONS: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, options: list[str]) -> RunProbe | None:
+        return None if options else cls()
+
+    def prepare(self, out: str) -> None:
+        env.apply_defaults()  # before TensorFlow loads
+        begin(os.path.abspath(out))
+
+    def failed(self, error: BaseException) -> None:
+        traceback.print_exc()  # as Python prints an exception nobody caught
+
+    def finish(self, code: int) -> None:
+        end()

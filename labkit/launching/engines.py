@@ -30,6 +30,7 @@ from typing import Any
 
 from labkit.core import contract, env, proc, tfconfig
 from labkit.instrument import observe
+from labkit.instrument.start import run as run_probed
 from labkit.launching import hosts, launchers, reach
 from labkit.launching.sbatch import SlurmOptions, directive_value, output_pattern
 from labkit.launching.slurm import cancel
@@ -170,13 +171,10 @@ atexit.register(stop)
 
 
 def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, str], cwd: str | None,
-                 observed: str | None = None) -> int:
+                 observed: str) -> int:
     """Run ``script`` as ``__main__`` inside an ipyparallel engine with ``TF_CONFIG`` set (observed
-    into ``observed`` for the run record)."""
+    into ``observed`` for the run record); the script's exception reaches the engine's caller."""
     import os
-    import runpy
-    import sys
-
 
     os.environ.update(env)
     os.environ["TF_CONFIG"] = tf_config
@@ -184,22 +182,12 @@ def _engine_main(script: str, args: list[str], tf_config: str, env: dict[str, st
     if cwd:
         os.makedirs(cwd, exist_ok=True)
         os.chdir(cwd)
-    sys.argv = [script, *args]
-    if observed:
-        observe.begin(observed)
     # An engine looks interactive to TensorFlow, whose logger then shows INFO records (one per collective).
     _import_tensorflow_quietly()
     import tensorflow as tf
 
     tf.get_logger().setLevel(logging.WARNING)
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        return int(e.code or 0) if not isinstance(e.code, str) else 1
-    finally:
-        if observed:
-            observe.end()
-    return 0
+    return run_probed(observe.RunProbe(), observed, script, args, reraise=True)
 
 
 def run_on_engines(

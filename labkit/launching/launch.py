@@ -26,6 +26,7 @@ from labkit.core.identity import cpu_count
 from labkit.core.output import TAG, Renderer, command_line, error_tail, hints
 from labkit.core.proc import new_log_dir
 from labkit.core.progress import default_sink
+from labkit.instrument.start import command as probe_command
 from labkit.launching import hosts
 from labkit.launching.jobspec import JobSpec
 from labkit.launching.launchers import (
@@ -186,11 +187,11 @@ def run(
     job_env = contract.JobEnv(
         job_id=work.id, run_id=given.run_id or time.strftime("%Y%m%d-%H%M%S-") + work.id[:6],
         launcher=given.launcher or chosen.name, log_dir=str(logs), show_rank=show_rank, np=np,
-        threads=given.threads, observe=str(logs / "observed") if record else None,
-        runs_file=str(records) if record else given.runs_file,
+        threads=given.threads, runs_file=str(records) if record else given.runs_file,
     )
     wenv.update(job_env.to_env())
-    wrapped = [sys.executable, "-m", "labkit.launching.rank", str(logs), "--", *command]
+    observed = probe_command("run", str(logs / "observed"), command) if record else command
+    wrapped = [sys.executable, "-m", "labkit.launching.rank", str(logs), "--", *observed]
     shown = [argv for _, argv, _ in chosen.commands(wrapped, wenv)]
     (logs / "command.txt").write_text("".join(shlex.join(a) + "\n" for a in shown))
     # What the learner could type for the same job (their own variables only); what really runs, with labkit's

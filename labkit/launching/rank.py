@@ -4,9 +4,9 @@ It runs ``CMD`` with its output captured, writes its output to ``LOGDIR/rank.N.l
 (the first :data:`LOG_HEAD` bytes and the last :data:`LOG_TAIL`, so a flood of output
 cannot fill the disk; past the head it is read at most :data:`FLOOD_RATE` bytes a second, so it cannot take the
 cores either), copies rank 0's output to its own stdout (which the launcher
-streams), forwards termination signals (a probe, :mod:`labkit.instrument.start`, first gets SIGUSR1, on
-which it writes where it is, even when the script ignores SIGTERM), and makes sure the command
-dies with it.
+streams), forwards termination signals (a probe that writes its stacks first gets SIGUSR1,
+:func:`labkit.instrument.start.dumps_stacks`, on which it writes where it is, even when the script ignores
+SIGTERM), and makes sure the command dies with it.
 
 The rank ends when ``CMD`` ends: processes ``CMD`` started and left running (a server,
 a ``sleep``) are adopted by this wrapper (it is their *subreaper*), stopped, and named
@@ -30,7 +30,7 @@ import psutil
 from labkit.core import contract, identity
 from labkit.core.orphans import adopt_orphans, die_with_parent
 from labkit.core.pipes import read_chunks
-from labkit.instrument import observe
+from labkit.instrument.start import dumps_stacks
 
 LOG_HEAD = 32 << 20  # bytes of a rank's output logged from its start
 LOG_TAIL = 1 << 20  # bytes kept from its end once the head is full
@@ -128,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log_dir, cmd = argv[0], argv[2:]
 
-    observe.stop()  # the wrapper is not the script: only the command it runs is observed
     rank = identity.rank_from_env()
     show = rank == (contract.current().show_rank or 0)
     os.makedirs(log_dir, exist_ok=True)
@@ -140,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
     )
 
-    probed = cmd[1:3] == ["-m", "labkit.instrument.start"]
+    probed = dumps_stacks(cmd)
 
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:

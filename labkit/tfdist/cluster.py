@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import contract, output, proc, progress, tfconfig
+from labkit.instrument.start import command as probe_command
 from labkit.launching import hosts, jobspec, launchers
 from labkit.launching.hosts import Host
 from labkit.launching.jobspec import JobSpec
@@ -133,10 +134,11 @@ class Cluster(TaskControl):
         self.contract = contract.JobEnv(
             job_id=self.job_id, run_id=given.run_id or runs.new_run_id(), log_dir=str(self.log_dir),
             launcher=given.launcher or ("independent" if independent else "cluster"), threads=given.threads,
-            observe=str(self.log_dir / "observed") if record else None,
             runs_file=str(self.records) if record else given.runs_file, bench=given.bench,
         )
         self.env.update(self.contract.to_env())
+        # What runs: with a record, each task's script under the run observer (labkit.instrument.start).
+        self.observed = probe_command("run", str(self.log_dir / "observed"), self.command) if record else self.command
         self.cwd = cwd
         self.show = show or tfconfig.chief_task(self.spec)
         self.sink = None if quiet else (sink or progress.default_sink())
@@ -167,8 +169,8 @@ class Cluster(TaskControl):
         self.start_time = time.perf_counter()
         self.start_wall = time.time()
         order = sorted(self.tasks, key=lambda k: {"ps": 0, "worker": 1, "chief": 2}.get(k[0], 3))
-        if self.sink and self.show in self.tasks:  # what really runs for the task shown, before its output
-            argv = self.argv(*self.show)
+        if self.sink and self.show in self.tasks:  # the task shown's command, as typed, before its output
+            argv = self.argv(*self.show, typed=True)
             # A remote task's ssh command carries its TF_CONFIG itself; independent copies have none.
             with_config = argv == list(self.command) and not self.independent
             config = {"TF_CONFIG": tfconfig.tf_config(self.spec, *self.show)} if with_config else {}
@@ -190,13 +192,15 @@ class Cluster(TaskControl):
     def host_of(self, task_type: str, index: int) -> str:
         return self.spec[task_type][index].rsplit(":", 1)[0].strip("[]")
 
-    def argv(self, task_type: str, index: int) -> list[str]:
-        """The argument list that starts one task (over ssh when its host is another machine)."""
+    def argv(self, task_type: str, index: int, typed: bool = False) -> list[str]:
+        """The argument list that starts one task (over ssh when its host is another machine); with ``typed``, as
+        a learner would type it (without the run observer)."""
+        command = self.command if typed else self.observed
         host = self.host_of(task_type, index)
         if self.host_list and not hosts.is_local(host):
             where = self.tasks[(task_type, index)].cwd or self.cwd or Path.cwd()
-            return launchers.remote_command(host, self.command, self.task_env(task_type, index), where, self.ssh_args)
-        return list(self.command)
+            return launchers.remote_command(host, command, self.task_env(task_type, index), where, self.ssh_args)
+        return list(command)
 
     def commands(self) -> dict[str, list[str]]:
         """Every task's argument list (pure: nothing is started)."""

@@ -25,6 +25,7 @@ from typing import Any
 from labkit.core import contract, env, output, proc, progress
 from labkit.course import labs
 from labkit.course import release as course
+from labkit.instrument.start import command as probe_command
 from labkit.launching import jobspec, launch
 from labkit.measure import reference
 from labkit.records import checklog, jobrecord, runs
@@ -216,11 +217,11 @@ def python(script: str | Path, *args: str, log: str | Path | None = None, timeou
     sink.line(output.command_line(shown))
     renderer = output.Renderer(sink.line, sink.progress)
     observed, records = path.parent / f"{path.stem}-observed", runs.runs_file().resolve()
-    run_env = contract.JobEnv(run_id=runs.new_run_id(), launcher="python", np=1, observe=str(observed),
-                              runs_file=str(records))
+    run_env = contract.JobEnv(run_id=runs.new_run_id(), launcher="python", np=1, runs_file=str(records))
     start, started = time.perf_counter(), time.time()
     with proc.Job() as job:
-        p = job.spawn([sys.executable, *shown[1:]], env={"PYTHONUNBUFFERED": "1", **run_env.to_env()}, log=path,
+        argv = probe_command("run", str(observed), [sys.executable, *shown[1:]])  # observed for the record
+        p = job.spawn(argv, env={"PYTHONUNBUFFERED": "1", **run_env.to_env()}, log=path,
                       on_output=renderer.feed, on_end=renderer.close)
         code = p.wait(timeout)
     seconds = time.perf_counter() - start

@@ -27,7 +27,7 @@ SMALL = ["--epochs", "1", "--mode", "small", "--train-size", "512", "--test-size
 def test_batch_script_asks_for_what_was_given(tmp_path: Path) -> None:
     o = sbatch.SlurmOptions(nodes=2, tasks_per_node=4, gpus_per_task=1, partition="gpu", account="course42",
                            time="01:30:00")
-    env = {"TF_USE_LEGACY_KERAS": "1", contract.JOB_ID: "j", contract.OBSERVE: "/x"}
+    env = {"TF_USE_LEGACY_KERAS": "1", contract.JOB_ID: "j", contract.RUN_ID: "r"}
     text = slurm.batch_script(o, ["python", "train.py", "--epochs", "2"], env, "/logs/slurm-%j.out", tmp_path)
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"

@@ -1,4 +1,4 @@
-"""Scripts without labkit code are observed from outside: the start-up hook, fit, argparse, --shrink."""
+"""Scripts without labkit code are observed from outside: the run probe of the starter, fit, argparse, --shrink."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from labkit.instrument import keras_reads, observe, shrink
+from labkit.instrument.start import command as probe_command
 from labkit.records import jobrecord, observation, runs, typed
 from labkit.records.observation import Observation
 from labkit.records.runrecord import CopyStats
@@ -46,25 +47,28 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _run(tmp_path: Path, env: dict[str, str], script: str = SCRIPT) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, env: dict[str, str], script: str = SCRIPT,
+         observed: Path | None = None) -> subprocess.CompletedProcess:
+    """``python train.py`` as a launcher starts it: under the run probe when ``observed`` is given."""
     path = tmp_path / "train.py"
     path.write_text(script)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_") and k != "TF_CONFIG"}
-    return subprocess.run([sys.executable, str(path)], env={**clean, **env}, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+    argv = [sys.executable, str(path)]
+    return subprocess.run(probe_command("run", str(observed), argv) if observed else argv, env={**clean, **env},
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path, float]:
     tmp = tmp_path_factory.mktemp("observed")
     start = time.time()
-    out = _run(tmp, {observe.OBSERVE_VAR: str(tmp / "obs"), observe.SHRINK_VAR: "1000,100,10"})
+    out = _run(tmp, {observe.SHRINK_VAR: "1000,100,10"}, observed=tmp / "obs")
     assert out.returncode == 0, out.stderr[-3000:]
     return out, tmp / "obs", start
 
 
 @pytest.mark.slow  # several seconds: out of make test-fast
-def test_a_plain_script_is_observed_through_the_start_up_hook(observed) -> None:
+def test_a_plain_script_is_observed_by_the_run_probe(observed) -> None:
     out, folder, start = observed
     (obs,) = observation.read(folder)
     assert obs.config == {"batch_size": 8, "target_accuracy": 0.0}  # its own argparse, seen from outside
@@ -93,10 +97,36 @@ def test_shrink_narrows_convolutions_and_data_from_outside(observed) -> None:
 
 @pytest.mark.slow  # several seconds: out of make test-fast
 def test_without_a_launcher_nothing_is_patched_or_written(tmp_path: Path) -> None:
-    out = _run(tmp_path, {})
+    out = _run(tmp_path, {observe.SHRINK_VAR: "1000,100,10"})  # a setting alone starts no observer
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sizes 60000 10000" in out.stdout and "filters 160" in out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+FAILING = textwrap.dedent('''
+    import argparse, sys
+    p = argparse.ArgumentParser()
+    p.add_argument("--how", default="raise")
+    args = p.parse_args()
+    print("ran", flush=True)
+    if args.how == "raise":
+        raise ValueError("the script's own error")
+    sys.exit(args.how if not args.how.isdigit() else int(args.how))
+''')
+
+
+@pytest.mark.parametrize(("how", "code", "shown"), [("raise", 1, "ValueError: the script's own error"),
+                                                     ("3", 3, ""), ("stopped here", 1, "stopped here")])
+def test_the_run_probe_keeps_the_scripts_exit_and_its_error(tmp_path: Path, how: str, code: int, shown: str) -> None:
+    path = tmp_path / "fail.py"
+    path.write_text(FAILING)
+    argv = probe_command("run", str(tmp_path / "obs"), [sys.executable, str(path), "--how", how])
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == code and "ran" in out.stdout and shown in out.stderr
+    if how == "raise":
+        assert "Traceback" in out.stderr and "fail.py" in out.stderr  # as Python shows an uncaught exception
+    (obs,) = observation.read(tmp_path / "obs")
+    assert obs.config == {"how": how} and obs.ended and not obs.fits
 
 
 def test_when_imported_runs_before_anyone_imports_from_the_module(tmp_path: Path,

@@ -16,6 +16,7 @@ import pytest
 from labkit.cli import main as cli
 from labkit.core import contract
 from labkit.instrument import observe, optimizer_knobs, shrink
+from labkit.instrument.start import command as probe_command
 from labkit.records import jobrecord, observation
 
 
@@ -79,10 +80,9 @@ SCRIPT = textwrap.dedent('''
 def test_an_observed_horovod_script_gets_them_and_its_record_says_so(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LABKIT_")}
-    env = {**clean, observe.OBSERVE_VAR: str(tmp_path / "obs"),
-           contract.OPTIMIZER: "backward_passes_per_step=2,compression=fp16"}
-    out = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+    env = {**clean, contract.OPTIMIZER: "backward_passes_per_step=2,compression=fp16"}
+    argv = probe_command("run", str(tmp_path / "obs"), [sys.executable, "train.py"])  # as a launcher starts it
+    out = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "passes 2" in out.stdout
     rec = jobrecord.measured(observation.read(tmp_path / "obs"))

@@ -71,3 +71,23 @@ def test_every_probe_in_the_table_parses_its_options() -> None:
     assert horovod is not None and (horovod.own_folders, horovod.max_epochs, horovod.budget, horovod.factor,
                                     horovod.tolerated) == (True, 0, 5.0, 2.5, ["--x"])
     assert start.probe_class("tfdist").parse([]) is not None
+    assert start.probe_class("run").parse([]) is not None and start.probe_class("run").parse(["--x"]) is None
+
+
+def test_a_script_command_is_wrapped_and_any_other_command_runs_as_it_is() -> None:
+    py = sys.executable
+    assert start.command("horovod", "o", [py, "t.py", "--a"], ["--epochs", "0"]) == [
+        py, "-m", start.MODULE, "horovod", "o", "--epochs", "0", "--", "t.py", "--a"]
+    assert start.command("run", "o", ["python3.12", "t.py"])[:4] == ["python3.12", "-m", start.MODULE, "run"]
+    for other in (["bash", "go.sh"], [py, "-m", "pkg"], [py, "-c", "print(1)"], [py], ["pythonic", "t.py"]):
+        assert start.command("run", "o", other) == other
+    with pytest.raises(KeyError, match="no probe 'nope'"):
+        start.command("nope", "o", [py, "t.py"])
+
+
+def test_only_a_probe_that_writes_its_stacks_is_sent_sigusr1_first() -> None:
+    py = sys.executable
+    assert start.dumps_stacks(start.command("horovod", "o", [py, "t.py"]))
+    assert start.dumps_stacks(start.command("tfdist", "o", [py, "t.py"]))
+    assert not start.dumps_stacks(start.command("run", "o", [py, "t.py"]))  # SIGUSR1 would kill a plain script
+    assert not start.dumps_stacks([py, "t.py"]) and not start.dumps_stacks([py, "-m", start.MODULE])
