@@ -10,6 +10,9 @@ epochs alone, the slot is given back: Horovod starts a new worker, which must jo
 A script that commits no state never shrinks: its workers train on to the end. No root: every worker is a process of
 this host. A worker that never joins (a collective call outside the elastic function deadlocks it) stops the job
 after ``JOIN_S`` seconds.
+
+Given a hostfile (``labkit nodes up``'s virtual nodes, where root is there), the same run uses its first 2 hosts, one
+worker each, and takes the second host away and gives it back instead: the worker leaves with its machine.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 from labkit.core import contract
-from labkit.launching import launch
+from labkit.launching import hosts, launch
 from labkit.launching.jobspec import JobSpec
 from labkit.launching.launchers import Elastic
 from labkit.records import observation
@@ -35,12 +38,17 @@ REFUSED = "unrecognized arguments"
 EVERY_S = 0.5  # seconds between two readings of the processes' observations
 
 
-class Pace:
-    """What the check does while the job runs (``JobSpec.stop_when``): takes the slot away, gives it back, and
-    stops a job whose returning worker does not join."""
+LOCAL = (f"localhost:{WORKERS}\n", "localhost:1\n")  # the discovery script's hosts: every worker, one away
 
-    def __init__(self, hosts_now: Path, start: float) -> None:
+
+class Pace:
+    """What the check does while the job runs (``JobSpec.stop_when``): takes a slot away, gives it back, and
+    stops a job whose returning worker does not join. ``lists``: the discovery script's lines with every worker,
+    then with one away (this host's 2 slots, then 1, by default)."""
+
+    def __init__(self, hosts_now: Path, start: float, lists: tuple[str, str] = LOCAL) -> None:
         self.hosts_now, self.start = hosts_now, start
+        self.whole, self.fewer = lists
         self.left: float | None = None
         self.returned: float | None = None
         self.read_at = float("-inf")
@@ -54,10 +62,10 @@ class Pace:
         done = len(chief.epochs) if chief else 0
         now = time.time() - self.start
         if self.left is None and done >= LEAVE_AFTER:
-            self._hosts(1)
+            self._hosts(self.fewer)
             self.left = now
         elif self.left is not None and self.returned is None and chief is not None and alone(chief, self.left):
-            self._hosts(WORKERS)
+            self._hosts(self.whole)
             self.returned = now
         elif self.returned is not None:
             joined = [w for w in workers if w.fit_starts and w.fit_starts[0] > self.returned]
@@ -67,9 +75,9 @@ class Pace:
                 return f"the returning worker called fit but finished no epoch in {JOIN_S:.0f} s"
         return None
 
-    def _hosts(self, slots: int) -> None:
+    def _hosts(self, lines: str) -> None:
         tmp = self.hosts_now.with_name(self.hosts_now.name + ".tmp")  # the discovery script never reads half a file
-        tmp.write_text(f"localhost:{slots}\n")
+        tmp.write_text(lines)
         tmp.replace(self.hosts_now)
 
 
@@ -91,15 +99,30 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def run(script: Path, work: Path, timeout: float) -> ElasticRun:
-    """Run ``script`` elastically on this host's 2 slots, one taken away and given back; what happened."""
+def on_hosts(hostfile: Path, work: Path) -> tuple[Path, tuple[str, str]]:
+    """For a hostfile of at least ``WORKERS`` hosts: a hostfile of its first ``WORKERS`` hosts with one slot each
+    (written in ``work``), and the discovery script's lines, both hosts and then the first alone."""
+    found = hosts.parse_hostfile(hostfile)[:WORKERS]
+    if len(found) < WORKERS:
+        raise ValueError(f"the elastic run on other hosts needs {WORKERS} hosts (one leaves); {hostfile} lists "
+                         f"{len(found)}")
+    one_slot = work / "hostfile"
+    one_slot.write_text("".join(f"{h.name} slots=1\n" for h in found))
+    return one_slot, ("".join(f"{h.name}:1\n" for h in found), f"{found[0].name}:1\n")
+
+
+def run(script: Path, work: Path, timeout: float, hostfile: Path | None = None) -> ElasticRun:
+    """Run ``script`` elastically on this host's 2 slots (or ``hostfile``'s 2 hosts), a worker taken away and given
+    back; what happened."""
     logs = work / "elastic-logs"
     logs.mkdir(parents=True, exist_ok=True)
+    hostfile, lists = on_hosts(hostfile, work) if hostfile else (None, LOCAL)
     start = time.time()
-    pace = Pace(Elastic.files({contract.LOG_DIR: str(logs.resolve())})[0], start)
+    pace = Pace(Elastic.files({contract.LOG_DIR: str(logs.resolve())})[0], start, lists)
     spec = JobSpec(timeout=timeout, threads=1, log_dir=logs, quiet=True, cwd=work, record=True, stop_when=pace,
                    env={contract.RUNS_FILE: str((work / "elastic-runs.jsonl").resolve())})
-    job = launch.run([sys.executable, str(script), *ARGS], WORKERS, "elastic", spec, hosts=f"localhost:{WORKERS}")
+    job = launch.run([sys.executable, str(script), *ARGS], WORKERS, "elastic", spec,
+                     hosts=None if hostfile else LOCAL[0].strip(), hostfile=hostfile)
     text = "\n".join(job.log(r) for r in range(WORKERS)) + "\n" + job.summary()
     said = (job.summary().splitlines() or [""])[0][:500]  # how the job ended; the logs hold the rest
     refused = REFUSED in text and "--elastic" in text

@@ -14,19 +14,28 @@ the course's reference profile (:mod:`labkit.measure.profile_reference`).
 same epochs at ever larger global batches, the learning rate set three ways. ``scale_lab.large_batch(SCRIPT,
 batches=..., epochs=...)`` runs the experiment on the learner's own script once its Horovod lab passed step 8 (the
 rate scaled by the workers and warmed up), each run told as it ends.
+
+``scale_lab.elastic_on_nodes(SCRIPT)`` runs step 5's elastic exercise across 2 of the virtual nodes ``labkit nodes up``
+started (root): the second node leaves with its worker and comes back (:mod:`labkit.check.elastic_run`). Where none are
+up it says how to start them; without root, why they cannot start.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from labkit.check import elastic_judge, elastic_run
+from labkit.check.verdict import Failed
 from labkit.figures import large_batch as drawn
 from labkit.figures import step_profile
 from labkit.instrument.precision_workload import POLICIES
 from labkit.measure import large_batch as experiment
 from labkit.measure import precision, profile_reference
-from labkit.ui import notebook
+from labkit.nodes.virtual import VirtualNodes
+from labkit.records.hvd_probe import ElasticRun
+from labkit.ui import nodes_lab, notebook
 
 QUICK_BATCHES = 3
 
@@ -116,3 +125,36 @@ def large_batch(script: str | None = None, batches: Sequence[int] = (64, 1024), 
     if points:
         notebook.show(drawn.figure(points))
     return points
+
+
+ELASTIC_TIMEOUT = 600.0  # seconds for the elastic run on virtual nodes
+
+
+def elastic_on_nodes(script: str, timeout: float = ELASTIC_TIMEOUT) -> ElasticRun | None:
+    """Step 5's elastic run across the first 2 virtual nodes ``labkit nodes up`` started, one worker each: the second
+    node is taken away once rank 0 finished a few epochs and given back; what the check makes of it."""
+    if notebook.untouched(script):
+        print(f"{Path(script).name} is still the starter: make it elastic (step 5) first.")
+        return None
+    problem = nodes_lab.why_not()
+    if problem:
+        print(f"Not run: {problem} Step 5's check ran the same exercise on this machine's slots.")
+        return None
+    cluster = VirtualNodes.load()
+    if cluster is None:
+        print("No virtual nodes are up: start two as root (`labkit nodes up`, lab 7) and run this cell again; "
+              "`labkit nodes down` when you are done. Step 5's check ran the same exercise on this machine's slots.")
+        return None
+    with tempfile.TemporaryDirectory(prefix="labkit-elastic-") as tmp:
+        print(f"running {Path(script).name} with --elastic on {cluster.nodes[0].name} and {cluster.nodes[1].name}; "
+              f"{cluster.nodes[1].name} leaves and comes back (a minute or two) ...", flush=True)
+        try:
+            run = elastic_run.run(Path(script).resolve(), Path(tmp), timeout, hostfile=cluster.hostfile)
+        except ValueError as e:
+            print(f"Not run: {e}")
+            return None
+    try:
+        print("It worked: " + elastic_judge.judge(run))
+    except Failed as e:
+        print(f"Not yet: {e}")
+    return run

@@ -42,6 +42,7 @@ ROOT = paths.ROOT
 SOLUTION = ROOT / "solutions" / "fashion_mnist_solution.py"
 MULTIWORKER = ROOT / "solutions" / "fashion_mnist_multiworker_after_step_05.py"
 PS = ROOT / "solutions" / "fashion_mnist_ps_after_step_03.py"
+ELASTIC = ROOT / "solutions" / "fashion_mnist_at_scale_after_step_05.py"  # lab 9's script made elastic (step 5)
 TINY = ["--epochs", "1", "--train-size", "256", "--test-size", "128"]
 FOREVER = '''
 import time
@@ -420,6 +421,22 @@ def test_an_elastic_job_shrinks_when_a_node_leaves_and_grows_when_it_returns(clu
     shrunk = sizes.index(2) if 2 in sizes else -1
     assert sizes[0] == 4 and shrunk > 0 and 4 in sizes[shrunk:], sizes  # 4 workers, then node1's 2, then 4 again
     assert report.completed() == set(range(18)), "an epoch was lost"
+
+
+@pytest.mark.horovod
+@pytest.mark.heavy  # make test runs lab 9's elastic check on one machine's slots (test_lab_at_scale.py)
+def test_lab9s_elastic_script_loses_a_node_and_gets_it_back(cluster: nodes.VirtualNodes, work: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Lab 9's cell on the nodes `labkit nodes up` started: the learner's elastic script, one worker per node,
+    node2 taken away and given back; the check's judge of step 5 passes."""
+    from labkit.ui import scale_lab
+
+    copy = work / "fashion_mnist.py"  # a learner's own copy, not the course's file
+    copy.write_text(ELASTIC.read_text())
+    run = scale_lab.elastic_on_nodes(str(copy))
+    out = capsys.readouterr().out
+    assert run is not None and "It worked: " in out, out
+    assert run.left is not None and run.returned is not None and len({w.pid for w in run.workers}) >= 3, run
 
 
 @pytest.mark.heavy  # 34 s, make test's budget: the lab's check kills and restarts a worker on one machine

@@ -142,3 +142,36 @@ def test_the_run_takes_a_slot_away_gives_it_back_and_stops_a_worker_that_never_j
     assert "finished no epoch" in (pace(tmp_path) or "")
     observed(tmp_path, 8, 1, [1025.0], [1030.0])  # a worker that joined after the slot came back, and trains
     assert pace(tmp_path) is None
+
+
+def test_on_other_hosts_the_second_leaves_and_each_runs_one_worker(tmp_path: Path) -> None:
+    given = tmp_path / "nodes"
+    given.write_text("# nodes\n198.18.0.11 slots=2  # node1\n198.18.0.12 slots=2\n198.18.0.13 slots=2\n")
+    one_slot, (whole, fewer) = elastic_run.on_hosts(given, tmp_path)
+    assert one_slot.read_text() == "198.18.0.11 slots=1\n198.18.0.12 slots=1\n"
+    assert (whole, fewer) == ("198.18.0.11:1\n198.18.0.12:1\n", "198.18.0.11:1\n")
+    given.write_text("198.18.0.11 slots=2\n")
+    with pytest.raises(ValueError, match="needs 2 hosts"):
+        elastic_run.on_hosts(given, tmp_path)
+
+
+def test_the_nodes_cell_says_why_it_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from labkit.nodes.virtual import VirtualNodes
+    from labkit.ui import nodes_lab, notebook, scale_lab
+
+    started: list[object] = []
+    monkeypatch.setattr(elastic_run, "run", lambda *a, **k: started.append(a))
+    script = tmp_path / "fashion_mnist.py"
+    script.write_text("print('mine')\n")
+    monkeypatch.setattr(notebook, "untouched", lambda s: True)
+    assert scale_lab.elastic_on_nodes(str(script)) is None and "still the starter" in capsys.readouterr().out
+    monkeypatch.setattr(notebook, "untouched", lambda s: False)
+    monkeypatch.setattr(nodes_lab, "why_not", lambda: "virtual nodes need root.")
+    assert scale_lab.elastic_on_nodes(str(script)) is None
+    assert "Not run: virtual nodes need root. Step 5's check ran" in capsys.readouterr().out
+    monkeypatch.setattr(nodes_lab, "why_not", lambda: None)
+    monkeypatch.setattr(VirtualNodes, "load", classmethod(lambda cls, folder=None: None))
+    assert scale_lab.elastic_on_nodes(str(script)) is None
+    assert "No virtual nodes are up: start two as root (`labkit nodes up`" in capsys.readouterr().out
+    assert started == []
