@@ -110,7 +110,7 @@ def large_batch(script: str | None = None, batches: Sequence[int] = (64, 1024), 
         print(f"running {plan.size()} trainings of {script} on {plan.workers} workers, {plan.epochs} epoch(s) each; "
               "each is told as it ends ...", flush=True)
         points = experiment.sweep(Path(script), plan, extra=extra)
-        where = "this machine"
+        where = f"{Path(script).name} on this machine"
     else:
         ref = experiment.read()
         if ref is None:
