@@ -9,23 +9,16 @@ functions of what the probe recorded; :mod:`labkit.check.judging` runs them in o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from labkit.check import judging, offer
-from labkit.check.report import Report, StepResult
+from labkit.check.report import Report
+from labkit.check.report import StepResult as StepResult  # public: __all__
 from labkit.course import labs
 from labkit.records import checklog, classlog
 
-__all__ = ["Report", "StepResult", "run_check", *(name.replace("-", "_") for name in labs.LABS)]
-
-LABS = labs.LABS  # the registry: names, steps, files, timeouts, points
-
-
-# Seconds a whole check may take before every process is stopped (the multi-worker
-# check also kills and restarts a worker, so it gets longer).
-TIMEOUTS = {name: lab.timeout for name, lab in LABS.items()}
+LABS = labs.LABS  # the registry: names, steps, files, timeouts, points (each lab's check timeout: Lab.timeout)
 
 
 def run_check(
@@ -62,9 +55,18 @@ def _content(script: str | Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def __getattr__(name: str) -> Callable[..., Report]:
+def _public() -> list[str]:
+    """What ``from labkit.check import *`` gives: the report's types, :func:`run_check` and one function per lab of
+    the registry as it is when asked (a lab declared later has one too)."""
+    return ["Report", "StepResult", "run_check", *(name.replace("-", "_") for name in labs.LABS)]
+
+
+def __getattr__(name: str) -> Any:
     """``labkit.check.LAB(step=None, script=STARTER, timeout=None)`` for every lab of the registry, its name with
-    ``_`` for ``-`` (``labkit.check.parameter_server(3)``): check steps 1..``step`` of the lab's script."""
+    ``_`` for ``-`` (``labkit.check.parameter_server(3)``): check steps 1..``step`` of the lab's script. Also
+    ``__all__``, read from the registry when asked."""
+    if name == "__all__":
+        return _public()
     lab = labs.LABS.get(name.replace("_", "-"))
     if lab is None or name.startswith("_"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -79,4 +81,4 @@ def __getattr__(name: str) -> Callable[..., Report]:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_public()})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from labkit.check import LABS, TIMEOUTS, run_check
+from labkit.check import LABS, run_check
 from labkit.core.cliargs import positive_float, positive_int
 
 
@@ -16,7 +16,7 @@ def add_cli(sub) -> None:
     p.add_argument("script", help="the learner's script")
     p.add_argument("--step", type=positive_int, default=None, help="check steps 1..N (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    defaults = ", ".join(f"{k} {v:.0f}" for k, v in TIMEOUTS.items())
+    defaults = ", ".join(f"{name} {lab.timeout:.0f}" for name, lab in LABS.items())
     p.add_argument("--timeout", type=positive_float, default=None,
         help=f"seconds for the whole check (default: {defaults})")
     p.set_defaults(func=_cli)

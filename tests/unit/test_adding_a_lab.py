@@ -295,6 +295,9 @@ def test_check_passes_the_solution_and_fails_the_starter_at_step_1(course: Path,
 def test_the_notebook_check_cells_call_the_labs_check_function(course: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     assert labkit.check.sharding.__name__ == "sharding" and LAB.title in labkit.check.sharding.__doc__
+    assert "sharding" in labkit.check.__all__  # read from the registry when asked, not when labkit.check was imported
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["check"].format_help()
+    assert "sharding" in help_text and f"sharding {LAB.timeout:.0f}" in " ".join(help_text.split())
     cells = ["".join(c["source"]) for c in json.loads((course / "labs" / LAB.notebook).read_text())["cells"]
              if c["cell_type"] == "code"]
     setup, checks = cells[0], [c for c in cells if c.startswith("labkit.check.sharding(")]
