@@ -15,7 +15,7 @@ What a learner can and cannot do to it:
   (its client waits and asks again).
 * **A slot is held only by a live check, and not for long**: it is freed when the holder's connection closes (a
   killed check frees it at once), and taken back, the holder told, after ``--max-hold`` seconds (default
-  :data:`DEFAULT_MAX_HOLD`: the longest check's budget plus slack).
+  :func:`default_max_hold`: the longest check's budget plus slack).
 * **The expected wait is the server's**: the durations of recent checks that ended normally, measured by the
   server, each clamped to ``(0, max hold]``, the latest of each user only.
 * **Bounded input**: one line of at most :data:`labkit.core.slotserver.LINE_MAX` bytes, nested at most
@@ -57,7 +57,9 @@ from labkit.core.slotserver import ProtocolError
 from labkit.course import labs
 
 SLACK_S = 60.0  # beyond a check's own budget: its start-up, its ranks' stack dumps and their ending
-DEFAULT_MAX_HOLD = max(lab.timeout for lab in labs.LABS.values()) + SLACK_S  # lab 9's check: 420 s + 60
+def default_max_hold() -> float:
+    """Seconds a slot may be held by default: the longest check's budget of the lab registry, plus slack."""
+    return max(lab.timeout for lab in labs.LABS.values()) + SLACK_S
 REQUEST_S = 5.0  # a client asks within this many seconds of connecting, or is dropped
 HEARTBEAT_S = 15.0  # each waiter hears where it stands at least this often (its client gives up after 60 s)
 PER_USER = 4  # connections one uid may keep open
@@ -108,10 +110,11 @@ class Client:
 class CheckQueue:
     """``slots`` slots, waiters in order of arrival, one place per uid, slots held at most ``max_hold`` s."""
 
-    def __init__(self, slots_: int, max_hold: float = DEFAULT_MAX_HOLD, request_s: float = REQUEST_S,
+    def __init__(self, slots_: int, max_hold: float | None = None, request_s: float = REQUEST_S,
                  per_user: int = PER_USER, connections: int = CONNECTIONS, heartbeat_s: float = HEARTBEAT_S) -> None:
         if type(slots_) is not int or slots_ < 1:
             raise ValueError(f"slots must be a whole number of at least 1, got {slots_!r}")
+        max_hold = default_max_hold() if max_hold is None else max_hold
         if not (math.isfinite(max_hold) and max_hold > 0):
             raise ValueError(f"the longest hold must be a number of seconds above 0, got {max_hold!r}")
         self.slots, self.max_hold, self.request_s = slots_, float(max_hold), request_s
@@ -340,13 +343,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit.workshop.checkqueue", description=__doc__.split("\n\n")[0])
     p.add_argument("--socket", required=True, help="the Unix socket to listen at (its folder: the server's user's)")
     p.add_argument("--slots", type=int, required=True, help="checks that run at once")
-    p.add_argument("--max-hold", type=float, default=DEFAULT_MAX_HOLD,
-                   help="seconds a check may hold its slot before it is taken back (default: %(default).0f, the "
-                        "longest check's budget plus slack)")
+    p.add_argument("--max-hold", type=float, default=None,
+                   help="seconds a check may hold its slot before it is taken back (default: the longest check's "
+                        f"budget plus slack, {default_max_hold():.0f})")
     a = p.parse_args(argv)
     if a.slots < 1:
         p.error("--slots must be at least 1")
-    if not (math.isfinite(a.max_hold) and a.max_hold > 0):
+    if a.max_hold is not None and not (math.isfinite(a.max_hold) and a.max_hold > 0):
         p.error("--max-hold must be a number of seconds above 0")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s check queue: %(message)s")
     if os.geteuid() == 0:
