@@ -9,14 +9,16 @@ what it means.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from labkit.core import stacks
-from labkit.records import boundedjson
+from labkit.records import boundedjson, typed
+from labkit.records.evidence import Evidence
 from labkit.records.hvd_probe import FitBound, FitRule
+from labkit.records.still_running import Progress, StillRunning, Where
 
 RECENT = 10.0  # seconds: progress this close to the end means training was still going
 _OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -61,18 +63,24 @@ def exit_text(code: int | None, oom: bool = False) -> str:
     return f"it was killed by signal {sig} ({name})"
 
 
-def still_running(out: Path, rank: int | str, runner: str, after: float) -> dict[str, Any] | None:
-    """Where a process that had to be stopped was (its stack), and where training was; None without a stack."""
-    where = stacks.where(out / f"stack.{rank}", runner)
-    if where is None:
+def still_running(out: Path, rank: int | str, runner: str, after: float) -> StillRunning | None:
+    """Where a process that had to be stopped was (its stack), and where training was (a progress file cut short or
+    of the wrong shape is left out); None without a stack."""
+    found = stacks.where(out / f"stack.{rank}", runner)
+    if found is None:
         return None
-    found: dict[str, Any] = {"where": where, "after": round(after, 1)}
     try:
-        prog = boundedjson.read_file(out / f"progress.{rank}.json")
-        found["progress"] = {**prog, "age": round(max(0.0, time.time() - float(prog.get("t", 0))), 1)}
-    except (OSError, ValueError, TypeError):
+        where = typed.parse(Where, found, f"stack.{rank}")
+    except typed.RecordError:
+        return None
+    progress = None
+    try:
+        path = out / f"progress.{rank}.json"
+        prog = typed.parse(Progress, boundedjson.read_file(path), path.name)
+        progress = dataclasses.replace(prog, age=round(max(0.0, time.time() - prog.t), 1))
+    except (OSError, ValueError):  # typed.RecordError is a ValueError
         pass
-    return found
+    return StillRunning(where, round(after, 1), progress)
 
 
 def left_running(log_dir: Path, rank: int | str) -> list[str]:
@@ -84,21 +92,11 @@ def left_running(log_dir: Path, rank: int | str) -> list[str]:
     return [str(n) for n in names if n]
 
 
-def left_behind(evidence: Any) -> list[str]:
-    """One line per process a rank left running, anywhere in ``evidence``, for the report."""
-    lines: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for rank, info in (node.get("ranks") or {}).items() if isinstance(node.get("ranks"), dict) else []:
-                for cmd in (info or {}).get("left_running", []) if isinstance(info, dict) else []:
-                    lines.append(f"rank {rank} left `{short(cmd)}` running when it ended; it was stopped. "
-                                 "Stop what the script starts before it returns (e.g. `proc.terminate()`), or "
-                                 "start it outside the script.")
-            for value in node.values():
-                walk(value)
-
-    walk(evidence)
+def left_behind(evidence: Evidence) -> list[str]:
+    """One line per process a rank left running, in any run of ``evidence``, for the report."""
+    lines = [f"rank {rank} left `{short(cmd)}` running when it ended; it was stopped. Stop what the script starts "
+             "before it returns (e.g. `proc.terminate()`), or start it outside the script."
+             for rank, left in evidence.processes_left() for cmd in left]
     return list(dict.fromkeys(lines))
 
 
@@ -106,45 +104,44 @@ def short(cmd: str, n: int = 80) -> str:
     return cmd if len(cmd) <= n else cmd[: n - 3] + "..."
 
 
-def busy(rank: int | str, run: dict[str, Any], where: str, last: str, train_batches: int | None = None) -> str | None:
+def busy(rank: int | str, run: StillRunning, where: str, last: str, train_batches: int | None = None) -> str | None:
     """Why a rank that had to be stopped never got to ``where``, from its stack; None when the stack cannot tell."""
-    w = run.get("where") or {}
-    kind, at, after = w.get("kind"), w.get("at"), run.get("after")
-    stopped = run.get("stopped") or (f"when the check stopped it after {after:.0f} s" if after
-                                     else "when the check stopped it")
-    prog = run.get("progress") or {}
-    moving = prog and prog.get("age", 1e9) <= RECENT
-    if kind in ("training", "collective") and moving:
-        phase = prog.get("phase", "training")
+    w = run.where
+    kind, at, after = w.kind, w.at, run.after
+    stopped = run.stopped or (f"when the check stopped it after {after:.0f} s" if after
+                              else "when the check stopped it")
+    prog = run.progress
+    if kind in ("training", "collective") and prog is not None and prog.age <= RECENT:
+        phase = prog.phase
         expected = f" (the check's data makes about {train_batches})" if train_batches and phase == "training" else ""
         steps = "steps_per_epoch=" if phase == "training" else "validation_steps="
-        return (f"rank {rank} never reached {where}: {stopped} it was still in epoch {int(prog.get('epoch', 0)) + 1}, "
-                f"{prog.get('batch')} {phase} batches in{expected}: the epoch never ends. A dataset that repeats "
+        return (f"rank {rank} never reached {where}: {stopped} it was still in epoch {prog.epoch + 1}, "
+                f"{prog.batch} {phase} batches in{expected}: the epoch never ends. A dataset that repeats "
                 f"(`.repeat()`) is endless: pass fit `{steps}<batches per epoch>`.")
     if not at:  # not yet in the script: still importing or setting up
-        inside = w.get("inside") or {}
-        place = f" (in {Path(inside['file']).name}, {inside['function']})" if inside.get("file") else ""
+        inside = w.inside
+        place = f" (in {Path(inside.file).name}, {inside.function})" if inside and inside.file else ""
         return (f"rank {rank} never reached {where}: {stopped} it had not yet reached the script's own code"
                 f"{place}: the check's time ran out while it was starting. The machine was too busy or too slow "
                 "for the check's time: check again when it is less busy, or give the check more time (`--timeout`).")
     if kind == "importing":
         return (f"rank {rank} never reached {where}: {stopped} it was still importing modules (at "
-                f"{stacks.describe(at)}): the check's time ran out. The machine was too busy or too slow for the "
+                f"{at.describe()}): the check's time ran out. The machine was too busy or too slow for the "
                 "check's time: check again when it is less busy, or give the check more time (`--timeout`).")
     if kind == "tracing":
-        place = f" for {stacks.describe(at)}" if at else ""
+        place = f" for {at.describe()}" if at else ""
         return (f"rank {rank} never reached {where}: {stopped} (after '{last}') TensorFlow was still building its "
                 f"graph{place}. That is slow work, not a hang: the machine was too busy or too slow for the "
                 "check's time. Check again when it is less busy, or give the check more time (`--timeout`).")
     if kind in ("own", "library") and at:
-        inside = w.get("inside") or {}
-        deeper = f", inside {inside['function']}()" if kind == "library" and inside.get("function") else ""
+        inside = w.inside
+        deeper = f", inside {inside.function}()" if kind == "library" and inside and inside.function else ""
         return (f"rank {rank} never reached {where}: {stopped} (after '{last}') it was busy in its own code at "
-                f"{stacks.describe(at)}{deeper}. That code never finished: make sure every loop ends and nothing "
+                f"{at.describe()}{deeper}. That code never finished: make sure every loop ends and nothing "
                 "waits forever (a `while True` without a break, a long sleep, a wait for a process or file that "
                 "never comes).")
     if kind == "collective" or kind == "training":
-        place = f" (called at {stacks.describe(at)})" if at else ""
+        place = f" (called at {at.describe()})" if at else ""
         return (f"rank {rank} never reached {where}: {stopped} (after '{last}') it was waiting in a collective "
                 f"operation{place} that the other rank did not join (a deadlock). Every rank must make the same "
                 "Horovod calls (init, broadcast, allreduce via the optimizer and callbacks) in the same order.")
@@ -165,11 +162,10 @@ WHAT = {"own": "busy in its own code", "library": "busy in its own code", "impor
         "collective": "waiting in a collective operation, for another process that did not join it"}
 
 
-def where_text(run: dict[str, Any] | None) -> str:
+def where_text(run: StillRunning | None) -> str:
     """One clause for any probed process that had to be stopped: what it was doing, and at which line."""
-    if not run:
+    if run is None:
         return "it was stopped; it left no record of where it was"
-    w = run.get("where") or {}
-    at = w.get("at")
-    place = f" at {stacks.describe(at)}" if at else " before reaching the script's own code"
-    return f"when it was stopped after {run.get('after', 0):.0f} s it was {WHAT.get(w.get('kind'), 'running')}{place}"
+    at = run.where.at
+    place = f" at {at.describe()}" if at else " before reaching the script's own code"
+    return f"when it was stopped after {run.after:.0f} s it was {WHAT.get(run.where.kind, 'running')}{place}"

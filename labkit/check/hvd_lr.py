@@ -15,7 +15,7 @@ from labkit.check import hvd_runs as hr
 from labkit.check import lr_rule
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
-from labkit.records.hvd_probe import Evidence
+from labkit.records.hvd_evidence import HorovodEvidence
 
 # Step 8's run: --base-lr unlike any mode's default, epochs enough for a 5-epoch warm-up (NVIDIA's lab),
 # a target accuracy no run reaches (training must not stop early).
@@ -40,18 +40,16 @@ MOMENTUM = ("This crash comes from Horovod's learning-rate callback: by default 
             "fails. Pass `momentum_correction=False` to LearningRateWarmupCallback.")
 
 
-def momentum_crash(ev: Evidence) -> bool:
+def momentum_crash(ev: HorovodEvidence) -> bool:
     """Whether a rank of any run crashed in Horovod's momentum correction."""
-    resume = [ev.resume.first, ev.resume.second] if ev.resume else []
-    runs = [run for run in (ev, *resume, ev.lr_run) if run is not None]
-    tracebacks = [s.error.traceback for run in runs for s in run.states.values() if s.error]
+    tracebacks = [s.error.traceback for run in ev.runs() for s in run.states.values() if s.error]
     return any("_adjust_learning_rate" in tb and "momentum" in tb for tb in tracebacks)
 
 
 def explained(judge: Any) -> Any:
     """``judge``, its failures completed with the cause of a crash that shows far from its step."""
 
-    def run(ev: Evidence) -> str:
+    def run(ev: HorovodEvidence) -> str:
         try:
             return judge(ev)
         except Failed as e:
@@ -63,7 +61,7 @@ def explained(judge: Any) -> Any:
     return run
 
 
-def step_8(ev: Evidence) -> str:
+def step_8(ev: HorovodEvidence) -> str:
     run = ev.lr_run
     if run is None:
         raise Failed("the learning-rate run did not happen: steps 1-7 must pass first.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from labkit.check import hvd_runs as hr
 from labkit.check.verdict import Failed
-from labkit.records.hvd_probe import Evidence, Run
+from labkit.records.hvd_evidence import HorovodEvidence, Run
 
 CHECKPOINT_DIR = "checkpoints"  # the folder the check gives the script (--checkpoint-dir)
 CHECKPOINT_ARGS = ["--checkpoint-dir", CHECKPOINT_DIR]
@@ -14,7 +14,7 @@ RESTORE = ("Restore the checkpoint's weights on rank 0 into the model every rank
            "the other ranks.")
 
 
-def _resume_runs(ev: Evidence) -> tuple[Run, Run | None]:
+def _resume_runs(ev: HorovodEvidence) -> tuple[Run, Run | None]:
     if ev.resume is None:
         raise Failed("the checkpoint runs did not happen: steps 1-6 must pass first.")
     first = ev.resume.first
@@ -34,7 +34,7 @@ def _on_other_disk(why: str) -> str:
     return why
 
 
-def step_7(ev: Evidence) -> str:
+def step_7(ev: HorovodEvidence) -> str:
     first, second = _resume_runs(ev)
     hr.need(first, "train_end")
     saves = {r: [s for s in first.state(r).saves if s.in_fit] for r in range(first.np)}

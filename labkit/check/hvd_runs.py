@@ -1,27 +1,30 @@
 """Probed 2-rank Horovod runs: how the Horovod lab's check starts one, and how its evidence is read.
 
 :func:`run` launches the learner's script on 2 ranks under :mod:`labkit.instrument.probe` and returns what
-each rank recorded (its milestones, calls, weights as random projections, how it ended);
-the other helpers read that evidence for the step judges of :mod:`labkit.check.lab_horovod`.
+each rank recorded (its milestones, calls, weights as random projections, how it ended) as a typed
+:class:`~labkit.records.hvd_evidence.Run`; the other helpers read that evidence for the step judges of
+:mod:`labkit.check.lab_horovod`, :mod:`labkit.check.lab_communication` and :mod:`labkit.check.lab_at_scale`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import zipfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from labkit.check import ending
 from labkit.check.verdict import Failed
+from labkit.instrument.start import command as probe_command
 from labkit.launching import launch
 from labkit.launching.jobspec import JobSpec
-from labkit.records import boundedjson
-from labkit.records.hvd_probe import Run
+from labkit.records import evidence
+from labkit.records.hvd_evidence import RankEnd, Run
+from labkit.records.hvd_probe import RankRecord
 
 NP = 2
 BATCH = 16
@@ -78,7 +81,7 @@ def reached(run: Run, milestone: str) -> bool:
 
 
 def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
-         own_folders: bool = False, epochs: int = 1, tolerate: tuple[str, ...] = ()) -> dict[str, Any]:
+         own_folders: bool = False, epochs: int = 1, tolerate: tuple[str, ...] = ()) -> Run:
     """One probed 2-rank run (fit runs ``epochs`` epochs at most; 0: the ranks end at the call of fit): what
     each rank recorded, how it ended.
 
@@ -91,43 +94,36 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
     flags += ["--fit-bound", str(FIT_FACTOR)]  # a rank that never gets to fit is stopped and told then
     oom = ending.oom_kills()
     # Probe runs are not the learner's runs: not recorded.
-    cmd = [sys.executable, "-m", "labkit.instrument.start", "horovod", str(out), *flags, "--", str(script), *args]
+    cmd = probe_command("horovod", str(out), [sys.executable, str(script), *args], flags)
     job = launch.run(cmd,
                      job=JobSpec(timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
                                  env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False), np=NP, launcher="mpirun")
-    ev: dict[str, Any] = {"lab": "horovod", "np": NP, "batch": BATCH, "states": {}, "weights": {}, "ranks": {},
-                          "timed_out": job.timed_out, "interrupted": job.interrupted,
-                          "returncode": job.returncode, "start_error": None}
+    states: dict[int, RankRecord] = {}
+    weights: dict[int, dict[str, list[float]]] = {}
+    ranks: dict[int, RankEnd] = {}
+    unreadable: list[str] = []
     for r in range(NP):
-        f = out / f"probe.{r}.json"
-        if f.exists():
-            try:
-                ev["states"][str(r)] = boundedjson.read_file(f)
-            except (OSError, ValueError):
-                pass
-        weights = _weights(out / f"weights.{r}.npz")
-        if weights is not None:
-            ev["weights"][str(r)] = weights
+        st = evidence.record(RankRecord, out / f"probe.{r}.json", unreadable)
+        if st is not None:
+            states[r] = st
+        projected = _weights(out / f"weights.{r}.npz")
+        if projected is not None:
+            weights[r] = projected
         log = job.log(r)
-        ev["ranks"][str(r)] = info = {"exit": job.rank_exit.get(r), "error": job.rank_errors.get(r, ""),
-                                      "log_tail": log[-600:], "stalled": "stall" in log.lower()}
-        _how_it_ended(info, ev["states"].get(str(r)), out, r, job)
-    if ending.oom_kills() > oom:
-        ev["oom_kills"] = ending.oom_kills() - oom
-    if not ev["states"] and job.returncode:
-        ev["start_error"] = job.summary()
-    return ev
+        ranks[r] = _how_it_ended(RankEnd(exit=job.rank_exit.get(r), error=job.rank_errors.get(r, ""),
+                                         log_tail=log[-600:], stalled="stall" in log.lower()), st, out, r, job)
+    return Run(np=NP, batch=BATCH, lab="horovod", states=states, weights=weights, ranks=ranks,
+               timed_out=job.timed_out, interrupted=job.interrupted, returncode=job.returncode,
+               start_error=job.summary() if not states and job.returncode else None,
+               oom_kills=max(0, ending.oom_kills() - oom), unreadable=unreadable[0] if unreadable else None)
 
 
-def _how_it_ended(info: dict[str, Any], st: dict[str, Any] | None, out: Path, r: int, job: launch.JobResult) -> None:
-    """Optional evidence: where a rank that had to be stopped was; what it left running."""
-    if st is not None and "end" not in st.get("milestones", []):
+def _how_it_ended(info: RankEnd, st: RankRecord | None, out: Path, r: int, job: launch.JobResult) -> RankEnd:
+    """``info`` with the optional evidence: where a rank that had to be stopped was; what it left running."""
+    running = None
+    if st is not None and not st.reached("end"):
         running = ending.still_running(out, r, "labkit/instrument/start.py", job.duration)
-        if running:
-            info["running_at_end"] = running
-    left = ending.left_running(job.log_dir, r)
-    if left:
-        info["left_running"] = left
+    return dataclasses.replace(info, running_at_end=running, left_running=ending.left_running(job.log_dir, r))
 
 
 def ignored(run: Run, option: str) -> bool:
@@ -165,9 +161,9 @@ def why_not(run: Run, rank: int, milestone: str) -> str:
         return f"rank {rank} ended without reaching {where} (did the script call model.fit?)"
     last = st.milestones[-1] if st.milestones else "start"
     stopped, per_epoch = info.running_at_end, -(-st.data.train // run.batch)
-    if stopped and st.fit_bound:
-        stopped = {**stopped, "stopped": ending.bound_text(st.fit_bound, st.fit_rule)}
-    told = ending.busy(rank, stopped, where, last, per_epoch) if stopped else None
+    if stopped is not None and st.fit_bound:
+        stopped = dataclasses.replace(stopped, stopped=ending.bound_text(st.fit_bound, st.fit_rule))
+    told = ending.busy(rank, stopped, where, last, per_epoch) if stopped is not None else None
     if told:
         return told
     if run.timed_out or info.stalled:
@@ -196,8 +192,8 @@ def _culprit(run: Run, missing: list[int]) -> int:
         return st.error.message if st and st.error else ""
 
     def busy(r: int) -> bool:
-        stopped = run.end(r).running_at_end or {}
-        return (stopped.get("where") or {}).get("kind") in ("own", "library")
+        stopped = run.end(r).running_at_end
+        return stopped is not None and stopped.where.kind in ("own", "library")
 
     def bounded(r: int) -> bool:
         st = run.states.get(r)

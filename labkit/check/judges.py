@@ -1,8 +1,9 @@
 """The check package's table of lab judges: each lab of :data:`labkit.course.labs.LABS` has one module here.
 
-A lab's judge module provides ``collect(script, upto, timeout, work) -> dict`` (a probed run's evidence),
-``STEPS`` (one judge per step, :mod:`labkit.check.verdict`) and, optionally, ``upto(step)`` and
-``syntax_error(script)`` (:mod:`labkit.check.judging` says what each does). A new lab adds its module to
+A lab's judge module provides ``EVIDENCE`` (the class of its typed evidence, :mod:`labkit.records.evidence`),
+``collect(script, upto, timeout, work) -> EVIDENCE`` (a probed run's evidence), ``STEPS`` (one judge per step,
+:mod:`labkit.check.verdict`) and, optionally, ``upto(step)`` and ``syntax_error(script)``
+(:mod:`labkit.check.judging` says what each does). A new lab adds its module to
 :data:`JUDGES` under the name its declaration gives it; ``tests/unit/test_lab_declaration.py`` fails for a lab
 without one.
 """

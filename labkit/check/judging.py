@@ -2,10 +2,10 @@
 
 A lab's check module (``labkit.check.lab_*``, listed in :data:`labkit.check.judges.JUDGES`) provides
 
-* ``collect(script, upto, timeout, work) -> dict``: run the script under a probe and
-  return the *evidence*, a JSON-able dict of what the processes did;
-* ``evidence(data)`` (optional): the evidence as typed records, parsed once before the judges (a lab without it
-  gives its judges the JSON dict);
+* ``EVIDENCE``: the class of its *evidence*, a typed record of what the processes did (a subclass of
+  :class:`labkit.records.evidence.Evidence`);
+* ``collect(script, upto, timeout, work) -> EVIDENCE``: run the script under a probe and return its evidence (each
+  file a process wrote read once, every field checked);
 * ``STEPS``: one judge per step, a plain function of the evidence that returns what
   passed or raises :class:`~labkit.check.verdict.Failed` with what to change;
 * ``upto(step) -> int`` (optional): how many steps one run covers when step ``step``
@@ -15,14 +15,16 @@ A lab's check module (``labkit.check.lab_*``, listed in :data:`labkit.check.judg
 
 Evidence is cached per script content (with the lab's other files next to it, for a lab whose steps
 ask for several), so checking step 2, then 3, ... of an unchanged script judges the same run again
-instead of running it again.
+instead of running it again. :func:`save` writes it as JSON (``evidence_out=``, the tests' recorded runs) and
+:func:`load` reads it back as its lab's ``EVIDENCE``, once, every field checked: a bad file is named
+(:class:`~labkit.records.evidence.EvidenceError`), never a ``KeyError`` in a judge.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
-import json
 import tempfile
 import time
 from collections.abc import Sequence
@@ -35,22 +37,24 @@ from labkit.check.report import Report, StepResult
 from labkit.check.verdict import Failed
 from labkit.core import env, files, slots
 from labkit.course import labs
+from labkit.records import evidence as saved
 from labkit.records import typed
+from labkit.records.evidence import Evidence, EvidenceError
 
-# Bumped whenever the evidence a probe run produces changes shape; recorded fixtures
-# carry it, and the tests compare a fresh run's evidence with them.
-FORMAT = 2
+# The evidence's schema version (labkit.records.evidence.SCHEMA): recorded fixtures carry it, a file of another
+# version is refused, and the tests compare a fresh run's evidence with them.
+FORMAT = saved.SCHEMA
 
-def judge(module: Any, evidence: dict[str, Any], upto: int, titles: Sequence[str]) -> list[StepResult]:
-    """Judge steps 1..``upto`` of ``module`` (a lab's judges) in order; after the first failure the rest are not
-    judged. A module with ``evidence(data)`` gets its judges the typed records it parses, once, here."""
+
+def judge(module: Any, evidence: Evidence, upto: int, titles: Sequence[str]) -> list[StepResult]:
+    """Judge steps 1..``upto`` of ``module`` (a lab's judges) in order on its typed ``evidence``; after the first
+    failure the rest are not judged. A record a process wrote that could not be read fails step 1, named."""
     results: list[StepResult] = []
-    run_error = evidence.get("run_error")
-    parse = getattr(module, "evidence", None)
-    try:
-        seen = parse(evidence) if parse else evidence
-    except typed.RecordError as e:
-        bad = f"{titles[0]}: the run's record could not be read ({e}); was a file in the check's folder changed?"
+    run_error = evidence.run_failure()
+    unreadable = evidence.record_error()
+    if unreadable:
+        bad = (f"{titles[0]}: the run's record could not be read ({unreadable}); was a file in the check's folder "
+               "changed?")
         return [StepResult(1, False, bad)] + [StepResult(k, False, "not checked: fix step 1 first.")
                                               for k in range(2, upto + 1)]
     for k, fn in enumerate(module.STEPS[:upto], 1):
@@ -59,7 +63,7 @@ def judge(module: Any, evidence: dict[str, Any], upto: int, titles: Sequence[str
             results.append(StepResult(k, False, f"not checked: fix step {failed} first."))
             continue
         try:
-            results.append(StepResult(k, True, f"{titles[k - 1]}: {fn(seen)}"))
+            results.append(StepResult(k, True, f"{titles[k - 1]}: {fn(evidence)}"))
             continue
         except Failed as e:
             msg = f"{titles[k - 1]}: {e}"
@@ -103,23 +107,23 @@ def run_covers(module: Any, step: int) -> int:
 
 
 # (lab, script digest, steps covered) -> evidence of one run
-_CACHE: dict[tuple[str, str, int], dict[str, Any]] = {}
+_CACHE: dict[tuple[str, str, int], Evidence] = {}
 
 
-def _cached(lab: str, key: str) -> dict[str, Any] | None:
+def _cached(lab: str, key: str) -> Evidence | None:
     """The evidence of the widest earlier run of this script, if any."""
     runs = [ev for (lab_, key_, _), ev in _CACHE.items() if (lab_, key_) == (lab, key)]
-    return max(runs, key=lambda ev: ev.get("covers", 0), default=None)
+    return max(runs, key=lambda ev: ev.covers, default=None)
 
 
-def _enough(module: Any, evidence: dict[str, Any], covers: int, titles: Sequence[str]) -> bool:
+def _enough(module: Any, evidence: Evidence, covers: int, titles: Sequence[str]) -> bool:
     """Whether an earlier run answers: it covers the steps asked, or already fails one it covers (unless it was cut
-    short, ``"partial"`` in its evidence: what a wider run also shows, the weights the notebook draws, is not in
+    short, ``partial`` in its evidence: what a wider run also shows, the weights the notebook draws, is not in
     it)."""
-    have = evidence.get("covers", 0)
+    have = evidence.covers
     if have >= covers:
         return True
-    return not evidence.get("partial") and any(not r.passed for r in judge(module, evidence, have, titles))
+    return not evidence.partial and any(not r.passed for r in judge(module, evidence, have, titles))
 
 
 def check(lab: labs.Lab, script: Path, step: int, timeout: float, keep: str | Path | None = None,
@@ -150,9 +154,9 @@ def check(lab: labs.Lab, script: Path, step: int, timeout: float, keep: str | Pa
             evidence = collect(module, script, covers, timeout, keep)
         if waited >= 1:
             report.notes.append(f"waited {waited:.0f} s for a check slot before it started")
-        if not evidence.get("interrupted") and not evidence.get("timed_out"):  # a busy machine may pass later
+        if not evidence.cut_short():  # a busy machine may pass later
             _CACHE[(lab.name, key, covers)] = evidence
-    covers = evidence["covers"]
+    covers = evidence.covers
     if evidence_out:
         save(evidence, Path(evidence_out))
     report.steps = judge(module, evidence, min(step, covers), lab.steps)
@@ -165,8 +169,9 @@ def check(lab: labs.Lab, script: Path, step: int, timeout: float, keep: str | Pa
     return report
 
 
-def collect(module: Any, script: Path, covers: int, timeout: float, keep: str | Path | None) -> dict[str, Any]:
-    """Run the lab's probe in a scratch folder (kept when asked) and return its evidence."""
+def collect(module: Any, script: Path, covers: int, timeout: float, keep: str | Path | None) -> Evidence:
+    """Run the lab's probe in a scratch folder (kept when asked) and return its evidence, with the steps it
+    covers."""
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="labkit-check-"))
     work.mkdir(parents=True, exist_ok=True)
     # The ranks' temporary files (AutoGraph's generated modules, MPI's session folder) go to a folder of the
@@ -179,9 +184,10 @@ def collect(module: Any, script: Path, covers: int, timeout: float, keep: str | 
         _discard(scratch)
         if not keep:
             _discard(work)
-    evidence["format"] = FORMAT
-    evidence["covers"] = covers
-    return evidence
+    if not isinstance(evidence, Evidence):
+        raise TypeError(f"{getattr(module, '__name__', module)}.collect returned a {type(evidence).__name__}, not its "
+                        "evidence: a dataclass derived from labkit.records.evidence.Evidence (its EVIDENCE)")
+    return dataclasses.replace(evidence, schema=FORMAT, covers=covers)
 
 
 def _discard(folder: str | Path) -> None:
@@ -192,20 +198,39 @@ def _discard(folder: str | Path) -> None:
         pass  # a file the script made unremovable stays behind; the verdict does not depend on it
 
 
-def save(evidence: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(evidence, indent=1, sort_keys=True, default=str) + "\n")
+def save(evidence: Evidence, path: Path) -> None:
+    """Write ``evidence`` as JSON to ``path`` (:func:`labkit.records.evidence.write`), for :func:`load`."""
+    saved.write(evidence, Path(path))
 
 
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+def load(path: str | Path, lab: str | None = None) -> Evidence:
+    """The evidence saved in ``path``, typed as its lab's ``EVIDENCE``: the lab named in the file (or ``lab``, which
+    the file must then be of). :class:`~labkit.records.evidence.EvidenceError` names the file when it cannot be read,
+    names no lab this course has, or does not hold that lab's evidence (its version, a field of the wrong type)."""
+    path = Path(path)
+    data = saved.read_json(path)
+    named = data.get("lab")
+    if lab is not None and named is not None and named != lab:
+        raise EvidenceError(f"{path}: evidence of the {named!r} lab, not of the {lab} lab")
+    name = lab if lab is not None else named
+    if not isinstance(name, str):
+        raise EvidenceError(f"{path}: names no lab (its 'lab' field), so its evidence cannot be read")
+    try:
+        module = lab_module(name)
+    except ValueError as e:
+        raise EvidenceError(f"{path}: {e}") from None
+    return saved.parse(module.EVIDENCE, data, path)
 
 
 def shape(value: Any, depth: int = 3) -> Any:
-    """The structure of evidence, ``depth`` levels of keys deep, to compare formats (values are left out)."""
+    """The structure of evidence (typed, or as JSON), ``depth`` levels of keys deep, to compare formats (values are
+    left out)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = typed.dump(value)
     if isinstance(value, dict):
-        return {k: shape(v, depth - 1) for k, v in sorted(value.items())} if depth else "dict"
-    return "list" if isinstance(value, list) else "value"
+        return {str(k): shape(v, depth - 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))} \
+            if depth else "dict"
+    return "list" if isinstance(value, list | tuple) else "value"
 
 
 def tail(text: str, chars: int = 1500) -> str:

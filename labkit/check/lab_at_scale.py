@@ -29,9 +29,8 @@ What each step reads, all of it what the ranks did:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -41,10 +40,12 @@ from labkit.check.hvd_lr import BASE_LR
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
 from labkit.figures import step_profile
-from labkit.records import hvd_probe
-from labkit.records.hvd_probe import Evidence, Profiled, RankRecord
+from labkit.records import hvd_evidence
+from labkit.records.hvd_evidence import AtScaleEvidence, kept
+from labkit.records.hvd_probe import Profiled, RankRecord
 
-evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
+EVIDENCE = AtScaleEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
+evidence = hvd_evidence.at_scale  # the evidence from its JSON, every field checked (how a test builds one)
 K = 3  # --accumulate: not the 2 workers, so that a rate scaled by one cannot pass for the other
 EPOCHS = 2  # the first warms the rate up, the second runs at the scaled rate
 RUN_ARGS = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--base-lr",
@@ -77,22 +78,20 @@ def run_args(covers: int) -> list[str]:
     return [*RUN_ARGS, *(a for option in OPTIONS[:covers] for a in option)]
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> AtScaleEvidence:
     """Run ``script`` on 2 ranks under the probe with the options of steps 1..``upto``; a script that lacks the
     options of steps 2 and 3 still runs, for the steps before them."""
     args = run_args(upto)
     tolerate = tuple(option[0] for option in OPTIONS[1:upto])
     profiling = upto >= 4  # each rank in a folder of its own (as on separate nodes): whose profile is whose
-    ev = hr.run(script, args, work / "probe", work / "run", timeout, own_folders=profiling, epochs=EPOCHS,
-                tolerate=tolerate)
-    ev["lab"], ev["args"] = "at-scale", args
-    if profiling:
-        ev["profiles"] = {str(r): asdict(profiled(work / "run" / f"rank{r}" / PROFILE_DIR)) for r in range(hr.NP)}
-    trains = len(ev["states"]) == hr.NP and all("train_end" in (st.get("milestones") or [])
-                                                 for st in ev["states"].values())
+    run = hr.run(script, args, work / "probe", work / "run", timeout, own_folders=profiling, epochs=EPOCHS,
+                 tolerate=tolerate)
+    profiles = {r: profiled(work / "run" / f"rank{r}" / PROFILE_DIR) for r in range(hr.NP)} if profiling else {}
+    trains = len(run.states) == hr.NP and all(st.reached("train_end") for st in run.states.values())
+    elastic = None
     if upto >= 5 and trains:  # a script that does not train to the end fails an earlier step
-        ev["elastic"] = asdict(elastic_run.run(script, work / "elastic", ELASTIC_TIMEOUT))
-    return ev
+        elastic = elastic_run.run(script, work / "elastic", ELASTIC_TIMEOUT)
+    return kept(run, AtScaleEvidence, lab="at-scale", args=args, profiles=profiles, elastic=elastic)
 
 
 def profiled(folder: Path) -> Profiled:
@@ -107,7 +106,7 @@ def profiled(folder: Path) -> Profiled:
     return Profiled(len(found), len(prof.steps), sum(s.collectives for s in prof.steps))
 
 
-def _refused(ev: Evidence, option: str) -> bool:
+def _refused(ev: AtScaleEvidence, option: str) -> bool:
     """Whether the script does not have ``option``: its parser refused it, or the probe let it run without it."""
     if hr.ignored(ev, option):
         return True
@@ -119,7 +118,7 @@ FINISH_LAB_2 = "Finish lab 2 first (`labkit check horovod fashion_mnist.py`)"
 BF16_WIRE = "DataType bfloat16 not in list of allowed values"  # Horovod's all-reduce refusing bfloat16
 
 
-def _horovod_script(ev: Evidence) -> None:
+def _horovod_script(ev: AtScaleEvidence) -> None:
     """Fail unless every rank trained to the end as the lab's Horovod script; a crash is told with the options the
     run had."""
     hr.need(ev, "fit_start")
@@ -218,7 +217,7 @@ def _multiplier(rank: int, batches: list[Batch]) -> int:
     return best
 
 
-def _not_horovod(ev: Evidence) -> str:
+def _not_horovod(ev: AtScaleEvidence) -> str:
     """What to say first when the script never initialised Horovod: it is not yet lab 2's finished script."""
     if ev.states and all(s.hvd.initialized for s in ev.states.values()):
         return ""
@@ -226,7 +225,7 @@ def _not_horovod(ev: Evidence) -> str:
             f"2 and 8; if it is not finished yet, {FINISH_LAB_2.lower()}.")
 
 
-def step_1(ev: Evidence) -> str:
+def step_1(ev: AtScaleEvidence) -> str:
     if _refused(ev, OPTIONS[0][0]):
         raise Failed("the script does not accept --accumulate (argparse: unrecognized arguments): add "
                      "`p.add_argument(\"--accumulate\", type=int, default=1)` to parse_args; then " + ACCUMULATE +
@@ -257,12 +256,12 @@ def step_1(ev: Evidence) -> str:
             f"({'summed' if summed else 'averaged'} over them); the effective rate: {said}")
 
 
-def _stats(ev: Evidence, rank: int, moment: str) -> np.ndarray | None:
+def _stats(ev: AtScaleEvidence, rank: int, moment: str) -> np.ndarray | None:
     w = hr.weights(ev, rank)
     return w.get(f"stats_{moment}")
 
 
-def step_2(ev: Evidence) -> str:
+def step_2(ev: AtScaleEvidence) -> str:
     if _refused(ev, OPTIONS[1][0]):
         raise Failed("the script does not accept --sync-bn: add `p.add_argument(\"--sync-bn\", action=\"store_true\")` "
                      "to parse_args; then, when it is set, build the model's BatchNormalization layers as "
@@ -294,7 +293,7 @@ def step_2(ev: Evidence) -> str:
             "BatchNorm layer normalised with the global batch's statistics")
 
 
-def step_3(ev: Evidence) -> str:
+def step_3(ev: AtScaleEvidence) -> str:
     if _refused(ev, OPTIONS[2][0]):
         raise Failed("the script does not accept --precision: add `p.add_argument(\"--precision\", "
                      "choices=[\"fp32\", \"bf16\", \"fp16\"], default=\"fp32\")`; with bf16, call "
@@ -346,7 +345,7 @@ PROFILE = ("start the profiler on rank 0 only (`hvd.rank() == 0`) at a training 
            "`tf.profiler.experimental.stop()` (a callback's on_train_batch_begin and on_train_batch_end)")
 
 
-def step_4(ev: Evidence) -> str:
+def step_4(ev: AtScaleEvidence) -> str:
     if _refused(ev, OPTIONS[3][0]):
         raise Failed("the script does not accept --profile-dir: add `p.add_argument(\"--profile-dir\", default=\"\")` "
                      "to parse_args; when it is given, " + PROFILE + ".")
@@ -370,7 +369,7 @@ def step_4(ev: Evidence) -> str:
             "collective(s) started in them), and no other rank profiled")
 
 
-def step_5(ev: Evidence) -> str:
+def step_5(ev: AtScaleEvidence) -> str:
     el = ev.elastic
     if el is not None and el.refused:
         raise Failed("the script does not accept --elastic: add `p.add_argument(\"--elastic\", action=\"store_true\")` "

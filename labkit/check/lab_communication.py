@@ -18,16 +18,18 @@ process of its own (``labkit grade`` checks each lab apart), so its evidence is 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from labkit.check import hvd_runs as hr
 from labkit.check.lab_horovod import ARGS as HOROVOD_ARGS
 from labkit.check.verdict import Failed
 from labkit.instrument import probe_allreduce
-from labkit.records import boundedjson, hvd_probe
-from labkit.records.hvd_probe import Evidence
+from labkit.records import evidence as saved
+from labkit.records import hvd_evidence
+from labkit.records.hvd_evidence import CommunicationEvidence, kept
+from labkit.records.hvd_probe import Allreduced
 
-evidence = hvd_probe.read  # the judges read typed records (labkit.check.judging.judge parses them once)
+EVIDENCE = CommunicationEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
+evidence = hvd_evidence.communication  # the evidence from its JSON, every field checked (how a test builds one)
 FLAG = "--fp16-allreduce"
 ARGS = [*HOROVOD_ARGS, FLAG]
 HALF = "float16"
@@ -39,29 +41,29 @@ def upto(step: int) -> int:
     return 1
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> CommunicationEvidence:
     """Run ``script --fp16-allreduce`` on 2 ranks under the probe; the evidence of :func:`hvd_runs.run` plus
     ``allreduce``, each rank's record of what it all-reduced, by dtype."""
     out = work / "probe"
-    ev = hr.run(script, ARGS, out, work / "run", timeout)
-    ev["lab"], ev["args"] = "communication", list(ARGS)
-    ev["allreduce"] = read(out, ev["np"])
-    return ev
+    run = hr.run(script, ARGS, out, work / "run", timeout)
+    unreadable = [run.unreadable] if run.unreadable else []
+    allreduce = read(out, run.np, unreadable)
+    return kept(run, CommunicationEvidence, lab="communication", args=list(ARGS), allreduce=allreduce,
+                unreadable=unreadable[0] if unreadable else None)
 
 
-def read(out: Path, np: int) -> dict[str, dict[str, Any]]:
+def read(out: Path, np: int, unreadable: list[str] | None = None) -> dict[int, Allreduced]:
     """Each rank's all-reduce record (:mod:`labkit.instrument.probe_allreduce`), by rank; a rank without one is
-    left out."""
+    left out (one of the wrong shape too, named in ``unreadable``)."""
     records = {}
     for r in range(np):
-        try:
-            records[str(r)] = boundedjson.read_file(out / probe_allreduce.file_name(r))
-        except (OSError, ValueError):
-            continue
+        record = saved.record(Allreduced, out / probe_allreduce.file_name(r), unreadable)
+        if record is not None:
+            records[r] = record
     return records
 
 
-def refused(ev: Evidence) -> bool:
+def refused(ev: CommunicationEvidence) -> bool:
     """Whether the script's argument parser refused the option (argparse: "unrecognized arguments")."""
     for info in ev.ranks.values():
         said = f"{info.error}\n{info.log_tail}"
@@ -90,7 +92,7 @@ def _not_half(rank: int, grads: dict[str, int]) -> str:
             "Horovod's `hvd.Compression.fp16`.")
 
 
-def step_1(ev: Evidence) -> str:
+def step_1(ev: CommunicationEvidence) -> str:
     if refused(ev):
         alone = not all(s.hvd.initialized for s in ev.states.values()) or not ev.states
         raise Failed(f"the script does not accept {FLAG} (argparse: unrecognized arguments): add the {FLAG} option "
@@ -109,14 +111,14 @@ def step_1(ev: Evidence) -> str:
         raise Failed(f"the check could not see what Horovod all-reduced: {broken}.")
     for r in range(n):
         rec = records.get(r)
-        grads = {d: k for d, k in (rec.gradients if rec else {}).items() if k}
+        grads = {d: k for d, k in ((rec.gradients or {}) if rec else {}).items() if k}
         if not grads:
             raise Failed(f"rank {r} all-reduced no gradients in the training step: its optimizer is not Horovod's. "
                          "Wrap it as in lab 2 (step 3), `opt = hvd.DistributedOptimizer(opt)`, and with "
                          f"{FLAG} pass it `compression=hvd.Compression.fp16`.")
         if set(grads) != {HALF}:
             raise Failed(_not_half(r, grads))
-    per_rank = sum(records[0].gradients.values())
+    per_rank = sum((records[0].gradients or {}).values())
     return (f"each rank all-reduced its {per_rank} gradient tensors as float16, half the bytes of float32 (the check "
             f"runs with {FLAG} only: without it they should stay float32).")
 

@@ -11,7 +11,7 @@ and one that must resume from what the first saved.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,11 @@ from labkit.check.hvd_lr import LR_ARGS, LR_EPOCHS, explained, lr_args, step_8
 from labkit.check.hvd_resume import CHECKPOINT_ARGS, step_7
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
-from labkit.records import hvd_probe, typed
-from labkit.records.hvd_probe import Evidence
+from labkit.records import hvd_evidence
+from labkit.records.hvd_evidence import HorovodEvidence, Resume, kept
 
-# The judges read the evidence as typed records, parsed once by :func:`labkit.check.judging.judge`.
-evidence = hvd_probe.read
+EVIDENCE = HorovodEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
+evidence = hvd_evidence.horovod  # the evidence from its JSON, every field checked (how a test builds one)
 ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BATCH)]
 
 
@@ -37,7 +37,7 @@ def upto(step: int) -> int:
     return 1 if step <= 1 else 6 if step <= 6 else min(step, 8)
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> HorovodEvidence:
     """Run ``script`` on 2 ranks under the probe (and, for steps 7 and 8, the run that resumes).
 
     Up to step 6 one run of one epoch. For steps 7 and 8 that run is longer and serves them all: it trains the
@@ -48,35 +48,36 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     """
     deadline = time.monotonic() + timeout
     if upto <= 1:  # how the ranks get to fit is all step 1 asks: they end there
-        return {**hr.run(script, ARGS, work / "probe", work / "run", timeout, epochs=0), "partial": True}
-    if upto <= 6:
-        return hr.run(script, ARGS, work / "probe", work / "run", timeout)  # a folder the script may even delete
-    ev = hr.run(script, [*LR_ARGS, *CHECKPOINT_ARGS], work / "probe", work / "resume", timeout, own_folders=True,
-                epochs=LR_EPOCHS, tolerate=(CHECKPOINT_ARGS[0],))
-    first = copy.deepcopy(ev)
-    ev["resume"] = {"first": first}
-    ev["lr_run"] = copy.deepcopy(first)
+        return kept(hr.run(script, ARGS, work / "probe", work / "run", timeout, epochs=0), HorovodEvidence,
+                    partial=True)
+    if upto <= 6:  # a folder the script may even delete
+        return kept(hr.run(script, ARGS, work / "probe", work / "run", timeout), HorovodEvidence)
+    first = hr.run(script, [*LR_ARGS, *CHECKPOINT_ARGS], work / "probe", work / "resume", timeout, own_folders=True,
+                   epochs=LR_EPOCHS, tolerate=(CHECKPOINT_ARGS[0],))
+    ev = kept(first, HorovodEvidence, resume=Resume(first), lr_run=first)
     if _may_resume(ev):
         left = max(10.0, deadline - time.monotonic())
-        ev["resume"]["second"] = hr.run(script, [*lr_args(LR_EPOCHS + 1), *CHECKPOINT_ARGS], work / "probe-second",
-                                        work / "resume", left, own_folders=True)
+        second = hr.run(script, [*lr_args(LR_EPOCHS + 1), *CHECKPOINT_ARGS], work / "probe-second", work / "resume",
+                        left, own_folders=True)
+        ev = dataclasses.replace(ev, resume=Resume(first, second))
     return ev
 
 
-def _may_resume(ev: dict[str, Any]) -> bool:
-    """Whether steps 1-6 pass and the first checkpoint run trained to its end with ``--checkpoint-dir``: then the
-    second run may resume from what it saved (the evidence is read once, as the judges read it)."""
-    try:
-        seen = evidence(ev)
-        for judge in STEPS[:6]:
-            judge(seen)
-    except (Failed, typed.RecordError, KeyError, IndexError, TypeError):
+def _may_resume(ev: HorovodEvidence) -> bool:
+    """Whether every rank's record was read, steps 1-6 pass and the first checkpoint run trained to its end with
+    ``--checkpoint-dir``: then the second run may resume from what it saved."""
+    if ev.record_error():
         return False
-    first = seen.resume.first if seen.resume else None
+    try:
+        for judge in STEPS[:6]:
+            judge(ev)
+    except (Failed, KeyError, IndexError, TypeError):
+        return False
+    first = ev.resume.first if ev.resume else None
     return first is not None and hr.reached(first, "train_end") and not hr.ignored(first, CHECKPOINT_ARGS[0])
 
 
-def step_1(ev: Evidence) -> str:
+def step_1(ev: HorovodEvidence) -> str:
     hr.need(ev, "fit_start")
     n = ev.np
     s0 = ev.state(0)
@@ -117,7 +118,7 @@ def _prints_progress(verbose: Any) -> bool:
     return verbose not in (0, False, None) and verbose != "0"
 
 
-def step_2(ev: Evidence) -> str:
+def step_2(ev: HorovodEvidence) -> str:
     hr.need(ev, "fit_start")
     v0 = ev.state(0).fit[0].verbose
     if not _prints_progress(v0) and v0 != "auto":
@@ -136,7 +137,7 @@ def step_2(ev: Evidence) -> str:
     return "only rank 0 prints training progress."
 
 
-def step_3(ev: Evidence) -> str:
+def step_3(ev: HorovodEvidence) -> str:
     hr.need(ev, "batch1_end")
     upd = {}
     for r in range(ev.np):
@@ -157,7 +158,7 @@ def step_3(ev: Evidence) -> str:
     return f"both ranks applied the same averaged update in each step (relative difference {diff:.1e})."
 
 
-def step_4(ev: Evidence) -> str:
+def step_4(ev: HorovodEvidence) -> str:
     hr.need(ev, "train_end")
     w = {r: hr.weights(ev, r) for r in range(ev.np)}
     if any(k not in w[r] for r in w for k in ("init", "after_b0", "final")):
@@ -199,7 +200,7 @@ def _validation_failure(r: int, v: int, full: int, n: int, steps: Any) -> str:
             f"worker does. {divide}")
 
 
-def step_5(ev: Evidence) -> str:
+def step_5(ev: HorovodEvidence) -> str:
     hr.need(ev, "epoch0_end")
     n, batch = ev.np, ev.batch
     data = ev.state(0).data
@@ -240,7 +241,7 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
 
 
-def step_6(ev: Evidence) -> str:
+def step_6(ev: HorovodEvidence) -> str:
     hr.need(ev, "epoch0_end")
     n = ev.np
     finals = [ev.state(r).epochs[0].final_logs for r in range(n)]

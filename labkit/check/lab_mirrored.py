@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from labkit.check import ending, tfdist
 from labkit.check.verdict import Failed
 from labkit.core import contract, output
-from labkit.records import tfdist_probe
-from labkit.records.tfdist_probe import Fit, Mirrored, Task
+from labkit.records import tfdist_evidence, tfdist_probe
+from labkit.records.tfdist_evidence import Left, Mirrored
+from labkit.records.tfdist_probe import Fit, Task
 
 DEVICES = 2
 MODEL = "saved/model.keras"
-evidence = tfdist_probe.mirrored  # the judges read typed records (labkit.check.judging.judge parses them once)
+EVIDENCE = Mirrored  # what collect returns and the judges read (labkit.check.judging saves and loads it)
+evidence = tfdist_evidence.mirrored  # the evidence from its JSON, every field checked (how a test builds one)
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> Mirrored:
     """Run ``script`` once under the probe with ``--devices 2``."""
     probe, log = work / "probe", work / "output.log"
     cmd = tfdist.probe_command(probe, script, "--epochs", "1", "--devices", str(DEVICES),
@@ -31,10 +32,11 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
                + ending.where_text(ending.still_running(probe, "local.0", "labkit/instrument/start.py", timeout))
                if timed_out else ending.exit_text(code))
         run_error = why + "\n" + output.error_tail(text, 12)
-    return {"lab": "mirrored", "devices": DEVICES, "batch": tfdist.BATCH, "train": tfdist.TRAIN,
-            "model_path": MODEL, "records": tfdist.records(probe), "files": tfdist.files(work),
-            "timed_out": timed_out, "run_error": run_error,
-            **({"ranks": {"0": {"left_running": left}}} if left else {})}  # optional: what the script left running
+    unreadable: list[str] = []
+    records = tfdist.records(probe, unreadable)
+    return Mirrored(lab="mirrored", devices=DEVICES, batch=tfdist.BATCH, train=tfdist.TRAIN, model_path=MODEL,
+                    records=records, files=tfdist.files(work), timed_out=timed_out, run_error=run_error,
+                    ranks={"0": Left(left)} if left else {}, unreadable=unreadable[0] if unreadable else None)
 
 
 def _record(ev: Mirrored) -> Task:

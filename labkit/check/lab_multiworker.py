@@ -11,19 +11,20 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from labkit.check import lr_rule, tfdist
 from labkit.check.verdict import Failed
 from labkit.core import contract, proc
 from labkit.launching.jobspec import JobSpec
-from labkit.records import tfdist_probe
-from labkit.records.tfdist_probe import Event, Fit, MultiWorker, Task
+from labkit.records import tfdist_evidence, tfdist_probe
+from labkit.records.tfdist_evidence import Kill, MultiWorker
+from labkit.records.tfdist_probe import Event, Fit, Task
 from labkit.tfdist import cluster
 from labkit.tfdist.cluster import Tasks
 
 WORKERS = 2
-evidence = tfdist_probe.multi_worker  # the judges read typed records (labkit.check.judging.judge parses them once)
+EVIDENCE = MultiWorker  # what collect returns and the judges read (labkit.check.judging saves and loads it)
+evidence = tfdist_evidence.multi_worker  # the evidence from its JSON, every field checked (how a test builds one)
 MODEL = "saved/model.keras"
 BASE_LR, LR_EPOCHS = 0.02, 6  # --base-lr unlike any mode's default; epochs enough for a 5-epoch warm-up
 WORDS = lr_rule.Words(
@@ -38,7 +39,7 @@ def upto(step: int) -> int:
     return min(step, 5) if step >= 4 else 3
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> MultiWorker:
     """Run a 2-worker cluster under the probe (killing and restarting worker 1 when step 4 is judged)."""
     probe = work / "probe"
     epochs = LR_EPOCHS if upto >= 5 else 3 if upto >= 4 else 2
@@ -47,7 +48,7 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
                                "--model-path", MODEL, "--log-dir", "logs", *lr)
     c = cluster.Cluster(cmd, tasks=Tasks(workers=WORKERS, task_cwd=lambda t, i: work / f"{t}{i}"),
                         job=JobSpec(log_dir=work / "logs", record=False, quiet=True, env={contract.PROBE_LOAD: MODEL}))
-    kill: dict[str, Any] = {}
+    kill = Kill()
     deadline = time.monotonic() + timeout
     with c:
         c.start()
@@ -55,34 +56,36 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
             kill = _kill_and_restart(c, probe, deadline)
         result = c.wait(max(5.0, deadline - time.monotonic()))
     logs = {f"worker.{i}": work / "logs" / f"worker.{i}.log" for i in range(WORKERS)}
-    return {
-        "lab": "multiworker", "workers": WORKERS, "batch": tfdist.BATCH, "train": tfdist.TRAIN, "epochs": epochs,
-        "model_path": MODEL, "records": tfdist.records(probe), "base_lr": BASE_LR if upto >= 5 else None,
-        "events": {n: tfdist.events(probe, n) for n in (f"worker.{i}" for i in range(WORKERS))},
-        "files": {f"worker{i}": tfdist.files(work / f"worker{i}") for i in range(WORKERS)},
-        "progress_bar": {n: p.exists() and "Epoch 1/" in p.read_text(errors="replace") for n, p in logs.items()},
-        "kill": kill, "timed_out": result.timed_out,
-        "run_error": None if result.ok else result.summary()[-1500:],
-    }
+    unreadable: list[str] = []
+    records = tfdist.records(probe, unreadable)
+    events = {n: tfdist.events(probe, n, unreadable) for n in (f"worker.{i}" for i in range(WORKERS))}
+    return MultiWorker(
+        lab="multiworker", workers=WORKERS, batch=tfdist.BATCH, train=tfdist.TRAIN, epochs=epochs, model_path=MODEL,
+        records=records, base_lr=BASE_LR if upto >= 5 else None, events=events,
+        files={f"worker{i}": tfdist.files(work / f"worker{i}") for i in range(WORKERS)},
+        progress_bar={n: p.exists() and "Epoch 1/" in p.read_text(errors="replace") for n, p in logs.items()},
+        kill=kill, timed_out=result.timed_out, run_error=None if result.ok else result.summary()[-1500:],
+        unreadable=unreadable[0] if unreadable else None)
 
 
-def _kill_and_restart(c: cluster.Cluster, probe: Path, deadline: float) -> dict[str, Any]:
+def _kill_and_restart(c: cluster.Cluster, probe: Path, deadline: float) -> Kill:
     """Kill worker 1 once the chief has begun its second epoch; restart whatever died."""
-    begun: list[dict[str, Any]] = []
+    begun: list[Event] = []
 
     def second_epoch_or_exit() -> bool:
-        begun[:] = [e for e in tfdist.events(probe, "worker.0") if e["kind"] == "epoch_begin" and e["epoch"] >= 1]
+        begun[:] = [e for e in tfdist.events(probe, "worker.0")
+                    if e.kind == "epoch_begin" and e.epoch is not None and e.epoch >= 1]
         return bool(begun) or not all(t.alive() for t in c.tasks.values())
 
     if not proc.wait_until(second_epoch_or_exit, max(0.0, deadline - 30 - time.monotonic())):
-        return {"killed": False, "why": "the second epoch did not begin in time"}
+        return Kill(killed=False, why="the second epoch did not begin in time")
     if not begun:
-        return {"killed": False, "why": "a worker exited before its second epoch"}
+        return Kill(killed=False, why="a worker exited before its second epoch")
     c.kill_task("worker", 1, signal.SIGKILL)
     # The survivors notice the lost peer and stop (a collective fails); give them a moment.
     proc.wait_until(lambda: not c.tasks[("worker", 0)].alive(), 25)
     restarted = c.restart_dead()
-    return {"killed": True, "epoch": begun[0]["epoch"], "restarted": restarted}
+    return Kill(killed=True, epoch=begun[0].epoch, restarted=restarted)
 
 
 def _names(ev: MultiWorker) -> list[str]:

@@ -4,21 +4,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from labkit.check import ending, tfdist
 from labkit.check.verdict import Failed
 from labkit.launching.jobspec import JobSpec
-from labkit.records import tfdist_probe
-from labkit.records.tfdist_probe import Fit, ParameterServer, Task
+from labkit.records import tfdist_evidence
+from labkit.records.tfdist_evidence import ParameterServer
+from labkit.records.tfdist_probe import Fit, Task
 from labkit.tfdist import cluster
 from labkit.tfdist.cluster import Tasks
 
 SERVERS = ("worker.0", "worker.1", "ps.0")
-evidence = tfdist_probe.parameter_server  # the judges read typed records (labkit.check.judging.judge parses them)
+EVIDENCE = ParameterServer  # what collect returns and the judges read (labkit.check.judging saves and loads it)
+evidence = tfdist_evidence.parameter_server  # the evidence from its JSON, every field checked (how a test builds one)
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> ParameterServer:
     """Run the cluster under the probe; it ends when the chief does, or at once when a server returns."""
     epochs = 2
     cmd = tfdist.probe_command(work / "probe", script, "--epochs", str(epochs), "--log-dir", str(work / "logs"))
@@ -27,10 +28,13 @@ def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, An
     with c:
         c.start()
         result = c.wait(timeout)
-    return {"lab": "parameter-server", "epochs": epochs, "steps_per_epoch": -(-tfdist.TRAIN // tfdist.BATCH),
-            "records": tfdist.records(work / "probe"), "timed_out": result.timed_out,
-            "run_error": None if result.ok else result.summary()[-1500:] + _where(work / "probe", result.timed_out,
-                                                                                   timeout)}
+    unreadable: list[str] = []
+    records = tfdist.records(work / "probe", unreadable)
+    return ParameterServer(
+        lab="parameter-server", epochs=epochs, steps_per_epoch=-(-tfdist.TRAIN // tfdist.BATCH), records=records,
+        timed_out=result.timed_out,
+        run_error=None if result.ok else result.summary()[-1500:] + _where(work / "probe", result.timed_out, timeout),
+        unreadable=unreadable[0] if unreadable else None)
 
 
 def _where(probe: Path, timed_out: bool, timeout: float) -> str:

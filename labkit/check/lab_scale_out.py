@@ -30,10 +30,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from pathlib import Path
-from typing import Any
 
 from labkit.check import sbatch_dry, scale_out_evidence
-from labkit.check.scale_out_evidence import Batch, Evidence, Request
+from labkit.check.scale_out_evidence import Batch, DryRun, Hostfile, Request, ScaleOutEvidence
 from labkit.check.scale_out_ranks import ALONE, Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
 from labkit.check.verdict import Failed
 from labkit.course import labs
@@ -50,7 +49,8 @@ MAX_SECONDS = 30 * 60
 LAUNCH_HINT = "`mpirun python fashion_mnist.py` or `srun --mpi=pmix python fashion_mnist.py`"
 PER_NODE_HINT = "#SBATCH --nodes=2 and #SBATCH --ntasks-per-node=4"
 GPU_HINT = "#SBATCH --gpus-per-node=4 (or --gres=gpu:4)"
-evidence = scale_out_evidence.read  # the judges read typed records (labkit.check.judging.judge parses them once)
+EVIDENCE = ScaleOutEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
+evidence = scale_out_evidence.read  # the evidence from its JSON, every field checked (how a test builds one)
 
 
 def files(script: Path) -> tuple[Path, Path]:
@@ -73,25 +73,24 @@ def upto(step: int) -> int:
     return step
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> ScaleOutEvidence:
     """The hostfile's job map and, for step 2, the batch script's allocation and dry run."""
     hostfile, batch = files(script)
-    ev: dict[str, Any] = {"lab": LAB, "hostfile": hostfile_evidence(hostfile, work / "hostfile")}
-    if upto >= 2:
-        ev["batch"] = batch_evidence(batch, hostfile, work / "batch")
-        ev["timed_out"] = bool(ev["batch"].get("run", {}).get("timed_out"))
-    return ev
+    mapped = hostfile_evidence(hostfile, work / "hostfile")
+    if upto < 2:
+        return ScaleOutEvidence(lab=LAB, hostfile=mapped)
+    ran = batch_evidence(batch, hostfile, work / "batch")
+    return ScaleOutEvidence(lab=LAB, hostfile=mapped, batch=ran, timed_out=ran.run is not None and ran.run.timed_out)
 
 
 # ----------------------------------------------------------------------------- step 1: the hostfile
 
 
-def hostfile_evidence(path: Path, work: Path) -> dict[str, Any]:
+def hostfile_evidence(path: Path, work: Path) -> Hostfile:
     """The job map of ``mpirun --hostfile PATH -np 8`` and every node the file offers, by OpenMPI's mapper (or
     labkit's reading where there is no mpirun)."""
-    ev: dict[str, Any] = {"file": path.name, "exists": path.is_file()}
-    if not ev["exists"]:
-        return ev
+    if not path.is_file():
+        return Hostfile(path.name, exists=False)
     work.mkdir(parents=True, exist_ok=True)
     mpirun = mpirun_path()
     if mpirun:
@@ -107,9 +106,8 @@ def hostfile_evidence(path: Path, work: Path) -> dict[str, Any]:
             job = mpimap.place_by_slot(listed, NP)
             wide = mpimap.place_by_slot(listed, sum(h.slots or 1 for h in listed))
     job, wide = (dataclasses.replace(m, error=m.error.replace(str(path), path.name)) for m in (job, wide))
-    ev.update(map=job.to_dict(), offered=wide.to_dict(), mapper=job.mapper,
-              command=shlex.join(["mpirun", "--hostfile", path.name, "-np", str(NP)]))
-    return ev
+    return Hostfile(path.name, exists=True, map=job, offered=wide, mapper=job.mapper,
+                    command=shlex.join(["mpirun", "--hostfile", path.name, "-np", str(NP)]))
 
 
 def _ranges(ranks: list[int]) -> str:
@@ -162,7 +160,7 @@ def _hostfile_error(name: str, error: str, offered: mpimap.JobMap) -> str:
     return f"OpenMPI refuses {name}: {error}"
 
 
-def step_1(ev: Evidence) -> str:
+def step_1(ev: ScaleOutEvidence) -> str:
     h = ev.hostfile
     if h is None:
         raise Failed("the hostfile was not looked at")
@@ -170,7 +168,7 @@ def step_1(ev: Evidence) -> str:
     if not h.exists:
         raise Failed(f"there is no {name} next to the batch script: write the hostfile there, one line per node of "
                      "the cluster.")
-    job, offered = h.map, h.offered
+    job, offered = h.map or mpimap.JobMap(), h.offered or mpimap.JobMap()
     how = ("OpenMPI's mapper" if h.mapper == "mpirun" else
            "labkit's reading of the hostfile: there is no mpirun here, and OpenMPI reads a few lines differently")
     names = [n.name for n in offered.nodes] or [n.name for n in job.nodes]
@@ -206,36 +204,36 @@ def step_1(ev: Evidence) -> str:
 # ----------------------------------------------------------------------------- step 2: the batch script
 
 
-def request_summary(r: sr.BatchRequest, a: slurm_alloc.Allocation | None) -> dict[str, Any]:
+def request_summary(r: sr.BatchRequest, a: slurm_alloc.Allocation | None) -> Request:
+    """What the batch script ``r`` asks Slurm for, and the allocation ``a`` Slurm would grant it (None: refused)."""
     gpu_option = next((o.given + (f" {o.value}" if o.value and o.value not in o.given else "")
                        for o in reversed(r.options) if o.name in ("gpus-per-task", "ntasks-per-gpu", "gpu-bind")), "")
-    out: dict[str, Any] = {"time": r.time, "time_given": r.time_given, "ignored": list(r.ignored),
-                           "gpu_option": gpu_option}
-    if a is not None:
-        out.update(nodes=list(a.nodes), tasks=list(a.tasks), gpus=list(a.gpus), task_gpus=a.task_gpus)
-    return out
+    asked = Request(time=r.time, time_given=r.time_given, ignored=list(r.ignored), gpu_option=gpu_option)
+    if a is None:
+        return asked
+    return dataclasses.replace(asked, nodes=list(a.nodes), tasks=list(a.tasks), gpus=list(a.gpus),
+                               task_gpus=a.task_gpus)
 
 
-def batch_evidence(batch: Path, hostfile: Path, work: Path) -> dict[str, Any]:
+def batch_evidence(batch: Path, hostfile: Path, work: Path) -> Batch:
     """What ``sbatch`` makes of the batch script, and its dry run's launches."""
-    ev: dict[str, Any] = {"file": batch.name, "exists": batch.is_file()}
-    if not ev["exists"]:
-        return ev
+    if not batch.is_file():
+        return Batch(batch.name, exists=False)
     if batch.suffix == ".py":
-        return {**ev, "python": True}
+        return Batch(batch.name, exists=True, python=True)
     try:
         request = sr.read_request(batch.read_text(errors="replace"))
     except sr.BatchError as e:
-        return {**ev, "refused": str(e)}
+        return Batch(batch.name, exists=True, refused=str(e))
     try:
         alloc = slurm_alloc.allocate(request, CLUSTER)
     except sr.BatchError as e:
-        return {**ev, "request": request_summary(request, None), "refused": str(e)}
+        return Batch(batch.name, exists=True, request=request_summary(request, None), refused=str(e))
     work.mkdir(parents=True, exist_ok=True)
     run = sbatch_dry.run(batch, alloc.environ("", CLUSTER), list(alloc.nodes), work, hostfile)
     calls = [c for c in run.calls if c.tool in sbatch_dry.LAUNCHERS or c.tool in sbatch_dry.PYTHONS]
-    return {**ev, "request": request_summary(request, alloc), "run": run.to_dict(),
-            "launches": [launched(c, alloc).to_dict() for c in calls]}
+    return Batch(batch.name, exists=True, request=request_summary(request, alloc), run=DryRun.of(run),
+                 launches=[launched(c, alloc) for c in calls])
 
 
 def runs_script(command: tuple[str, ...]) -> bool:
@@ -254,7 +252,7 @@ def _ignored_note(req: Request | None) -> str:
 
 def job_text(req: Request) -> str:
     """``the job holds 2 nodes (gpu01, gpu02) with 4 tasks each``."""
-    nodes, tasks = req.nodes, req.tasks
+    nodes, tasks = req.nodes or [], req.tasks or []
     each = f"{tasks[0]} task{'s' if tasks[0] > 1 else ''} each" if len(set(tasks)) == 1 else \
         f"{' and '.join(map(str, tasks))} tasks"
     if len(nodes) == 1:
@@ -274,7 +272,7 @@ def _judge_layout(la: Launched, req: Request) -> None:
     if len(ranks) == NP and all(v == CLUSTER.gpus for v in per_node.values()):
         return
     job = job_text(req)
-    wants_job = req.nodes != list(CLUSTER.names) or req.tasks != [CLUSTER.gpus] * len(CLUSTER.names)
+    wants_job = (req.nodes or []) != list(CLUSTER.names) or (req.tasks or []) != [CLUSTER.gpus] * len(CLUSTER.names)
     fix = (f"ask Slurm for {len(CLUSTER.names)} nodes and {CLUSTER.gpus} tasks on each ({PER_NODE_HINT})"
            if wants_job else f"start one rank per task of the job: {NP} ranks (mpirun and srun start one per task "
                              "when not told how many)")
@@ -287,7 +285,7 @@ def _judge_gpus(ranks: tuple[Rank, ...], req: Request) -> None:
     blind = [r for r in ranks if r.gpus <= r.local_rank]
     if not blind:
         return
-    if not max(req.gpus, default=0):
+    if not max(req.gpus or [], default=0):
         raise Failed("the job asks Slurm for no GPUs: every rank would see none and train on the CPU. Ask for each "
                      f"node's GPUs: {GPU_HINT}." + _ignored_note(req))
     r = blind[0]
@@ -325,7 +323,7 @@ def _no_training(b: Batch, launches: list[Launched]) -> str:
     return f"the script starts no rank of {SCRIPT}: add a line that starts it, e.g. {LAUNCH_HINT}."
 
 
-def step_2(ev: Evidence) -> str:
+def step_2(ev: ScaleOutEvidence) -> str:
     b = ev.batch
     if b is None:
         raise Failed("the batch script was not looked at")
@@ -346,7 +344,7 @@ def step_2(ev: Evidence) -> str:
         raise Failed(f"the script was still running after {run.bound:.0f} s of the dry run, where srun, "
                      f"mpirun and horovodrun return at once (still running: {still}). A batch script only starts "
                      "the ranks: remove what waits or loops.")
-    launches = b.launches
+    launches = b.launches or []
     training = _training(launches)
     if not training:
         raise Failed(_no_training(b, launches) + _ignored_note(req))

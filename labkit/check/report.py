@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from labkit.records.evidence import Evidence
+
 
 @dataclass
 class StepResult:
@@ -21,7 +23,7 @@ class Report:
     script: str
     steps: list[StepResult] = field(default_factory=list)
     seconds: float | None = None
-    evidence: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # what the probe recorded
+    evidence: Evidence | None = field(default=None, repr=False, compare=False)  # what the probe recorded, typed
     notes: list[str] = field(default_factory=list)  # what the run did besides the steps (e.g. processes left running)
     offer: str = ""  # the last line: the step's solution, offered after it failed the same way a few times
 

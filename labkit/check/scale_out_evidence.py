@@ -1,9 +1,10 @@
 """The evidence of the scale-out lab's check, typed: the hostfile's job maps and the batch script's dry run.
 
-:func:`labkit.check.lab_scale_out.collect` keeps it as JSON (:data:`labkit.check.judging.FORMAT`); :func:`read`
-turns it into these records once, every field checked (:mod:`labkit.records.typed`), for the lab's judges.
-The job maps (:class:`labkit.launching.mpimap.JobMap`) and launches (:class:`labkit.check.scale_out_ranks.Launched`)
-are read as the same dataclasses that wrote them.
+:func:`labkit.check.lab_scale_out.collect` returns a :class:`ScaleOutEvidence`, its judges read it, and the check saves
+it as JSON and reads it back once, every field checked (:mod:`labkit.records.evidence`). The job maps
+(:class:`labkit.launching.mpimap.JobMap`) and launches (:class:`labkit.check.scale_out_ranks.Launched`) are kept as
+the dataclasses the check made. The JSON has the keys it always had: what a file that is missing, refused or not
+run never had is left out of it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.check.sbatch_dry import BatchRun
 from labkit.check.scale_out_ranks import Launched
 from labkit.launching.mpimap import JobMap
 from labkit.records import typed
+from labkit.records.evidence import Evidence
 
 
 @dataclass(frozen=True)
@@ -22,24 +25,26 @@ class Hostfile:
 
     file: str
     exists: bool = False
-    map: JobMap = field(default_factory=JobMap)
-    offered: JobMap = field(default_factory=JobMap)
-    mapper: str = "mpirun"
-    command: str = ""
+    map: JobMap | None = field(default=None, metadata=typed.OMIT_NONE)  # None: no file to map
+    offered: JobMap | None = field(default=None, metadata=typed.OMIT_NONE)
+    mapper: str = field(default="mpirun", metadata=typed.omit_unless("map"))  # or "labkit", where there is no mpirun
+    command: str = field(default="", metadata=typed.omit_unless("map"))
 
 
 @dataclass(frozen=True)
 class Request:
-    """What the batch script asks Slurm for, and (when Slurm would grant it) the allocation on the lab's cluster."""
+    """What the batch script asks Slurm for, and (when Slurm would grant it) the allocation on the lab's cluster:
+    its nodes, tasks and GPUs by node, and the GPUs bound to each task (None when each task sees its node's), all
+    None without one."""
 
     time: int | None = None
     time_given: bool = False
     ignored: list[int] = field(default_factory=list)  # #SBATCH lines sbatch would not read
     gpu_option: str = ""
-    nodes: list[str] = field(default_factory=list)
-    tasks: list[int] = field(default_factory=list)
-    gpus: list[int] = field(default_factory=list)
-    task_gpus: int | None = None
+    nodes: list[str] | None = field(default=None, metadata=typed.OMIT_NONE)
+    tasks: list[int] | None = field(default=None, metadata=typed.omit_unless("nodes"))
+    gpus: list[int] | None = field(default=None, metadata=typed.omit_unless("nodes"))
+    task_gpus: int | None = field(default=None, metadata=typed.omit_unless("nodes"))
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,13 @@ class DryRun:
     left: list[str] = field(default_factory=list)
     syntax: str = ""
 
+    @classmethod
+    def of(cls, run: BatchRun) -> DryRun:
+        """What the dry run ``run`` did, as kept: its calls without their environment, its time rounded."""
+        return cls(code=run.code, timed_out=run.timed_out, seconds=round(run.seconds, 2), bound=run.bound,
+                   output=run.output, calls=[Call(c.tool, list(c.argv), c.cwd) for c in run.calls],
+                   still_running=list(run.still_running), left=list(run.left), syntax=run.syntax)
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -73,21 +85,27 @@ class Batch:
 
     file: str
     exists: bool = False
-    python: bool = False
-    refused: str = ""
-    request: Request | None = None
-    run: DryRun | None = None
-    launches: list[Launched] = field(default_factory=list)
+    python: bool = field(default=False, metadata=typed.OMIT_DEFAULT)  # a Python file given as the batch script
+    refused: str = field(default="", metadata=typed.OMIT_DEFAULT)  # why sbatch or Slurm would refuse it
+    request: Request | None = field(default=None, metadata=typed.OMIT_NONE)
+    run: DryRun | None = field(default=None, metadata=typed.OMIT_NONE)
+    launches: list[Launched] | None = field(default=None, metadata=typed.OMIT_NONE)  # with the dry run
 
 
 @dataclass(frozen=True)
-class Evidence:
+class ScaleOutEvidence(Evidence):
+    """The scale-out check: step 1's hostfile, and step 2's batch script (only when step 2 is judged)."""
+
     lab: str = "scale-out"
-    hostfile: Hostfile | None = None
-    batch: Batch | None = None  # only when step 2 is judged
-    timed_out: bool = False
+    hostfile: Hostfile | None = field(default=None, metadata=typed.OMIT_NONE)
+    batch: Batch | None = field(default=None, metadata=typed.OMIT_NONE)
+    timed_out: bool | None = field(default=None, metadata=typed.OMIT_NONE)  # the dry run's, with the batch script
+
+    def cut_short(self) -> bool:
+        return bool(self.timed_out)
 
 
-def read(data: Any) -> Evidence:
-    """The check's evidence (decoded JSON) as :class:`Evidence`; :class:`typed.RecordError` names what is wrong."""
-    return typed.parse(Evidence, data, "evidence")
+def read(data: Any) -> ScaleOutEvidence:
+    """The check's evidence from its JSON (decoded), every field checked; :class:`typed.RecordError` names what is
+    wrong. Saved evidence is read by :func:`labkit.check.judging.load`; this is how a test builds one."""
+    return typed.parse(ScaleOutEvidence, data, "evidence")

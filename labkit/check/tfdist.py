@@ -1,5 +1,5 @@
 """What the tf.distribute labs' checks share: the probe's command line, reading its
-records, and judges of a fit call that more than one lab needs."""
+records (typed, once), and judges of a fit call that more than one lab needs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 from labkit.check.verdict import Failed
 from labkit.core import proc
+from labkit.instrument import start
 from labkit.launching import launchers
-from labkit.records import boundedjson
-from labkit.records.tfdist_probe import Fit, Task
+from labkit.records import evidence, typed
+from labkit.records.tfdist_probe import Event, Fit, Task
 
 TRAIN, TEST, BATCH = 256, 128, 16
 COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", str(BATCH),
@@ -21,30 +22,37 @@ COMMON = ["--train-size", str(TRAIN), "--test-size", str(TEST), "--batch-size", 
 
 def probe_command(probe: Path, script: Path, *args: str) -> list[str]:
     """The learner's script under :mod:`labkit.instrument.dprobe`, on the check's tiny data."""
-    return [sys.executable, "-m", "labkit.instrument.start", "tfdist", str(probe), "--", str(script), *COMMON, *args]
+    return start.command("tfdist", str(probe), [sys.executable, str(script), *COMMON, *args])
 
 
-def records(probe: Path) -> dict[str, dict[str, Any]]:
-    """Each task's record (``worker.0``, ``ps.0``, ``local.0``, ...)."""
+def records(probe: Path, unreadable: list[str] | None = None) -> dict[str, Task]:
+    """Each task's record (``worker.0``, ``ps.0``, ``local.0``, ...), typed; one cut short is left out, and one of
+    the wrong shape too, named in ``unreadable``."""
     out = {}
     for f in sorted(probe.glob("*.json")):
-        try:
-            out[f.stem] = boundedjson.read_file(f)
-        except (OSError, ValueError):
-            continue
+        task = evidence.record(Task, f, unreadable)
+        if task is not None:
+            out[f.stem] = task
     return out
 
 
-def events(probe: Path, task: str) -> list[dict[str, Any]]:
+def events(probe: Path, task: str, unreadable: list[str] | None = None) -> list[Event]:
+    """The events ``task`` wrote (``TASK.events.jsonl``), typed; a line cut short by a kill is left out, and one of
+    the wrong shape too, named in ``unreadable``."""
     path = probe / f"{task}.events.jsonl"
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(path.read_text().splitlines(), 1):
         try:
-            out.append(json.loads(line))
+            data = json.loads(line)
         except ValueError:
             continue  # a line cut short by a kill
+        try:
+            out.append(typed.parse(Event, data, f"{path.name} line {n}"))
+        except typed.RecordError as e:
+            if unreadable is not None:
+                unreadable.append(str(e))
     return out
 
 

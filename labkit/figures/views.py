@@ -7,20 +7,22 @@ from typing import Any
 
 from labkit.figures.plot import figure_grid
 from labkit.figures.scaling_model import learning_rate
+from labkit.records.hvd_evidence import Run
 from labkit.records.runrecord import RunRecord
 
 SNAPSHOTS = (("init", "initial\nweights"), ("after_b0", "after\nstep 1"), ("b1_begin", "before\nstep 2"),
              ("b1_end", "after\nstep 2"), ("final", "end of\ntraining"))
 
 
-def weight_gaps(evidence: dict[str, Any]) -> list[tuple[str, float | None]]:
-    """How far rank 1's weights are from rank 0's at each snapshot (relative distance; None when missing)."""
+def weight_gaps(evidence: Run) -> list[tuple[str, float | None]]:
+    """How far rank 1's weights are from rank 0's at each snapshot of a Horovod check's run (relative distance; None
+    when missing)."""
     import numpy as np
 
-    w = evidence.get("weights") or {}
+    w = evidence.weights
     out: list[tuple[str, float | None]] = []
     for key, label in SNAPSHOTS:
-        a, b = (w.get(r, {}).get(key) for r in ("0", "1"))
+        a, b = (w.get(r, {}).get(key) for r in (0, 1))
         if a is None or b is None:
             out.append((label, None))
             continue
@@ -30,13 +32,13 @@ def weight_gaps(evidence: dict[str, Any]) -> list[tuple[str, float | None]]:
     return out
 
 
-def update_gap(evidence: dict[str, Any]) -> float | None:
+def update_gap(evidence: Run) -> float | None:
     """How different the two ranks' updates were in the same training step (0: averaged gradients)."""
     import numpy as np
 
-    w = evidence.get("weights") or {}
+    w = evidence.weights
     try:
-        u0, u1 = (np.asarray(w[r]["b1_end"]) - np.asarray(w[r]["b1_begin"]) for r in ("0", "1"))
+        u0, u1 = (np.asarray(w[r]["b1_end"]) - np.asarray(w[r]["b1_begin"]) for r in (0, 1))
     except KeyError:
         return None
     denom = float(np.linalg.norm(u0) + np.linalg.norm(u1))
@@ -45,8 +47,8 @@ def update_gap(evidence: dict[str, Any]) -> float | None:
 
 def rank_weights(report: Any) -> Any:
     """Rank 0 against rank 1 in a Horovod check's run: the same weights (step 4), the same updates (step 3)."""
-    evidence = getattr(report, "evidence", None) or {}
-    if not evidence.get("weights"):
+    evidence = getattr(report, "evidence", None)
+    if not isinstance(evidence, Run) or not evidence.weights:
         raise ValueError("this report has no weight snapshots: run a Horovod check first (check.horovod(N))")
     gaps, update = weight_gaps(evidence), update_gap(evidence)
     fig, (ax, bx) = figure_grid(ncols=2, width=4.2, height=3.2)

@@ -1,10 +1,10 @@
-"""The evidence of a probed Horovod run, typed: what each rank recorded and how it ended.
+"""What a probed Horovod rank records, typed: ``probe.N.json``, ``allreduce.N.json``, and what lab 9's check reads of
+its profile and its elastic run.
 
-A probed rank (:mod:`labkit.instrument.probe`) writes ``probe.N.json``; :func:`labkit.check.hvd_runs.run` adds how
-each rank ended and the weights it snapshotted, and a check keeps the whole as its evidence (JSON, the format of
-:data:`labkit.check.judging.FORMAT`, which the tests' recorded runs carry). :func:`read` turns that JSON into these
-records once, at the file boundary, with every field checked (:mod:`labkit.records.typed`); the judges of the
-Horovod and communication labs read only these objects.
+A probed rank (:mod:`labkit.instrument.probe`) fills in a :class:`RankRecord` as the script runs and writes it
+(:func:`labkit.records.typed.dump`); :func:`labkit.check.hvd_runs.run` reads each rank's file back once, every field
+checked (:func:`labkit.records.evidence.record`), and keeps it in the check's evidence
+(:mod:`labkit.records.hvd_evidence`), which the judges of the Horovod, communication and at-scale labs read.
 
 Values a learner's script passed to ``fit`` (``verbose``, ``epochs``, ``validation_steps``...) are kept as the JSON
 value recorded (``Any``): a script may pass an int, a string or a NumPy number, and each judge says what it expects.
@@ -183,24 +183,13 @@ class RankRecord:
 
 
 @dataclass(frozen=True)
-class RankEnd:
-    """How one rank's process ended, seen from the launcher: exit status, what it said, where it was stopped."""
-
-    exit: int | None = None
-    error: str = ""
-    log_tail: str = ""
-    stalled: bool = False
-    running_at_end: dict[str, Any] | None = None  # labkit.check.ending.still_running's account
-    left_running: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
 class Allreduced:
-    """``allreduce.N.json``: the tensors a rank all-reduced, by dtype, in training steps and elsewhere."""
+    """``allreduce.N.json``: the tensors a rank all-reduced, by dtype, in training steps and elsewhere; or why the
+    probe could not count them (``error`` alone)."""
 
-    gradients: dict[str, int] = field(default_factory=dict)
-    other: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
+    gradients: dict[str, int] | None = field(default=None, metadata=typed.OMIT_NONE)
+    other: dict[str, int] | None = field(default=None, metadata=typed.OMIT_NONE)
+    error: str | None = field(default=None, metadata=typed.OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -245,54 +234,3 @@ class ElasticRun:
     returned: float | None = None
     stopped: str | None = None  # why the check stopped the job
     workers: list[ElasticWorker] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Run:
-    """One probed run of the script on ``np`` ranks."""
-
-    np: int
-    batch: int = 16
-    lab: str = "horovod"
-    states: dict[int, RankRecord] = field(default_factory=dict)
-    weights: dict[int, dict[str, list[float]]] = field(default_factory=dict)
-    ranks: dict[int, RankEnd] = field(default_factory=dict)
-    timed_out: bool = False
-    interrupted: bool = False
-    returncode: int | None = None
-    start_error: str | None = None
-    oom_kills: int = 0
-    args: list[str] = field(default_factory=list)
-    allreduce: dict[int, Allreduced] = field(default_factory=dict)  # the communication lab's run
-    profiles: dict[int, Profiled] = field(default_factory=dict)  # lab 9's run with --profile-dir, by rank
-    elastic: ElasticRun | None = None  # lab 9's elastic run
-
-    def state(self, rank: int) -> RankRecord:
-        """Rank ``rank``'s record (a ``KeyError`` for a rank that left none: the judges ask :func:`need` first)."""
-        return self.states[rank]
-
-    def end(self, rank: int) -> RankEnd:
-        return self.ranks.get(rank, RankEnd())
-
-
-@dataclass(frozen=True)
-class Resume:
-    """The Horovod lab's checkpoint runs: the first saves, the second must resume from what it saved."""
-
-    first: Run
-    second: Run | None = None
-
-
-@dataclass(frozen=True)
-class Evidence(Run):
-    """A Horovod or communication check's evidence: its main run, and the Horovod lab's later runs."""
-
-    resume: Resume | None = None
-    lr_run: Run | None = None
-    partial: bool = False
-    covers: int = 0
-
-
-def read(data: Any, where: str = "evidence") -> Evidence:
-    """A check's evidence (decoded JSON) as :class:`Evidence`; :class:`typed.RecordError` names what is wrong."""
-    return typed.parse(Evidence, data, where)

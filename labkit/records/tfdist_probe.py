@@ -1,11 +1,10 @@
-"""The evidence of a probed tf.distribute run, typed: each task's record and events, and what each lab's check adds.
+"""What a probed tf.distribute task records, typed: ``TASK.json`` and the lines of ``TASK.events.jsonl``.
 
-A task under :mod:`labkit.instrument.dprobe` writes ``TASK.json`` (its strategies, fit calls, saves, the
-parameter-server coordinator) and ``TASK.events.jsonl``; the check of the MirroredStrategy, MultiWorkerMirroredStrategy
-or ParameterServerStrategy lab adds what it saw from outside (files left, a worker killed) and keeps the whole as its
-evidence (JSON, :data:`labkit.check.judging.FORMAT`). Each lab's ``evidence`` function turns that JSON into these
-records once, every field checked (:mod:`labkit.records.typed`); its judges read only these objects. The probe
-fills in the same :class:`Task` as the script runs (:class:`labkit.instrument.dprobe_record.Recorder`).
+A task under :mod:`labkit.instrument.dprobe` fills in a :class:`Task` as the script runs (its strategies, fit calls,
+saves, the parameter-server coordinator) and writes it, and appends an :class:`Event` per epoch
+(:class:`labkit.instrument.dprobe_record.Recorder`); :mod:`labkit.check.tfdist` reads them back once, every field
+checked, into the evidence of the MirroredStrategy, MultiWorkerMirroredStrategy or ParameterServerStrategy lab's check
+(:mod:`labkit.records.tfdist_evidence`), which its judges read.
 """
 
 from __future__ import annotations
@@ -111,78 +110,3 @@ class Event:
     t: float = 0.0
     epoch: int | None = None
     lr: list[float | None] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Left:
-    """What a task's process left running when it ended."""
-
-    left_running: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Run:
-    """What every tf.distribute check's evidence has."""
-
-    lab: str = ""
-    records: dict[str, Task] = field(default_factory=dict)
-    timed_out: bool = False
-    run_error: str | None = None
-    ranks: dict[str, Left] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Mirrored(Run):
-    """The MirroredStrategy check: one process on ``devices`` logical CPUs, and the files it left."""
-
-    devices: int = 2
-    batch: int = 16
-    train: int = 0
-    model_path: str = ""
-    files: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Kill:
-    """Worker 1 killed during training and the dead restarted (or why not)."""
-
-    killed: bool = False
-    epoch: int | None = None
-    restarted: list[str] = field(default_factory=list)
-    why: str | None = None
-
-
-@dataclass(frozen=True)
-class MultiWorker(Run):
-    """The MultiWorkerMirroredStrategy check: a 2-worker cluster, each worker in a folder of its own."""
-
-    workers: int = 2
-    batch: int = 16
-    train: int = 0
-    epochs: int = 0
-    base_lr: float | None = None
-    model_path: str = ""
-    events: dict[str, list[Event]] = field(default_factory=dict)
-    files: dict[str, list[str]] = field(default_factory=dict)
-    progress_bar: dict[str, bool] = field(default_factory=dict)
-    kill: Kill = field(default_factory=Kill)
-
-
-@dataclass(frozen=True)
-class ParameterServer(Run):
-    """The ParameterServerStrategy check: a chief, 2 workers and a parameter server."""
-
-    epochs: int = 0
-    steps_per_epoch: int = 0
-
-
-def mirrored(data: Any) -> Mirrored:
-    return typed.parse(Mirrored, data, "evidence")
-
-
-def multi_worker(data: Any) -> MultiWorker:
-    return typed.parse(MultiWorker, data, "evidence")
-
-
-def parameter_server(data: Any) -> ParameterServer:
-    return typed.parse(ParameterServer, data, "evidence")

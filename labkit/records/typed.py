@@ -7,7 +7,9 @@ file. :func:`dump` is its inverse, for the writer. Keys the dataclass does not d
 may add some); missing fields take their defaults. Supported annotations: dataclasses, ``int``, ``float`` (an int is
 accepted), ``str``, ``bool``, ``Any``, ``X | None``, ``list[X]``, ``tuple[X, ...]`` and ``dict[str | int, X]`` (JSON
 object keys are strings: an ``int`` key is converted). A field whose JSON name is a Python keyword says it in its
-metadata: ``cls: str = field(default="", metadata={typed.JSON_KEY: "class"})``.
+metadata: ``cls: str = field(default="", metadata={typed.JSON_KEY: "class"})``. A field a writer leaves out of the
+JSON in some records says when in its metadata (:data:`OMIT_NONE`, :data:`OMIT_DEFAULT`, :func:`omit_unless`), so
+that :func:`dump` writes the record as its writer always has.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, TypeVar, Union
 T = TypeVar("T")
 JSON_KEY = "json"  # a field's metadata key for a JSON name Python cannot spell (``class``)
 OMIT_NONE = {"omit_none": True}  # a field's metadata: :func:`dump` leaves it out while it is None
+OMIT_DEFAULT = {"omit_default": True}  # a field's metadata: :func:`dump` leaves it out while it equals its default
 REST = {"rest": True}  # a ``dict`` field's metadata: it holds the object's other keys, side by side in the JSON
 MAX_ITEMS = 100_000  # entries of one list or object: more is no record a probe writes
 
@@ -39,12 +42,32 @@ def parse(cls: type[T], data: Any, where: str = "record") -> T:
     return _value(cls, data, where)
 
 
+def omit_unless(other: str) -> dict[str, str]:
+    """A field's metadata: :func:`dump` leaves it out while the field ``other`` is None (a value that comes with
+    another one, and is written with it even when it is None)."""
+    return {"omit_unless": other}
+
+
+def _omitted(record: Any, f: dataclasses.Field) -> bool:
+    """Whether :func:`dump` leaves the field ``f`` of ``record`` out, as its metadata says."""
+    value = getattr(record, f.name)
+    if f.metadata.get("omit_none") and value is None:
+        return True
+    if f.metadata.get("omit_unless") and getattr(record, f.metadata["omit_unless"]) is None:
+        return True
+    if f.metadata.get("omit_default"):
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        return bool(value == default)
+    return False
+
+
 def dump(record: Any) -> Any:
-    """``record`` as JSON-able values: dataclasses as objects (under their JSON names, a field marked
-    :data:`OMIT_NONE` left out while None), tuples as lists. Other values are left for the JSON encoder."""
+    """``record`` as JSON-able values: dataclasses as objects (under their JSON names, a field whose metadata says so
+    left out: :data:`OMIT_NONE`, :data:`OMIT_DEFAULT`, :func:`omit_unless`), tuples as lists. Other values are left
+    for the JSON encoder."""
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         out = {f.metadata.get(JSON_KEY, f.name): dump(getattr(record, f.name)) for f in dataclasses.fields(record)
-               if not f.metadata.get("rest") and not (f.metadata.get("omit_none") and getattr(record, f.name) is None)}
+               if not f.metadata.get("rest") and not _omitted(record, f)}
         for f in dataclasses.fields(record):
             if f.metadata.get("rest"):
                 out.update({k: dump(v) for k, v in getattr(record, f.name).items() if k not in out})

@@ -324,13 +324,14 @@ def record(case: Case, folder: Path, timeout: float | None = None) -> float:
     ``timeout`` (default: the lab's) gives a busy machine more time; the evidence does not depend on it.
     """
     from labkit import check
+    from labkit.records.hvd_evidence import RunEvidence
 
     start = time.perf_counter()
     report = check.run_check(case.lab, case.script(folder), case.step, timeout, fresh=True,
                              evidence_out=case.fixture)
-    ev = report.evidence or {}
-    runs = [ev, *(ev.get("resume") or {}).values(), ev.get("lr_run") or {}]
-    if any(r.get("timed_out") or r.get("interrupted") for r in runs):
+    ev = report.evidence
+    runs = ev.runs() if isinstance(ev, RunEvidence) else []
+    if (ev is not None and ev.cut_short()) or any(r.timed_out or r.interrupted for r in runs):
         print(f"(the run was cut short: record {case.name} again with a longer --timeout)", end=" ")
     return time.perf_counter() - start
 

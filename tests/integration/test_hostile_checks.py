@@ -25,6 +25,7 @@ from labkit.check import ending, hvd_runs, lab_horovod
 from labkit.core import proc, stacks
 from labkit.launching import launch, rank
 from labkit.launching.jobspec import JobSpec
+from labkit.records.tfdist_evidence import MultiWorker
 
 ROOT = paths.ROOT
 HVD6 = ROOT / "solutions" / "fashion_mnist_after_step_06.py"
@@ -282,7 +283,8 @@ def test_a_dataset_creator_given_to_fit_is_sampled_and_passes(tmp_path: Path, ru
     script = derive(MW4, tmp_path, "creator.py", "    steps_per_epoch = math.ceil(", DATASET_CREATOR)
     report = check.run_check("multiworker", script, 3, fresh=True)
     assert report.passed, report.format()
-    fits = [r["fits"][-1] for r in report.evidence["records"].values()]
-    assert all(f["input"] == "DatasetCreator" and f["batches"]["per_replica_batch"] for f in fits), fits
+    assert isinstance(report.evidence, MultiWorker)
+    fits = [r.fits[-1] for r in report.evidence.records.values()]
+    assert all(f.input == "DatasetCreator" and f.batches and f.batches.per_replica_batch for f in fits), fits
     assert not running(str(script))
 

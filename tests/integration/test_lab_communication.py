@@ -16,6 +16,8 @@ from helpers import paths
 from labkit import check
 from labkit.check import Report, judging
 from labkit.course import labs
+from labkit.records.evidence import Evidence
+from labkit.records.hvd_evidence import CommunicationEvidence
 
 LAB = labs.get("communication")
 SOLUTION = LAB.solution(1)
@@ -64,12 +66,12 @@ def _script(kind: str, folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Report, dict]]:
+def checked(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Report, Evidence]]:
     """``checked(kind)``: the check of that script and its evidence, run once per module."""
-    done: dict[str, tuple[Report, dict]] = {}
+    done: dict[str, tuple[Report, Evidence]] = {}
     folder = tmp_path_factory.mktemp("communication")
 
-    def run(kind: str) -> tuple[Report, dict]:
+    def run(kind: str) -> tuple[Report, Evidence]:
         if kind not in done:
             out = folder / f"{kind.replace(' ', '_')}.json"
             report = check.run_check("communication", _script(kind, folder), fresh=True, evidence_out=out)
@@ -90,11 +92,12 @@ def test_the_solution_sends_float16_gradients_with_the_flag(checked, running) ->
     report, ev = checked("solution")
     assert report.passed, report.format()
     assert "all-reduced its" in report.steps[0].message and "as float16" in report.steps[0].message
-    for rank in ("0", "1"):  # gradients in the step as float16; the metrics, averaged between steps, stay float32
-        record = ev["allreduce"][rank]
-        assert set(record["gradients"]) == {"float16"} and record["gradients"]["float16"] > 10, record
-        assert set(record["other"]) <= {"float32", "float64"} and record["other"], record
-    assert ev["args"][-1] == "--fp16-allreduce"
+    assert isinstance(ev, CommunicationEvidence)
+    for rank in (0, 1):  # gradients in the step as float16; the metrics, averaged between steps, stay float32
+        record = ev.allreduce[rank]
+        assert set(record.gradients or {}) == {"float16"} and (record.gradients or {})["float16"] > 10, record
+        assert set(record.other or {}) <= {"float32", "float64"} and record.other, record
+    assert ev.args[-1] == "--fp16-allreduce"
     _finished_in_time(report, running)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from helpers.judge import expect_case, judge_case, real_check_matches_recording
 from helpers.probe_cases import CASES, find
 
 from labkit.check import judging, lab_mirrored
+from labkit.records.tfdist_evidence import Mirrored
 
 HERE = [c for c in CASES if c.lab == "mirrored"]
 
@@ -20,9 +22,10 @@ def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
 
 def test_a_model_never_saved_fails_step_4() -> None:
     ev = judging.load(find("mirrored", "after_step_04").fixture)
-    ev["files"] = [f for f in ev["files"] if f != ev["model_path"]]
+    assert isinstance(ev, Mirrored)
+    ev = dataclasses.replace(ev, files=[f for f in ev.files if f != ev.model_path])
     with pytest.raises(judging.Failed, match="model.save"):
-        lab_mirrored.step_4(lab_mirrored.evidence(ev))
+        lab_mirrored.step_4(ev)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ kill-and-resume run proves the wiring."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from helpers.probe_cases import CASES, find
 
 from labkit.check import judging, lab_multiworker
 from labkit.records import typed
+from labkit.records.tfdist_evidence import Kill, MultiWorker
 from labkit.records.tfdist_probe import Event
 
 HERE = [c for c in CASES if c.lab == "multiworker"]
@@ -23,16 +25,18 @@ def test_a_recorded_run_is_judged_at_the_right_step(case) -> None:
 
 def test_step_4_says_why_when_no_worker_could_be_killed() -> None:
     ev = judging.load(find("multiworker", "after_step_04").fixture)
-    ev["kill"] = {"killed": False, "why": "the second epoch did not begin in time"}
+    assert isinstance(ev, MultiWorker)
+    ev = dataclasses.replace(ev, kill=Kill(killed=False, why="the second epoch did not begin in time"))
     with pytest.raises(judging.Failed, match="second epoch did not begin"):
-        lab_multiworker.step_4(lab_multiworker.evidence(ev))
+        lab_multiworker.step_4(ev)
 
 
 def test_worker_1_printing_progress_fails_step_3() -> None:
     ev = judging.load(find("multiworker", "after_step_04").fixture)
-    ev["progress_bar"]["worker.1"] = True
+    assert isinstance(ev, MultiWorker)
+    ev = dataclasses.replace(ev, progress_bar={**ev.progress_bar, "worker.1": True})
     with pytest.raises(judging.Failed, match="verbose=0"):
-        lab_multiworker.step_3(lab_multiworker.evidence(ev))
+        lab_multiworker.step_3(ev)
 
 
 @pytest.mark.slow

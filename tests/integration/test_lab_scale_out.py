@@ -18,6 +18,7 @@ from helpers import paths
 
 from labkit import check
 from labkit.check import lab_scale_out, sbatch_dry, scale_out_ranks
+from labkit.check.scale_out_evidence import ScaleOutEvidence
 from labkit.launching import slurm
 from labkit.launching.sbatch import SlurmOptions
 
@@ -189,7 +190,9 @@ def test_what_a_script_leaves_running_is_stopped_when_it_ends(tmp_path: Path) ->
     script = _files(tmp_path, batch=HEAD + f"env -i setsid sleep {token} &\nmpirun python fashion_mnist.py\n")
     report = _check(script, 2)
     assert report.passed, report.format()
-    assert any(token in c for c in report.evidence["batch"]["run"]["left"])
+    ev = report.evidence
+    assert isinstance(ev, ScaleOutEvidence) and ev.batch is not None and ev.batch.run is not None
+    assert any(token in c for c in ev.batch.run.left)
     assert _alive(token) == []
 
 

@@ -24,6 +24,7 @@ from labkit.check import judges, judging
 from labkit.cli import main as cli
 from labkit.core import contract, env
 from labkit.course import labs, sources
+from labkit.records.evidence import EvidenceError
 
 try:
     import tomllib
@@ -87,44 +88,64 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from labkit.check.verdict import Failed
+from labkit.records.evidence import Evidence
 
 ITEMS, WORKERS, SEED = 12, 3, 7
 PLAIN = f"with --items {ITEMS} --workers {WORKERS}"
 SHUFFLED = f"with --shuffle {SEED}"
 
 
-def run(script: Path, rank: int, extra: list[str], timeout: float, work: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Printed:
+    """What one worker printed: its items, or why there are none."""
+
+    items: list[int] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Sharding(Evidence):
+    """The check's evidence: what each of the 3 workers printed, without and with --shuffle."""
+
+    plain: list[Printed] = field(default_factory=list)
+    shuffled: list[Printed] = field(default_factory=list)
+
+
+EVIDENCE = Sharding  # what collect returns and the judges read
+
+
+def run(script: Path, rank: int, extra: list[str], timeout: float, work: Path) -> Printed:
     """What the script prints as worker ``rank``: its items, or why there are none."""
     argv = [sys.executable, "-I", str(script), "--items", str(ITEMS), "--workers", str(WORKERS), "--rank", str(rank),
             *extra]
     try:
         p = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"still running after {timeout:.0f} s"}
+        return Printed(error=f"still running after {timeout:.0f} s")
     try:
         items = json.loads(p.stdout.strip().splitlines()[-1])["items"]
     except (IndexError, ValueError, KeyError, TypeError):
-        return {"error": f"exit code {p.returncode}: {(p.stderr or p.stdout).strip()[-600:]}"}
+        return Printed(error=f"exit code {p.returncode}: {(p.stderr or p.stdout).strip()[-600:]}")
     ok = isinstance(items, list) and all(isinstance(i, int) for i in items)
-    return {"items": items} if ok else {"error": f"its items are not a list of numbers: {items!r}"}
+    return Printed(items=items) if ok else Printed(error=f"its items are not a list of numbers: {items!r}")
 
 
-def collect(script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+def collect(script: Path, upto: int, timeout: float, work: Path) -> Sharding:
     each = timeout / (2 * WORKERS)
-    return {"plain": [run(script, r, [], each, work) for r in range(WORKERS)],
-            "shuffled": [run(script, r, ["--shuffle", str(SEED)], each, work) for r in range(WORKERS)]}
+    return Sharding(plain=[run(script, r, [], each, work) for r in range(WORKERS)],
+                    shuffled=[run(script, r, ["--shuffle", str(SEED)], each, work) for r in range(WORKERS)])
 
 
-def partition(runs: list[dict[str, Any]], how: str) -> list[list[int]]:
+def partition(runs: list[Printed], how: str) -> list[list[int]]:
     """Each worker's items; Failed unless every item is read by exactly one worker."""
     for rank, r in enumerate(runs):
-        if "error" in r:
-            raise Failed(f"worker {rank} of {WORKERS} ({how}) printed no items: {r['error']}")
-    parts = [r["items"] for r in runs]
+        if r.items is None:
+            raise Failed(f"worker {rank} of {WORKERS} ({how}) printed no items: {r.error}")
+    parts = [r.items or [] for r in runs]
     for i in range(ITEMS):
         who = [rank for rank, part in enumerate(parts) for item in part if item == i]
         if len(who) > 1:
@@ -138,13 +159,13 @@ def partition(runs: list[dict[str, Any]], how: str) -> list[list[int]]:
     return parts
 
 
-def step_1(ev: dict[str, Any]) -> str:
-    parts = partition(ev["plain"], PLAIN)
+def step_1(ev: Sharding) -> str:
+    parts = partition(ev.plain, PLAIN)
     return f"the {WORKERS} workers read {', '.join(str(len(p)) for p in parts)} items, each of the {ITEMS} once."
 
 
-def step_2(ev: dict[str, Any]) -> str:
-    plain, mixed = partition(ev["plain"], PLAIN), partition(ev["shuffled"], SHUFFLED)
+def step_2(ev: Sharding) -> str:
+    plain, mixed = partition(ev.plain, PLAIN), partition(ev.shuffled, SHUFFLED)
     if mixed == plain:
         raise Failed(f"{SHUFFLED} every worker reads the same items in the same order as without it: shuffle the "
                      "items with the seed before they are split.")
@@ -290,6 +311,20 @@ def test_check_passes_the_solution_and_fails_the_starter_at_step_1(course: Path,
     code, out = _run(["check", "sharding", str(wrong), "--json"], capsys)
     report = json.loads(out)
     assert (code, report["first_failing_step"]) == (1, 2) and "in the same order" in report["steps"][1]["message"]
+
+
+def test_the_labs_own_evidence_is_saved_and_read_back_as_its_dataclass(course: Path, tmp_path: Path) -> None:
+    """The lab declares its evidence as a dataclass (``EVIDENCE``): the check keeps it, writes it as JSON and reads it
+    back as that class; a file of the wrong shape is refused, named."""
+    out = tmp_path / "evidence.json"
+    report = labkit.check.run_check(LAB.name, course / "solutions" / LAB.solution(2).name, evidence_out=out)
+    assert report.passed and type(report.evidence).__name__ == "Sharding"
+    assert judging.load(out, LAB.name) == report.evidence
+    saved = json.loads(out.read_text())
+    assert saved["plain"][1] == {"items": [1, 4, 7, 10], "error": None} and saved["covers"] == 2
+    out.write_text(json.dumps({**saved, "plain": [{"items": "all"}]}))
+    with pytest.raises(EvidenceError, match=r"evidence.json: .*evidence.plain\[0\].items: expected a list"):
+        judging.load(out, LAB.name)
 
 
 def test_the_notebook_check_cells_call_the_labs_check_function(course: Path,

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from helpers.probe_cases import CASES
@@ -16,16 +15,20 @@ from helpers.probe_cases import CASES
 from labkit import check
 from labkit.check import judging, lab_horovod, lr_rule
 from labkit.course import labs
+from labkit.records import typed
+from labkit.records.evidence import Evidence, EvidenceError
+from labkit.records.tfdist_evidence import ParameterServer
 
 
 def test_judge_stops_at_the_first_failure_and_adds_the_run_error() -> None:
-    def ok(ev: dict[str, Any]) -> str:
+    def ok(ev: ParameterServer) -> str:
         return "fine"
 
-    def bad(ev: dict[str, Any]) -> str:
+    def bad(ev: ParameterServer) -> str:
         raise judging.Failed("change this")
 
-    results = judging.judge(SimpleNamespace(STEPS=[ok, bad, ok]), {"run_error": "boom"}, 3, ["one", "two", "three"])
+    results = judging.judge(SimpleNamespace(STEPS=[ok, bad, ok]), ParameterServer(run_error="boom"), 3,
+                            ["one", "two", "three"])
     assert [r.passed for r in results] == [True, False, False]
     assert results[0].message == "one: fine"
     assert "two: change this" in results[1].message and "boom" in results[1].message
@@ -33,11 +36,22 @@ def test_judge_stops_at_the_first_failure_and_adds_the_run_error() -> None:
 
 
 def test_evidence_missing_a_field_fails_the_step_with_a_reason() -> None:
-    def needs(ev: dict[str, Any]) -> str:
-        return ev["records"]["worker.0"]
+    def needs(ev: ParameterServer) -> str:
+        return ev.records["worker.0"].task
 
-    [r] = judging.judge(SimpleNamespace(STEPS=[needs]), {}, 1, ["step"])
-    assert not r.passed and "did not record" in r.message and "records" in r.message
+    [r] = judging.judge(SimpleNamespace(STEPS=[needs]), ParameterServer(), 1, ["step"])
+    assert not r.passed and "did not record" in r.message and "worker.0" in r.message
+
+
+def test_a_record_a_process_wrote_that_could_not_be_read_fails_step_1_naming_it() -> None:
+    """What a script wrote into the probe's folder is named (the file and the field), and no judge runs."""
+    judged: list[int] = []
+    unreadable = ParameterServer(unreadable="chief.0.json.fits[0].replicas: expected int, got 'two'")
+    results = judging.judge(SimpleNamespace(STEPS=[judged.append] * 3), unreadable, 3, ["one", "two", "three"])
+    assert [r.passed for r in results] == [False] * 3 and judged == []
+    assert results[0].message == ("one: the run's record could not be read (chief.0.json.fits[0].replicas: expected "
+                                  "int, got 'two'); was a file in the check's folder changed?")
+    assert "fix step 1 first" in results[2].message
 
 
 def test_a_missing_script_is_an_error(tmp_path: Path) -> None:
@@ -65,9 +79,11 @@ class _Lab:
         self.STEPS = [self._step(ok) for ok in results]
         self.partial_below = partial_below  # a run covering fewer steps than this is cut short
 
+    EVIDENCE = Evidence  # a lab that keeps nothing but what every evidence has
+
     @staticmethod
     def _step(ok: bool):
-        def judge(ev: dict[str, Any]) -> str:
+        def judge(ev: Evidence) -> str:
             if not ok:
                 raise judging.Failed("no")
             return "ok"
@@ -76,9 +92,9 @@ class _Lab:
     def upto(self, step: int) -> int:
         return 4 if step >= 4 else 3
 
-    def collect(self, script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+    def collect(self, script: Path, upto: int, timeout: float, work: Path) -> Evidence:
         self.calls.append(upto)
-        return {"partial": True} if upto < self.partial_below else {}
+        return Evidence(partial=upto < self.partial_below)
 
 
 def test_an_unchanged_script_is_judged_again_without_running(tmp_path: Path,
@@ -112,7 +128,8 @@ def test_a_failing_run_cut_short_is_run_again_in_full_for_a_wider_step(tmp_path:
     assert check.run_check("multiworker", script, 1).first_failing_step == 1
     assert check.run_check("multiworker", script, 1).first_failing_step == 1  # judged again, not run
     report = check.run_check("multiworker", script, 3)
-    assert report.first_failing_step == 1 and not report.evidence.get("partial") and fake.calls == [1, 3]
+    assert report.evidence is not None and report.evidence.covers == 3
+    assert report.first_failing_step == 1 and not report.evidence.partial and fake.calls == [1, 3]
 
 
 def test_a_run_that_passes_step_3_is_run_again_for_step_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,15 +145,85 @@ def test_a_run_that_passes_step_3_is_run_again_for_step_4(tmp_path: Path, monkey
 
 
 def test_every_case_has_a_fixture_in_the_current_format() -> None:
-    stale = [str(c.fixture) for c in CASES
-             if not c.fixture.exists() or judging.load(c.fixture).get("format") != judging.FORMAT]
+    def current(fixture: Path) -> bool:
+        try:
+            return judging.load(fixture).schema == judging.FORMAT
+        except EvidenceError:
+            return False
+
+    stale = [str(c.fixture) for c in CASES if not c.fixture.exists() or not current(c.fixture)]
     assert stale == [], f"record them again with `make probe-fixtures`: {stale}"
+
+
+def test_every_fixture_loads_as_its_labs_evidence_and_saves_as_it_was() -> None:
+    """Each recorded run is read as its lab's typed evidence (no field of it lost: what is saved again is what was
+    recorded, but for what an older probe did not write yet), and judged the same from either."""
+    fixtures = sorted(Path(CASES[0].fixture).parents[1].rglob("*.json"))
+    assert len(fixtures) >= 80
+    for fixture in fixtures:
+        raw = json.loads(fixture.read_text())
+        ev = judging.load(fixture)
+        assert isinstance(ev, judging.lab_module(raw["lab"]).EVIDENCE), fixture
+        assert ev.schema == raw["format"] and ev.covers == raw["covers"]
+        ours = judging.shape(ev)
+        if "base_lr" not in raw:  # recorded before the multi-worker check kept it
+            ours.pop("base_lr", None)
+        assert ours == judging.shape(raw), fixture
+        if raw["lab"] in ("horovod", "at-scale"):  # their ranks' records have every field the probe writes now
+            assert json.loads(json.dumps(typed.dump(ev))) == raw, fixture
+
+
+def test_evidence_saved_and_loaded_is_the_same_record(tmp_path: Path) -> None:
+    for case in (c for c in CASES if c.name == "after_step_04"):
+        ev = judging.load(case.fixture)
+        judging.save(ev, tmp_path / "again.json")
+        assert judging.load(tmp_path / "again.json") == ev
+        assert judging.load(tmp_path / "again.json", case.lab) == ev
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "the evidence file cannot be read"),
+    ("{not json", "not an evidence file"),
+    ("[1, 2]", "a JSON object was expected, it holds list"),
+    ('{"lab": "horovod", "format": 1, "np": 2}', "evidence format 1, and this labkit reads format 2: record it again"),
+    ('{"lab": "no-such-lab", "format": 2}', "unknown lab 'no-such-lab'"),
+    ('{"format": 2, "np": 2}', "names no lab"),
+    ('{"lab": "horovod", "format": 2}', "evidence: the field 'np' is missing"),
+    ('{"lab": "horovod", "format": 2, "np": 2, "states": {"1": {"epochs": [{"train_batches": "many"}]}}}',
+     "evidence.states.1.epochs[0].train_batches: expected int, got 'many'"),
+    ('{"lab": "mirrored", "format": 2, "records": {"local.0": {"fits": [{"replicas": "two"}]}}}',
+     "evidence.records.local.0.fits[0].replicas: expected int, got 'two'"),
+    ('{"lab": "scale-out", "format": 2, "hostfile": {"file": "h", "map": {"nodes": 3}}}',
+     "evidence.hostfile.map.nodes: expected a list"),
+])
+def test_a_saved_evidence_file_that_is_not_one_is_refused_naming_the_file(tmp_path: Path, content: str | None,
+                                                                          says: str) -> None:
+    """A corrupt or ill-typed evidence file never reaches a judge: loading it says which file, and what is wrong."""
+    path = tmp_path / "bad-evidence.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(EvidenceError) as e:
+        judging.load(path)
+    assert str(e.value).startswith(f"{path}: ") and says in str(e.value), str(e.value)
+
+
+def test_evidence_of_another_lab_is_refused() -> None:
+    fixture = next(c.fixture for c in CASES if c.lab == "mirrored")
+    with pytest.raises(EvidenceError, match="evidence of the 'mirrored' lab, not of the horovod lab"):
+        judging.load(fixture, "horovod")
+
+
+def test_a_collect_that_returns_no_evidence_is_a_clear_error(tmp_path: Path) -> None:
+    lab = SimpleNamespace(__name__="lab_plain", collect=lambda script, upto, timeout, work: {"plain": "dict"})
+    with pytest.raises(TypeError, match="lab_plain.collect returned a dict, not its evidence"):
+        judging.collect(lab, tmp_path / "s.py", 1, 5.0, tmp_path / "work")
 
 
 def test_shape_keeps_the_keys_not_the_values() -> None:
     assert judging.shape({"a": {"b": [1], "c": None}, "d": 1.5}) == {"a": {"b": "list", "c": "value"}, "d": "value"}
     assert judging.shape({"a": 1}) != judging.shape({"a": 1, "b": 2})
     assert judging.shape({"a": {"b": {"c": 1}}}, depth=2) == {"a": {"b": "dict"}}
+    assert judging.shape(Evidence(covers=3)) == {"covers": "value", "format": "value"}  # typed: its JSON's shape
 
 
 def test_cli_json_contract(tmp_path: Path) -> None:
@@ -219,7 +306,7 @@ def test_the_ranks_temporary_files_go_with_the_check(tmp_path: Path, monkeypatch
     seen: list[Path] = []
 
     class Leaving(_Lab):
-        def collect(self, script: Path, upto: int, timeout: float, work: Path) -> dict[str, Any]:
+        def collect(self, script: Path, upto: int, timeout: float, work: Path) -> Evidence:
             import os
             import tempfile
 
@@ -234,7 +321,7 @@ def test_the_ranks_temporary_files_go_with_the_check(tmp_path: Path, monkeypatch
                 fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
                 os.close(old)
             os.close(fd)
-            return {}
+            return Evidence()
 
     monkeypatch.setattr(judging, "lab_module", lambda lab: Leaving([True]))
     monkeypatch.setattr(judging, "_CACHE", {})

@@ -74,7 +74,7 @@ def test_a_script_without_the_option_is_told_to_add_it() -> None:
     for state in ev["states"].values():  # the starter: Horovod is lab 2's step 1
         state["hvd"] = {"initialized": False}
     assert "if this is not yet your Horovod script of lab 2, finish that lab first" in _fails(ev)
-    results = judging.judge(lab_communication, ev, 1, labs.get("communication").steps)
+    results = judging.judge(lab_communication, lab_communication.evidence(ev), 1, labs.get("communication").steps)
     title = "the --fp16-allreduce option sends the gradients as float16"
     assert not results[0].passed and results[0].message.startswith(f"{title}: the script does not accept")
 

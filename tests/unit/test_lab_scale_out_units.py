@@ -12,6 +12,7 @@ import pytest
 from labkit.check import lab_scale_out as lab
 from labkit.check.judging import Failed
 from labkit.check.sbatch_dry import BatchRun, Call, bare_launchers
+from labkit.check.scale_out_evidence import DryRun, ScaleOutEvidence
 from labkit.check.scale_out_ranks import Launched, horovodrun_args, launched, localize, srun_layout, task_gpus
 from labkit.launching import mpimap, slurm
 from labkit.launching.hosts import Host
@@ -360,7 +361,8 @@ def _batch_ev(text: str, *calls: tuple[str, ...], **run: object) -> dict:
     alloc = allocate(request, CLUSTER)
     env = alloc.environ("/work", CLUSTER)
     launches = [launched(Call(c[0], tuple(c[1:]), env, "/work"), alloc).to_dict() for c in calls]
-    return {"batch": {"file": "cluster.sbatch", "exists": True, "request": lab.request_summary(request, alloc),
+    summary = typed.dump(lab.request_summary(request, alloc))  # the JSON the check saves
+    return {"batch": {"file": "cluster.sbatch", "exists": True, "request": summary,
                       "run": {**BatchRun(code=0).to_dict(), **run}, "launches": launches}}
 
 
@@ -448,3 +450,32 @@ def test_the_job_map_as_openmpi_5_prints_it() -> None:
 def _judged(step: int, ev: dict) -> str:
     """A judge of the lab given the evidence as the check gives it: parsed once into typed records."""
     return lab.STEPS[step - 1](lab.evidence(ev))
+
+
+def test_the_evidence_keeps_the_keys_it_always_had_for_a_file_missing_refused_or_run(tmp_path) -> None:
+    """The check's typed evidence is saved with the keys its JSON always had: what a file that is missing, refused
+    or not run never had is left out (the request without an allocation has none of its fields, even a None one)."""
+    hostfile, batch = tmp_path / "cluster_hostfile", tmp_path / "cluster.sbatch"
+    assert typed.dump(lab.hostfile_evidence(hostfile, tmp_path / "h")) == {"file": "cluster_hostfile", "exists": False}
+    assert typed.dump(lab.batch_evidence(batch, hostfile, tmp_path / "b")) == {"file": "cluster.sbatch",
+                                                                             "exists": False}
+    given = tmp_path / "cluster.py"
+    given.write_text("print('hi')\n")
+    assert typed.dump(lab.batch_evidence(given, hostfile, tmp_path / "b")) == {"file": "cluster.py", "exists": True,
+                                                                             "python": True}
+    batch.write_text("#SBATCH --nodes=2\n")  # no shebang: sbatch refuses it
+    refused = typed.dump(lab.batch_evidence(batch, hostfile, tmp_path / "b"))
+    assert set(refused) == {"file", "exists", "refused"} and refused["refused"]
+    batch.write_text(HEAD + "#SBATCH --nodes=3\n")  # more nodes than the cluster has: Slurm refuses it
+    refused = typed.dump(lab.batch_evidence(batch, hostfile, tmp_path / "b"))
+    assert set(refused) == {"file", "exists", "request", "refused"} and "the cluster has 2" in refused["refused"]
+    assert set(refused["request"]) == {"time", "time_given", "ignored", "gpu_option"}
+    granted = typed.dump(lab.request_summary(read_request(GOOD), allocate(read_request(GOOD), CLUSTER)))
+    assert granted == {"time": 1800, "time_given": True, "ignored": [], "gpu_option": "", "nodes": ["gpu01", "gpu02"],
+                       "tasks": [4, 4], "gpus": [4, 4], "task_gpus": None}  # with the allocation, even when None
+    step_1 = ScaleOutEvidence(hostfile=lab.hostfile_evidence(hostfile, tmp_path / "h"))
+    assert typed.dump(step_1) == {"lab": "scale-out", "hostfile": {"file": "cluster_hostfile", "exists": False},
+                                  "format": 2, "covers": 0}
+    run = BatchRun(code=0, seconds=0.123456, calls=[Call("srun", ("python", "x.py"), {"SECRET": "x"}, "/w")])
+    assert typed.dump(DryRun.of(run)) == {**run.to_dict(), "seconds": 0.12}  # its calls without their environment
+    assert lab.evidence({"hostfile": typed.dump(step_1.hostfile)}).hostfile == step_1.hostfile
