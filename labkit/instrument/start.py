@@ -97,6 +97,18 @@ def command(name: str, out: str, script_command: Sequence[str], options: Sequenc
     return [argv[0], "-m", MODULE, name, out, *options, "--", *argv[1:]]
 
 
+def unwrap(argv: Sequence[str]) -> list[str]:
+    """The command :func:`command` wrapped, as it was given (any other command unchanged).
+
+        >>> unwrap(command("run", "obs", ["python", "train.py", "--epochs", "1"]))
+        ['python', 'train.py', '--epochs', '1']
+    """
+    argv = list(argv)
+    if len(argv) > 3 and argv[1:3] == ["-m", MODULE] and "--" in argv[3:]:
+        return [argv[0], *argv[argv.index("--", 3) + 1:]]
+    return argv
+
+
 def dumps_stacks(argv: Sequence[str]) -> bool:
     """Whether ``argv`` starts a probe that writes its stacks on SIGUSR1 (see :class:`Entry`)."""
     entry = PROBES.get(argv[3]) if len(argv) > 3 and list(argv[1:3]) == ["-m", MODULE] else None

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from labkit import __version__
 from labkit.core import env as lkenv
+from labkit.instrument.start import unwrap
 from labkit.launching.launchers import mpirun_flags
 from labkit.launching.sbatch import SlurmOptions
 
@@ -41,11 +42,12 @@ STARTS = {
 
 
 def user_command(command: Sequence[str]) -> list[str]:
-    """The command as the user gave it: without labkit's per-rank wrapper, ``python`` for this interpreter."""
+    """The command as the user gave it: without labkit's per-rank wrapper and run observer, ``python`` for this
+    interpreter."""
     command = list(command)
     if WRAPPER in command and "--" in command:
         command = command[command.index("--") + 1:]
-    return ["python" if c == sys.executable else c for c in command]
+    return ["python" if c == sys.executable else c for c in unwrap(command)]
 
 
 def section(title: str, *why: str) -> list[str]:

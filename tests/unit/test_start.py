@@ -91,3 +91,10 @@ def test_only_a_probe_that_writes_its_stacks_is_sent_sigusr1_first() -> None:
     assert start.dumps_stacks(start.command("tfdist", "o", [py, "t.py"]))
     assert not start.dumps_stacks(start.command("run", "o", [py, "t.py"]))  # SIGUSR1 would kill a plain script
     assert not start.dumps_stacks([py, "t.py"]) and not start.dumps_stacks([py, "-m", start.MODULE])
+
+
+def test_a_wrapped_command_unwraps_to_the_one_given() -> None:
+    py = sys.executable
+    for given in ([py, "t.py", "--", "x"], ["bash", "go.sh"], [py, "-m", "pkg", "--", "a"]):
+        assert start.unwrap(start.command("horovod", "o", given, ["--epochs", "0"])) == given
+        assert start.unwrap(start.command("run", "o", given)) == given
