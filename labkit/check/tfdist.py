@@ -3,7 +3,6 @@ records (typed, once), and judges of a fit call that more than one lab needs."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from labkit.check.verdict import Failed
 from labkit.core import proc
 from labkit.instrument import start
 from labkit.launching import launchers
-from labkit.records import evidence, typed
+from labkit.records import boundedjson, evidence, typed
 from labkit.records.tfdist_probe import Event, Fit, Task
 
 TRAIN, TEST, BATCH = 256, 128, 16
@@ -40,14 +39,21 @@ def events(probe: Path, task: str, unreadable: list[str] | None = None) -> list[
     """The events ``task`` wrote (``TASK.events.jsonl``), typed; a line cut short by a kill is left out, and one of
     the wrong shape too, named in ``unreadable``."""
     path = probe / f"{task}.events.jsonl"
-    if not path.exists():
+    try:
+        with open(path, "rb") as f:  # the learner's process wrote it: read bounded, decoded bounded
+            raw = f.read(boundedjson.FILE_LIMIT + 1)
+    except OSError:
+        return []
+    if len(raw) > boundedjson.FILE_LIMIT:
+        if unreadable is not None:
+            unreadable.append(f"{path.name}: larger than {boundedjson.FILE_LIMIT} bytes, not read")
         return []
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(raw.decode(errors="replace").splitlines(), 1):
         try:
-            data = json.loads(line)
+            data = boundedjson.loads(line)
         except ValueError:
-            continue  # a line cut short by a kill
+            continue  # a line cut short by a kill (or no JSON at all)
         try:
             out.append(typed.parse(Event, data, f"{path.name} line {n}"))
         except typed.RecordError as e:

@@ -8,8 +8,9 @@ runs as it is, unobserved).
 
 This module owns the frame every probe runs in (:func:`run`): the script runs as ``__main__`` with its own
 command line and its folder first on ``sys.path``, its ``SystemExit`` becomes the exit code, any other exception is
-handed to the probe, and the process ends through :func:`labkit.instrument.leave.leave`. A probe adds only its own
-parts (:class:`Probe`); it never edits the script.
+handed to the probe; a check's probe ends the process through :func:`labkit.instrument.leave.leave` (its exit
+functions, no teardown), the run observer as Python ends a script. A probe adds only its own parts (:class:`Probe`);
+it never edits the script.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import runpy
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from typing import Protocol
 from labkit.instrument.leave import leave
 
 MODULE = "labkit.instrument.start"
+INTERRUPTED = 130  # the exit code of a script stopped by Ctrl-C (SIGINT), as a shell reports it
 
 
 @dataclass(frozen=True)
@@ -35,11 +38,15 @@ class Entry:
 
     target: str
     stacks: bool
+    fast_exit: bool = True  # ends through labkit.instrument.leave (exit functions, no teardown) once it wrote
+
+
 
 
 # Plug-ins register here.
 PROBES: dict[str, Entry] = {
-    "run": Entry("labkit.instrument.observe:RunProbe", stacks=False),
+    # A learner's own run ends as Python ends it: threads joined, files closed, every exit hook run.
+    "run": Entry("labkit.instrument.observe:RunProbe", stacks=False, fast_exit=False),
     "horovod": Entry("labkit.instrument.probe:HorovodProbe", stacks=True),
     "tfdist": Entry("labkit.instrument.dprobe:DistributeProbe", stacks=True),
 }
@@ -73,45 +80,80 @@ def probe_class(name: str) -> ProbeClass:
     return getattr(importlib.import_module(module), cls)
 
 
-def is_python(program: str) -> bool:
-    """Whether ``program`` is a Python interpreter (``python``, ``python3``, ``/path/to/python3.12``)."""
-    name = os.path.basename(program)
-    return name.startswith("python") and all(c.isdigit() or c == "." for c in name[len("python"):])
+# The interpreter's own options that come before the script (``python -u train.py``); those taking a value.
+FLAGS = set("bBdEhiIOPqsSuvx")
+VALUED = ("-X", "-W")
+
+
+def is_this_python(program: str) -> bool:
+    """Whether ``program`` is this interpreter, or another of its environment (``.venv/bin/python3``): only those
+    have labkit to start a probe with; any other Python runs its command as it is."""
+    found = program if os.sep in program else shutil.which(program)
+    return bool(found) and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable))
+
+
+def _split(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """``python [OPTIONS] SCRIPT ARGS`` as (``python OPTIONS``, ``SCRIPT ARGS``); None for any other command
+    (``-m``, ``-c``, ``-``, an option this module does not know)."""
+    head, i = [argv[0]], 1
+    while i < len(argv) and argv[i].startswith("-"):
+        arg = argv[i]
+        if arg in VALUED and i + 1 < len(argv):
+            head += argv[i:i + 2]
+            i += 2
+        elif len(arg) > 2 and arg[:2] in VALUED:  # -Xdev, -Wignore
+            head.append(arg)
+            i += 1
+        elif len(arg) > 1 and set(arg[1:]) <= FLAGS:
+            head.append(arg)
+            i += 1
+        else:
+            return None
+    return (head, list(argv[i:])) if i < len(argv) else None
 
 
 def command(name: str, out: str, script_command: Sequence[str], options: Sequence[str] = ()) -> list[str]:
-    """The argument list that runs ``script_command`` (``python SCRIPT ARGS...``) under the probe ``name`` with its
-    ``options``, writing to ``out``. Any other command (``python -m ...``, a shell, a program) comes back unchanged:
-    it runs unobserved.
-
-        >>> command("run", "obs", ["python", "train.py", "--epochs", "1"])
-        ['python', '-m', 'labkit.instrument.start', 'run', 'obs', '--', 'train.py', '--epochs', '1']
-        >>> command("run", "obs", ["bash", "go.sh"])
-        ['bash', 'go.sh']
-    """
+    """The argument list that runs ``script_command`` (``python [OPTIONS] SCRIPT ARGS...``, this environment's
+    Python) under the probe ``name`` with its ``options``, writing to ``out``. Any other command (``python -m ...``,
+    another Python, a shell, a program) comes back unchanged: it runs unobserved."""
     if name not in PROBES:
         raise KeyError(f"no probe {name!r}: one of {', '.join(PROBES)}")
     argv = list(script_command)
-    if len(argv) < 2 or not is_python(argv[0]) or argv[1].startswith("-"):
+    parts = _split(argv) if argv and is_this_python(argv[0]) else None
+    if parts is None:
         return argv
-    return [argv[0], "-m", MODULE, name, out, *options, "--", *argv[1:]]
+    head, script = parts
+    return [*head, "-m", MODULE, name, out, *options, "--", *script]
+
+
+def _probe_at(argv: Sequence[str]) -> int | None:
+    """Where the probe's name is in a command :func:`command` made (after the interpreter's options and
+    ``-m MODULE``); None for any other command."""
+    argv, i = list(argv), 1
+    while i < len(argv) - 2:
+        if argv[i:i + 2] == ["-m", MODULE]:
+            return i + 2 if "--" in argv[i + 4:] else None
+        if argv[i] in VALUED:
+            i += 2
+        elif argv[i].startswith("-") and argv[i] not in ("-m", "-c", "-", "--"):
+            i += 1
+        else:
+            return None
+    return None
 
 
 def unwrap(argv: Sequence[str]) -> list[str]:
-    """The command :func:`command` wrapped, as it was given (any other command unchanged).
-
-        >>> unwrap(command("run", "obs", ["python", "train.py", "--epochs", "1"]))
-        ['python', 'train.py', '--epochs', '1']
-    """
-    argv = list(argv)
-    if len(argv) > 3 and argv[1:3] == ["-m", MODULE] and "--" in argv[3:]:
-        return [argv[0], *argv[argv.index("--", 3) + 1:]]
-    return argv
+    """The command :func:`command` wrapped, as it was given (any other command unchanged)."""
+    argv, at = list(argv), _probe_at(argv)
+    if at is None:
+        return argv
+    return [*argv[:at - 2], *argv[argv.index("--", at + 2) + 1:]]
 
 
 def dumps_stacks(argv: Sequence[str]) -> bool:
     """Whether ``argv`` starts a probe that writes its stacks on SIGUSR1 (see :class:`Entry`)."""
-    entry = PROBES.get(argv[3]) if len(argv) > 3 and list(argv[1:3]) == ["-m", MODULE] else None
+    at = _probe_at(argv)
+    entry = PROBES.get(argv[at]) if at is not None else None
     return bool(entry and entry.stacks)
 
 
@@ -122,7 +164,8 @@ def run(probe: Probe, out: str, script: str, args: list[str], reraise: bool = Fa
     script = os.path.abspath(script)  # before the probe may change the working folder
     probe.prepare(out)
     sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(script))
+    folder = os.path.dirname(script)
+    sys.path.insert(0, folder)
     code = 0
     try:
         runpy.run_path(script, run_name="__main__")
@@ -132,11 +175,14 @@ def run(probe: Probe, out: str, script: str, args: list[str], reraise: bool = Fa
             print(e.code, file=sys.stderr)  # as Python prints sys.exit("message")
     except BaseException as e:  # noqa: BLE001 - everything is reported to the checker
         probe.failed(e)
-        code = 1
+        code = INTERRUPTED if isinstance(e, KeyboardInterrupt) else 1
         if reraise:
             sys.stdout.flush()
             probe.finish(code)
             raise
+    finally:
+        if folder in sys.path:  # a long-lived process runs the next script without this one's folder
+            sys.path.remove(folder)
     sys.stdout.flush()  # the script's output comes before what the probe adds
     probe.finish(code)
     return code
@@ -152,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     probe = kind.parse(rest[1:cut]) if 0 < cut < len(rest) - 1 else None
     if probe is None:
         return _usage(name, kind.OPTIONS)
-    return run(probe, rest[0], rest[cut + 1], rest[cut + 2:])
+    code = run(probe, rest[0], rest[cut + 1], rest[cut + 2:])
+    if PROBES[name].fast_exit:
+        leave(code)
+    return code
 
 
 def _usage(name: str, options: str) -> int:
@@ -162,4 +211,4 @@ def _usage(name: str, options: str) -> int:
 
 
 if __name__ == "__main__":
-    leave(main())
+    sys.exit(main())

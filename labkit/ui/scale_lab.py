@@ -31,6 +31,7 @@ from labkit.check.verdict import Failed
 from labkit.figures import large_batch as drawn
 from labkit.figures import step_profile
 from labkit.instrument.precision_workload import POLICIES
+from labkit.launching.launchers import LaunchError
 from labkit.measure import large_batch as experiment
 from labkit.measure import precision, profile_reference
 from labkit.nodes.virtual import VirtualNodes
@@ -141,6 +142,10 @@ def elastic_on_nodes(script: str, timeout: float = ELASTIC_TIMEOUT) -> ElasticRu
         print(f"Not run: {problem} Step 5's check ran the same exercise on this machine's slots.")
         return None
     cluster = VirtualNodes.load()
+    if cluster is not None and len(cluster.nodes) < elastic_run.WORKERS:
+        print(f"Not run: {len(cluster.nodes)} virtual node is up and a node must leave: `labkit nodes down`, then "
+              "`labkit nodes up` (2 nodes) as root, and run this cell again.")
+        return None
     if cluster is None:
         print("No virtual nodes are up: start two as root (`labkit nodes up`, lab 7) and run this cell again; "
               "`labkit nodes down` when you are done. Step 5's check ran the same exercise on this machine's slots.")
@@ -150,7 +155,7 @@ def elastic_on_nodes(script: str, timeout: float = ELASTIC_TIMEOUT) -> ElasticRu
               f"{cluster.nodes[1].name} leaves and comes back (a minute or two) ...", flush=True)
         try:
             run = elastic_run.run(Path(script).resolve(), Path(tmp), timeout, hostfile=cluster.hostfile)
-        except ValueError as e:
+        except (ValueError, LaunchError) as e:
             print(f"Not run: {e}")
             return None
     try:

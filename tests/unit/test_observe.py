@@ -262,3 +262,14 @@ def test_the_observer_has_no_batch_hooks_where_parameter_servers_forbid_them() -
     assert observe._observer(32)._implements_train_batch_hooks()
     ps = observe._observer(32, batch_hooks=False, steps=16)
     assert not ps._implements_train_batch_hooks() and not ps._implements_test_batch_hooks()
+
+
+def test_a_recorded_script_ends_as_python_ends_it(tmp_path: Path) -> None:
+    """Its threads are joined and its files closed: the run probe does not cut the interpreter's teardown short."""
+    path = tmp_path / "late.py"
+    path.write_text("import threading, time\nlog = open('log.txt', 'w')\nlog.write('buffered')\n"
+                    "threading.Thread(target=lambda: (time.sleep(0.5), open('late.txt', 'w').write('done'))).start()\n")
+    argv = probe_command("run", str(tmp_path / "obs"), [sys.executable, str(path)])
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "late.txt").read_text() == "done" and (tmp_path / "log.txt").read_text() == "buffered"

@@ -61,3 +61,14 @@ def test_task_records_and_observations_too_large_are_left_out(tmp_path: Path,
     assert list(tfdist.records(tmp_path)) == ["worker.1"]
     (tmp_path / "observed.1.json").write_text(json.dumps({"pad": "x" * 100}))
     assert observation.read(tmp_path) == []
+
+
+def test_a_hostile_events_file_is_read_bounded_and_never_crashes_the_checker(tmp_path: Path) -> None:
+    events = tmp_path / "worker.0.events.jsonl"
+    events.write_bytes(b'{"kind": "epoch_begin", "epoch": 0}\n' + b"[" * 100_000 + b"\n\xff\xfe{\n"
+                       + b'{"kind": "epoch_end", "epoch": 1e999999}\n')
+    unreadable: list[str] = []
+    assert [e.kind for e in tfdist.events(tmp_path, "worker.0", unreadable)] == ["epoch_begin"]
+    assert unreadable and "line 4" in unreadable[0]  # an epoch that is no number is named, with its line
+    events.write_bytes(b" " * (boundedjson.FILE_LIMIT + 1))
+    assert tfdist.events(tmp_path, "worker.0", unreadable) == [] and "larger than" in unreadable[-1]

@@ -27,10 +27,12 @@ class Seen:
 
 
 @pytest.mark.parametrize(("body", "code", "failed"), [
-    ("import sys\nassert sys.argv[1:] == ['--x', '1'] and __name__ == '__main__'\n", 0, False),
+    ("import os, sys\nassert sys.argv[1:] == ['--x', '1'] and __name__ == '__main__'\n"
+     "assert sys.path[0] == os.path.dirname(__file__)\n", 0, False),
     ("raise SystemExit(3)\n", 3, False),
     ("raise SystemExit('bye')\n", 1, False),
     ("raise RuntimeError('boom')\n", 1, True),
+    ("raise KeyboardInterrupt\n", 130, True),  # Ctrl-C: the shell's code for SIGINT, as without the probe
 ])
 def test_the_script_runs_as_main_and_its_end_is_handed_to_the_probe(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, code: int, failed: bool) -> None:
@@ -40,8 +42,9 @@ def test_the_script_runs_as_main_and_its_end_is_handed_to_the_probe(
     script.write_text(body)
     probe = Seen()
     assert start.run(probe, "out", str(script), ["--x", "1"]) == code
-    assert sys.argv == [str(script), "--x", "1"] and sys.path[0] == str(tmp_path)
-    assert probe.calls == [("prepare", "out"), *([("failed", "RuntimeError")] if failed else []), ("finish", code)]
+    assert sys.argv == [str(script), "--x", "1"] and str(tmp_path) not in sys.path  # the next script's path is its own
+    error = "KeyboardInterrupt" if code == 130 else "RuntimeError"
+    assert probe.calls == [("prepare", "out"), *([("failed", error)] if failed else []), ("finish", code)]
 
 
 def test_a_message_the_script_exits_with_is_printed_as_python_prints_it(
@@ -78,9 +81,15 @@ def test_a_script_command_is_wrapped_and_any_other_command_runs_as_it_is() -> No
     py = sys.executable
     assert start.command("horovod", "o", [py, "t.py", "--a"], ["--epochs", "0"]) == [
         py, "-m", start.MODULE, "horovod", "o", "--epochs", "0", "--", "t.py", "--a"]
-    assert start.command("run", "o", ["python3.12", "t.py"])[:4] == ["python3.12", "-m", start.MODULE, "run"]
-    for other in (["bash", "go.sh"], [py, "-m", "pkg"], [py, "-c", "print(1)"], [py], ["pythonic", "t.py"]):
-        assert start.command("run", "o", other) == other
+    # the interpreter's own options stay before the probe: python -u train.py is observed too
+    assert start.command("run", "o", [py, "-u", "-X", "dev", "-Wignore", "t.py"]) == [
+        py, "-u", "-X", "dev", "-Wignore", "-m", start.MODULE, "run", "o", "--", "t.py"]
+    sibling = str(Path(py).with_name("python3.99"))  # another Python of this environment
+    assert start.command("run", "o", [sibling, "t.py"])[:4] == [sibling, "-m", start.MODULE, "run"]
+    other = "/nowhere/bin/python3"  # another Python, which has no labkit: it runs as it is, unobserved
+    for given in (["bash", "go.sh"], [py, "-m", "pkg"], [py, "-c", "print(1)"], [py], [py, "-u"], [other, "t.py"],
+                  [py, "--version"], [py, "-", "t.py"]):
+        assert start.command("run", "o", given) == given
     with pytest.raises(KeyError, match="no probe 'nope'"):
         start.command("nope", "o", [py, "t.py"])
 
@@ -90,11 +99,12 @@ def test_only_a_probe_that_writes_its_stacks_is_sent_sigusr1_first() -> None:
     assert start.dumps_stacks(start.command("horovod", "o", [py, "t.py"]))
     assert start.dumps_stacks(start.command("tfdist", "o", [py, "t.py"]))
     assert not start.dumps_stacks(start.command("run", "o", [py, "t.py"]))  # SIGUSR1 would kill a plain script
+    assert start.dumps_stacks(start.command("horovod", "o", [py, "-u", "-X", "dev", "t.py"]))
     assert not start.dumps_stacks([py, "t.py"]) and not start.dumps_stacks([py, "-m", start.MODULE])
 
 
 def test_a_wrapped_command_unwraps_to_the_one_given() -> None:
     py = sys.executable
-    for given in ([py, "t.py", "--", "x"], ["bash", "go.sh"], [py, "-m", "pkg", "--", "a"]):
+    for given in ([py, "t.py", "--", "x"], ["bash", "go.sh"], [py, "-m", "pkg", "--", "a"], [py, "-X", "dev", "t.py"]):
         assert start.unwrap(start.command("horovod", "o", given, ["--epochs", "0"])) == given
         assert start.unwrap(start.command("run", "o", given)) == given
