@@ -19,7 +19,7 @@ import numpy as np
 
 from labkit.check import ending
 from labkit.check.verdict import Failed
-from labkit.instrument.start import command as probe_command
+from labkit.instrument import start
 from labkit.launching import launch
 from labkit.launching.jobspec import JobSpec
 from labkit.records import evidence
@@ -94,7 +94,7 @@ def run(script: Path, args: list[str], out: Path, cwd: Path, timeout: float,
     flags += ["--fit-bound", str(FIT_FACTOR)]  # a rank that never gets to fit is stopped and told then
     oom = ending.oom_kills()
     # Probe runs are not the learner's runs: not recorded.
-    cmd = probe_command("horovod", str(out), [sys.executable, str(script), *args], flags)
+    cmd = start.command("horovod", str(out), [sys.executable, str(script), *args], flags)
     job = launch.run(cmd,
                      job=JobSpec(timeout=timeout, threads=1, log_dir=out.with_name(out.name + "-logs"),
                                  env=dict(PROBE_ENV), quiet=True, cwd=cwd, record=False), np=NP, launcher="mpirun")

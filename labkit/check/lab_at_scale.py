@@ -40,12 +40,12 @@ from labkit.check.hvd_lr import BASE_LR
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
 from labkit.figures import step_profile
-from labkit.records import hvd_evidence
+from labkit.records import evidence as saved
 from labkit.records.hvd_evidence import AtScaleEvidence, kept
 from labkit.records.hvd_probe import Profiled, RankRecord
 
 EVIDENCE = AtScaleEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
-evidence = hvd_evidence.at_scale  # the evidence from its JSON, every field checked (how a test builds one)
+evidence = saved.from_json(EVIDENCE)  # the evidence from its JSON, every field checked (how a test builds one)
 K = 3  # --accumulate: not the 2 workers, so that a rate scaled by one cannot pass for the other
 EPOCHS = 2  # the first warms the rate up, the second runs at the scaled rate
 RUN_ARGS = ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--val-batch-size", str(BATCH), "--base-lr",

@@ -24,12 +24,11 @@ from labkit.check.lab_horovod import ARGS as HOROVOD_ARGS
 from labkit.check.verdict import Failed
 from labkit.instrument import probe_allreduce
 from labkit.records import evidence as saved
-from labkit.records import hvd_evidence
 from labkit.records.hvd_evidence import CommunicationEvidence, kept
 from labkit.records.hvd_probe import Allreduced
 
 EVIDENCE = CommunicationEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
-evidence = hvd_evidence.communication  # the evidence from its JSON, every field checked (how a test builds one)
+evidence = saved.from_json(EVIDENCE)  # the evidence from its JSON, every field checked (how a test builds one)
 FLAG = "--fp16-allreduce"
 ARGS = [*HOROVOD_ARGS, FLAG]
 HALF = "float16"

@@ -23,11 +23,11 @@ from labkit.check.hvd_lr import LR_ARGS, LR_EPOCHS, explained, lr_args, step_8
 from labkit.check.hvd_resume import CHECKPOINT_ARGS, step_7
 from labkit.check.hvd_runs import BATCH
 from labkit.check.verdict import Failed
-from labkit.records import hvd_evidence
+from labkit.records import evidence as saved
 from labkit.records.hvd_evidence import HorovodEvidence, Resume, kept
 
 EVIDENCE = HorovodEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
-evidence = hvd_evidence.horovod  # the evidence from its JSON, every field checked (how a test builds one)
+evidence = saved.from_json(EVIDENCE)  # the evidence from its JSON, every field checked (how a test builds one)
 ARGS = ["--epochs", "1", "--batch-size", str(BATCH), "--val-batch-size", str(BATCH)]
 
 

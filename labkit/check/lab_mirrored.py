@@ -7,14 +7,15 @@ from pathlib import Path
 from labkit.check import ending, tfdist
 from labkit.check.verdict import Failed
 from labkit.core import contract, output
-from labkit.records import tfdist_evidence, tfdist_probe
+from labkit.records import evidence as saved
+from labkit.records import tfdist_probe
 from labkit.records.tfdist_evidence import Left, Mirrored
 from labkit.records.tfdist_probe import Fit, Task
 
 DEVICES = 2
 MODEL = "saved/model.keras"
 EVIDENCE = Mirrored  # what collect returns and the judges read (labkit.check.judging saves and loads it)
-evidence = tfdist_evidence.mirrored  # the evidence from its JSON, every field checked (how a test builds one)
+evidence = saved.from_json(EVIDENCE)  # the evidence from its JSON, every field checked (how a test builds one)
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> Mirrored:

@@ -16,7 +16,8 @@ from labkit.check import lr_rule, tfdist
 from labkit.check.verdict import Failed
 from labkit.core import contract, proc
 from labkit.launching.jobspec import JobSpec
-from labkit.records import tfdist_evidence, tfdist_probe
+from labkit.records import evidence as saved
+from labkit.records import tfdist_probe
 from labkit.records.tfdist_evidence import Kill, MultiWorker
 from labkit.records.tfdist_probe import Event, Fit, Task
 from labkit.tfdist import cluster
@@ -24,7 +25,7 @@ from labkit.tfdist.cluster import Tasks
 
 WORKERS = 2
 EVIDENCE = MultiWorker  # what collect returns and the judges read (labkit.check.judging saves and loads it)
-evidence = tfdist_evidence.multi_worker  # the evidence from its JSON, every field checked (how a test builds one)
+evidence = saved.from_json(EVIDENCE)  # the evidence from its JSON, every field checked (how a test builds one)
 MODEL = "saved/model.keras"
 BASE_LR, LR_EPOCHS = 0.02, 6  # --base-lr unlike any mode's default; epochs enough for a 5-epoch warm-up
 WORDS = lr_rule.Words(

@@ -8,7 +8,7 @@ from pathlib import Path
 from labkit.check import ending, tfdist
 from labkit.check.verdict import Failed
 from labkit.launching.jobspec import JobSpec
-from labkit.records import tfdist_evidence
+from labkit.records import evidence as saved
 from labkit.records.tfdist_evidence import ParameterServer
 from labkit.records.tfdist_probe import Fit, Task
 from labkit.tfdist import cluster
@@ -16,7 +16,7 @@ from labkit.tfdist.cluster import Tasks
 
 SERVERS = ("worker.0", "worker.1", "ps.0")
 EVIDENCE = ParameterServer  # what collect returns and the judges read (labkit.check.judging saves and loads it)
-evidence = tfdist_evidence.parameter_server  # the evidence from its JSON, every field checked (how a test builds one)
+evidence = saved.from_json(EVIDENCE)  # the evidence from its JSON, every field checked (how a test builds one)
 
 
 def collect(script: Path, upto: int, timeout: float, work: Path) -> ParameterServer:

@@ -31,7 +31,7 @@ import dataclasses
 import shlex
 from pathlib import Path
 
-from labkit.check import sbatch_dry, scale_out_evidence
+from labkit.check import sbatch_dry
 from labkit.check.scale_out_evidence import Batch, DryRun, Hostfile, Request, ScaleOutEvidence
 from labkit.check.scale_out_ranks import ALONE, Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
 from labkit.check.verdict import Failed
@@ -39,6 +39,7 @@ from labkit.course import labs
 from labkit.launching import hosts, mpimap, slurm_alloc
 from labkit.launching import sbatch_read as sr
 from labkit.launching.launch_lines import python_script
+from labkit.records import evidence as saved
 
 LAB = "scale-out"
 CLUSTER = slurm_alloc.Cluster()
@@ -50,7 +51,7 @@ LAUNCH_HINT = "`mpirun python fashion_mnist.py` or `srun --mpi=pmix python fashi
 PER_NODE_HINT = "#SBATCH --nodes=2 and #SBATCH --ntasks-per-node=4"
 GPU_HINT = "#SBATCH --gpus-per-node=4 (or --gres=gpu:4)"
 EVIDENCE = ScaleOutEvidence  # what collect returns and the judges read (labkit.check.judging saves and loads it)
-evidence = scale_out_evidence.read  # the evidence from its JSON, every field checked (how a test builds one)
+evidence = saved.from_json(EVIDENCE)  # the evidence from its JSON, every field checked (how a test builds one)
 
 
 def files(script: Path) -> tuple[Path, Path]:

@@ -10,7 +10,6 @@ run never had is left out of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from labkit.check.sbatch_dry import BatchRun
 from labkit.check.scale_out_ranks import Launched
@@ -103,9 +102,3 @@ class ScaleOutEvidence(Evidence):
 
     def cut_short(self) -> bool:
         return bool(self.timed_out)
-
-
-def read(data: Any) -> ScaleOutEvidence:
-    """The check's evidence from its JSON (decoded), every field checked; :class:`typed.RecordError` names what is
-    wrong. Saved evidence is read by :func:`labkit.check.judging.load`; this is how a test builds one."""
-    return typed.parse(ScaleOutEvidence, data, "evidence")

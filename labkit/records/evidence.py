@@ -17,6 +17,7 @@ evidence, is of another version or holds a field of the wrong type raises :class
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,6 +85,16 @@ def record(cls: type[T], path: Path, unreadable: list[str] | None = None) -> T |
         if unreadable is not None:
             unreadable.append(str(e))
         return None
+
+
+def from_json(cls: type[E]) -> Callable[[Any], E]:
+    """The parser of ``cls`` from its decoded JSON, every field checked (:class:`typed.RecordError` names what is
+    wrong): how a test builds a lab's evidence. Saved evidence is read by :func:`labkit.check.judging.load`."""
+
+    def parse_evidence(data: Any) -> E:
+        return typed.parse(cls, data, "evidence")
+
+    return parse_evidence
 
 
 def write(evidence: Evidence, path: Path) -> None:

@@ -125,19 +125,3 @@ def kept(run: Run, cls: type[R], **more: Any) -> R:
     run's own: its ``lab``, its ``unreadable``)."""
     own = {f.name: getattr(run, f.name) for f in dataclasses.fields(Run)}
     return cls(**{**own, **more})
-
-
-def horovod(data: Any) -> HorovodEvidence:
-    """The Horovod lab's evidence from its JSON (decoded), every field checked; :class:`typed.RecordError` names
-    what is wrong. Saved evidence is read by :func:`labkit.check.judging.load`; this is how a test builds one."""
-    return typed.parse(HorovodEvidence, data, "evidence")
-
-
-def communication(data: Any) -> CommunicationEvidence:
-    """The communication lab's evidence from its JSON (decoded), as :func:`horovod`."""
-    return typed.parse(CommunicationEvidence, data, "evidence")
-
-
-def at_scale(data: Any) -> AtScaleEvidence:
-    """Lab 9's evidence from its JSON (decoded), as :func:`horovod`."""
-    return typed.parse(AtScaleEvidence, data, "evidence")

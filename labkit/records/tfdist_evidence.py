@@ -11,7 +11,6 @@ kill's fields as far as the kill went).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from labkit.records import typed
 from labkit.records.evidence import Evidence
@@ -93,20 +92,3 @@ class ParameterServer(Run):
 
     epochs: int = 0
     steps_per_epoch: int = 0
-
-
-def mirrored(data: Any) -> Mirrored:
-    """The MirroredStrategy lab's evidence from its JSON (decoded), every field checked; :class:`typed.RecordError`
-    names what is wrong. Saved evidence is read by :func:`labkit.check.judging.load`; this is how a test builds
-    one."""
-    return typed.parse(Mirrored, data, "evidence")
-
-
-def multi_worker(data: Any) -> MultiWorker:
-    """The multi-worker lab's evidence from its JSON (decoded), as :func:`mirrored`."""
-    return typed.parse(MultiWorker, data, "evidence")
-
-
-def parameter_server(data: Any) -> ParameterServer:
-    """The parameter-server lab's evidence from its JSON (decoded), as :func:`mirrored`."""
-    return typed.parse(ParameterServer, data, "evidence")

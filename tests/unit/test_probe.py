@@ -57,7 +57,7 @@ def test_a_rank_that_never_reaches_fit_is_stopped_at_its_bound_with_its_stack(tm
 
     from labkit.check import ending
     from labkit.instrument import probe_record
-    from labkit.records import hvd_evidence
+    from labkit.records import evidence, hvd_evidence
 
     code = (f"import time\nfrom labkit.instrument import probe_record as p\nr = p.Rank({str(tmp_path)!r})\n"
             "r.milestone('patched')\n"
@@ -75,7 +75,7 @@ def test_a_rank_that_never_reaches_fit_is_stopped_at_its_bound_with_its_stack(tm
     assert at and at.function == "stuck" and "time.sleep(60)" in (at.code or "")
     state["fit_rule"] = {"factor": 4, "floor_s": 10}
     state["fit_bound"]["patched_s"] = 2.0
-    record = hvd_evidence.horovod({"np": 2, "states": {"0": state}}).state(0)
+    record = evidence.from_json(hvd_evidence.HorovodEvidence)({"np": 2, "states": {"0": state}}).state(0)
     assert "a correct script calls model.fit within 2 s here: 4 times the 2.0 s" in ending.bound_text(
         record.fit_bound, record.fit_rule)
 

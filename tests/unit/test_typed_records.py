@@ -167,6 +167,6 @@ def test_a_horovod_run_kept_as_evidence_is_saved_with_the_keys_it_always_had() -
                                          lr_run=run, oom_kills=1))
     assert "partial" not in later and later["oom_kills"] == 1 and set(later["resume"]) == {"first"}
     assert "format" not in later["resume"]["first"] and "oom_kills" not in later["resume"]["first"]
-    ev = hvd_evidence.horovod(json.loads(json.dumps(later)))
+    ev = evidence.from_json(hvd_evidence.HorovodEvidence)(json.loads(json.dumps(later)))
     assert ev.runs() == [ev, run, run] and ev.processes_left() == [("0", []), ("1", ["sleep 9"])] * 3
     assert ev.end(1).running_at_end == stopped and ev.cut_short() is False and ev.record_error() is None
