@@ -1,7 +1,8 @@
 """Patching library modules from outside a script, for the probes and the observer.
 
-* :func:`when_imported` runs a hook on a module right after it is executed, before
-  anyone imports names from it (so ``from tf_keras... import X`` sees the patch);
+* :class:`AfterImport` runs a hook on a module right after it is executed, before
+  anyone imports names from it (so ``from tf_keras... import X`` sees the patch); a rank's one
+  finder is its observer's (:mod:`labkit.instrument.observer`);
 * :func:`set_everywhere` sets a name in every module path a script may import a
   Keras module from (``tensorflow.keras``, ``tf_keras``, ...).
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class AfterImport(importlib.abc.MetaPathFinder):
     """Run a function on a module right after it is executed (before anyone imports from it)."""
 
     def __init__(self) -> None:
@@ -38,18 +39,15 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         spec.loader.exec_module = exec_module
         return spec
 
-
-_FINDER = _AfterImport()
-
-
-def when_imported(name: str, hook: Callable[[Any], None]) -> None:
-    """Call ``hook(module)`` now if ``name`` is loaded, else right after it is executed."""
-    if name in sys.modules:
-        hook(sys.modules[name])
-        return
-    _FINDER.hooks.setdefault(name, []).append(hook)
-    if _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
+    def when_imported(self, name: str, hook: Callable[[Any], None]) -> None:
+        """Call ``hook(module)`` now if ``name`` is loaded, else right after it is executed (this finder goes
+        first into ``sys.meta_path`` with its first hook)."""
+        if name in sys.modules:
+            hook(sys.modules[name])
+            return
+        self.hooks.setdefault(name, []).append(hook)
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
 
 
 def set_everywhere(tf: Any, sub: str, name: str, value: Any) -> None:

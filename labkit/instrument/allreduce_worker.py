@@ -17,8 +17,6 @@ import json
 import os
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 MARK = "ALLREDUCE "
 
 
@@ -77,6 +75,8 @@ def mwms(sizes: list[int], warmup: int, repeat: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", required=True, help="bytes per tensor, comma-separated")
     p.add_argument("--repeat", type=int, default=5)

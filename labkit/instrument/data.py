@@ -7,6 +7,7 @@ Debian's ``dataset-fashion-mnist`` package (``/usr/share/datasets/fashion-mnist`
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import shutil
@@ -153,7 +154,13 @@ def download() -> Path:
     return keras_cache_dir()
 
 
-_CACHE: dict[str, tuple[Split, Split]] = {}
+@functools.lru_cache(maxsize=4)
+def _splits(folder: str) -> tuple[Split, Split]:
+    """The train and test splits of the files in ``folder``, read once per process (:class:`DataError` for a
+    damaged file)."""
+    arrays = {k: _read_idx(Path(folder) / name, magic, shape) for k, (name, magic, shape) in FILES.items()}
+    return (Split(arrays["train_images"], arrays["train_labels"].astype(np.int64)),
+            Split(arrays["test_images"], arrays["test_labels"].astype(np.int64)))
 
 
 def load(train_size: int | None = None, test_size: int | None = None, offset: int = 0) -> tuple[Split, Split]:
@@ -163,20 +170,10 @@ def load(train_size: int | None = None, test_size: int | None = None, offset: in
     """
     # Reading validates each file, so the folder is not validated (decompressed) twice;
     # only when its files turn out damaged is a fully validated folder looked for.
-    d = locate(validate=False)
-    key = str(d)
-    if key not in _CACHE:
-        try:
-            arrays = {k: _read_idx(d / name, magic, shape) for k, (name, magic, shape) in FILES.items()}
-        except DataError:
-            d = locate()
-            key = str(d)
-            arrays = {k: _read_idx(d / name, magic, shape) for k, (name, magic, shape) in FILES.items()}
-        _CACHE[key] = (
-            Split(arrays["train_images"], arrays["train_labels"].astype(np.int64)),
-            Split(arrays["test_images"], arrays["test_labels"].astype(np.int64)),
-        )
-    train, test = _CACHE[key]
+    try:
+        train, test = _splits(str(locate(validate=False)))
+    except DataError:
+        train, test = _splits(str(locate()))
     return _subset(train, train_size, offset), _subset(test, test_size, offset)
 
 

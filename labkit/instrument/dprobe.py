@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 from labkit.core import contract, stacks
 from labkit.instrument import data
 from labkit.instrument.dprobe_record import Recorder, digest, model_variables, sample_batches
-from labkit.instrument.hooks import dataset
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
+from labkit.instrument.observer import OBSERVER
 from labkit.records.tfdist_probe import Fit, Load
 
 
@@ -54,7 +54,7 @@ def install(rec: Recorder) -> None:
 
     # A probed run trains a few batches: optimising their graphs (Grappler) costs more than it saves.
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    dataset.replace(tagged)
+    OBSERVER.replace_data(tagged)
 
     base_init = distribute_lib.StrategyBase.__init__
 
@@ -116,7 +116,7 @@ def install(rec: Recorder) -> None:
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.rates.append(learning_rate(self.model.optimizer))  # after the script's callbacks set it
 
-    fit_hook.add(_FitListener(rec, Events, BatchEvents))
+    OBSERVER.fit.add(_FitListener(rec, Events, BatchEvents))
     model_cls = tf.keras.Model
     original_save = model_cls.save
 

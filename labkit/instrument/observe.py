@@ -36,84 +36,45 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from labkit.core import contract, env, files, identity, patch
+from labkit.core import contract, env, files, identity
 from labkit.instrument import optimizer_knobs, shrink
-from labkit.instrument.hooks import arguments
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import batch_of
+from labkit.instrument.observer import OBSERVER
 from labkit.records import jobrecord, observation, runs, typed
-from labkit.records.observation import EpochNote, FitNote, Observation
+from labkit.records.observation import EpochNote, FitNote
 
 SHRINK_VAR = contract.SHRINK
-
-
-class Observer:
-    """This process's observer: what it saw so far (``record``, written to ``observed.PID.json``), and what it
-    holds only while the script runs (the strategy, the parsed arguments)."""
-
-    def __init__(self) -> None:
-        self.record = Observation()
-        self.strategy: Any = None
-        self.args: Any = None
-        self.installed = False
-
-    def begin(self, folder: str | None) -> None:
-        """A fresh record for the run about to start in ``folder``."""
-        self.record = Observation(pid=os.getpid(), started=time.time(), folder=folder,
-                                  task=contract.settings().task)
-        self.strategy = self.args = None
-
-    def error(self, what: str) -> None:
-        """An observer's error: kept in the record, never raised into the script."""
-        self.record.observer_errors.append(what)
-
-
-OBSERVER = Observer()
-
-
-# ----------------------------------------------------------------------------- after-import hooks
-
-
-def when_imported(name: str, hook: Callable[[Any], None]) -> None:
-    """:func:`labkit.core.patch.when_imported`, but a failing hook is noted, never raised into the script."""
-
-    def guarded(module: Any) -> None:
-        try:
-            hook(module)
-        except Exception as e:  # noqa: BLE001 - observing must never break the script
-            OBSERVER.error(f"{name}: {type(e).__name__}: {e}")
-
-    patch.when_imported(name, guarded)
 
 
 # ----------------------------------------------------------------------------- the record-to-be
 
 
 def _save() -> None:
-    rec = OBSERVER.record
+    rec = OBSERVER.run.record
     if not rec.folder:
         return
     try:
         # The world as training saw it: at exit Horovod (or a strategy) may already be shut down.
         if not (rec.train_end and rec.world):
-            rec.world = identity.world(OBSERVER.strategy)
+            rec.world = identity.world(OBSERVER.run.strategy)
         rec.argv = list(sys.argv)
         _config()
         rec.updated = time.time()
         files.write_json_atomic(observation.path(rec.folder, os.getpid()),
                                 json.loads(json.dumps(typed.dump(rec), default=str)))
     except Exception as e:  # noqa: BLE001
-        OBSERVER.error(f"save: {e}")
+        OBSERVER.run.error(f"save: {e}")
 
 
 def _live() -> None:
     """The chief keeps ``runs/live/RUN_ID.json`` current for :mod:`labkit.ui.dashboard`."""
     run_id = os.environ.get(runs.RUN_ID_VAR)
-    world = OBSERVER.record.world
+    world = OBSERVER.run.record.world
     if not run_id or world is None or not world.is_chief:
         return
     try:
-        runs.write_live(dataclasses.replace(jobrecord.observed_record(OBSERVER.record, run_id), status="running"))
+        runs.write_live(dataclasses.replace(jobrecord.observed_record(OBSERVER.run.record, run_id), status="running"))
     except Exception:  # noqa: BLE001 - progress display is best effort
         pass
 
@@ -124,7 +85,7 @@ def _live() -> None:
 def _config() -> None:
     """The script's parsed arguments as they are now (plain values only)."""
     try:
-        OBSERVER.record.config = {k: v for k, v in vars(OBSERVER.args).items()
+        OBSERVER.run.record.config = {k: v for k, v in vars(OBSERVER.run.args).items()
                                   if isinstance(v, (str, int, float, bool)) or v is None}
     except TypeError:  # no namespace (yet)
         pass
@@ -133,7 +94,7 @@ def _config() -> None:
 def _arguments(ns: Any, extras: list[str]) -> list[str]:
     """The script's own command line was parsed: keep its namespace (read at each save: scripts fill defaults in
     after parsing, e.g. by mode)."""
-    OBSERVER.args = ns
+    OBSERVER.run.args = ns
     _config()
     return extras
 
@@ -144,28 +105,26 @@ class _FitListener:
     def before(self, call: fit_hook.FitCall) -> None:
         try:
             a = call.arguments
-            OBSERVER.strategy = getattr(call.model, "distribute_strategy", None)
+            OBSERVER.run.strategy = getattr(call.model, "distribute_strategy", None)
             per_step, how = batch_of(a.get("x"), a.get("batch_size"))
-            OBSERVER.record.fits.append(FitNote(time.time(), per_step, how, a.get("epochs"), a.get("steps_per_epoch"),
-                                                a.get("initial_epoch")))
+            OBSERVER.run.record.fits.append(FitNote(time.time(), per_step, how, a.get("epochs"),
+                                                    a.get("steps_per_epoch"), a.get("initial_epoch")))
             # Keras refuses batch-level callbacks under a ParameterServerStrategy: count steps from fit's arguments.
-            ps = "ParameterServer" in type(OBSERVER.strategy).__name__
+            ps = "ParameterServer" in type(OBSERVER.run.strategy).__name__
             call.callbacks.append(_observer(per_step, batch_hooks=not ps, steps=a.get("steps_per_epoch")))
         except Exception as e:  # noqa: BLE001 - never stand between the script and fit
-            OBSERVER.error(f"fit: {type(e).__name__}: {e}")
+            OBSERVER.run.error(f"fit: {type(e).__name__}: {e}")
 
     def after(self, call: fit_hook.FitCall) -> None:
         pass
 
-
-_FIT = _FitListener()
 
 
 def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None = None) -> Any:
     """The callback that records each epoch; without ``batch_hooks`` (parameter servers) steps come from ``steps``."""
     import tensorflow as tf
 
-    rec = OBSERVER.record
+    rec = OBSERVER.run.record
 
     class EpochObserver(tf.keras.callbacks.Callback):
         """Times each epoch's training steps (validation excluded) and keeps its metrics."""
@@ -178,7 +137,7 @@ def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None 
                 rec.gradient_bytes = sum(int(w.shape.num_elements() or 0) * w.dtype.size
                                          for w in self.model.trainable_weights)
             except Exception as e:  # noqa: BLE001 - never stand between the script and fit
-                OBSERVER.error(f"gradient size: {e}")
+                OBSERVER.run.error(f"gradient size: {e}")
             self.batches = 0
             self.t0 = self.c0 = 0.0
             self.train_s: float | None = None
@@ -221,17 +180,10 @@ def _observer(per_step: int | None, batch_hooks: bool = True, steps: int | None 
     return BatchObserver() if batch_hooks else EpochObserver()
 
 
-def _patch_coordinator(module: Any) -> None:
-    """ParameterServerStrategy: note when each worker finished each step (closure) the coordinator sent it."""
-    real = module.Worker._process_closure
-
-    def _process_closure(self: Any, closure: Any) -> Any:
-        try:
-            return real(self, closure)
-        finally:
-            OBSERVER.record.worker_steps.setdefault(str(self.worker_index), []).append(round(time.time(), 3))
-
-    module.Worker._process_closure = _process_closure
+def _worker_step(worker: int) -> None:
+    """ParameterServerStrategy: a worker finished a step (closure) the coordinator sent it
+    (:mod:`labkit.instrument.hooks.coordinator`)."""
+    OBSERVER.run.record.worker_steps.setdefault(str(worker), []).append(round(time.time(), 3))
 
 
 def _from_outside(key: str, spec: str, make: Callable[[str], tuple[Any, dict[str, Callable[[Any], None]]]]) -> None:
@@ -240,24 +192,24 @@ def _from_outside(key: str, spec: str, make: Callable[[str], tuple[Any, dict[str
     try:
         note, hooks = make(spec)
     except ValueError as e:
-        OBSERVER.error(str(e))
+        OBSERVER.run.error(str(e))
         return
-    setattr(OBSERVER.record, key, note)
+    setattr(OBSERVER.run.record, key, note)
     for module, hook in hooks.items():
-        when_imported(module, hook)
+        OBSERVER.when_imported(module, hook, noted=True)
 
 
 def _install() -> None:
     """The hooks, once per process: arguments, the patches a benchmark sets from outside, fit, the coordinator."""
-    arguments.add(_arguments)
+    OBSERVER.arguments.add(_arguments)
     job = contract.current()
     if job.shrink:
         _from_outside("shrink", job.shrink, shrink.from_spec)
     if job.optimizer:
         _from_outside("optimizer_knobs", job.optimizer, optimizer_knobs.from_spec)
-    fit_hook.add(_FIT)
-    when_imported("tensorflow.python.distribute.coordinator.cluster_coordinator", _patch_coordinator)
-    OBSERVER.installed = True
+    OBSERVER.fit.add(_FitListener())
+    OBSERVER.closures.add(_worker_step)
+    OBSERVER.run.installed = True
 
 
 def begin(folder: str) -> bool:
@@ -265,8 +217,8 @@ def begin(folder: str) -> bool:
     the first time); True when observing. Never raises."""
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        OBSERVER.begin(folder)
-        if not OBSERVER.installed:
+        OBSERVER.run.begin(folder)
+        if not OBSERVER.run.installed:
             _install()
     except Exception as e:  # noqa: BLE001 - observing must never stop the script
         print(f"labkit: could not observe this run: {e}", file=sys.stderr)
@@ -276,7 +228,7 @@ def begin(folder: str) -> bool:
 
 def end() -> None:
     """The run observed since :func:`begin` is over: write its last observation."""
-    OBSERVER.record.ended = time.time()
+    OBSERVER.run.record.ended = time.time()
     _save()
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from labkit.instrument import data, probe_allreduce
 from labkit.instrument.callback_reads import plain, wrap_callback
-from labkit.instrument.hooks import arguments, conv, dataset
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
+from labkit.instrument.observer import OBSERVER
 from labkit.instrument.probe_record import FAKE_GPUS, TEST_PER_RANK, TRAIN_PER_RANK, Rank
 from labkit.records.hvd_probe import CallbackRead, Epoch, EvaluateCall, FitCall, LayerDtypes, ModelDtypes, Save
 
@@ -45,11 +45,11 @@ def patch_arguments(rank: Rank, tolerated: list[str]) -> None:
             kept.append(arg)
         return kept
 
-    arguments.add(drop_tolerated)
+    OBSERVER.arguments.add(drop_tolerated)
 
 
 def patch_data(rank: Rank) -> None:
-    """Each rank's own tiny slice of Fashion-MNIST (:mod:`labkit.instrument.hooks.dataset`)."""
+    """Each rank's own tiny slice of Fashion-MNIST (:meth:`labkit.instrument.observer.Observer.replace_data`)."""
     import numpy as np
 
     offset = rank.rank * (TRAIN_PER_RANK + TEST_PER_RANK)
@@ -61,7 +61,7 @@ def patch_data(rank: Rank) -> None:
 
         return load_data
 
-    dataset.replace(slice_of_rank)
+    OBSERVER.replace_data(slice_of_rank)
 
 
 def shrink(filters: int) -> int:
@@ -70,8 +70,8 @@ def shrink(filters: int) -> int:
 
 
 def patch_model() -> None:
-    """Narrow convolutions (:mod:`labkit.instrument.hooks.conv`)."""
-    conv.narrow(shrink)
+    """Narrow convolutions (:meth:`labkit.instrument.observer.Observer.narrow`)."""
+    OBSERVER.narrow(shrink)
 
 
 def patch_devices(tf: Any, rank: Rank) -> None:
@@ -327,7 +327,7 @@ class _FitListener:
 def patch_keras(tf: Any, rank: Rank, max_epochs: int = 1) -> None:
     import inspect
 
-    fit_hook.add(_FitListener(tf, max_epochs, rank))
+    OBSERVER.fit.add(_FitListener(tf, max_epochs, rank))
     model_cls = tf.keras.Model
     real_evaluate = model_cls.evaluate
 

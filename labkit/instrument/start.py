@@ -81,7 +81,7 @@ def probe_class(name: str) -> ProbeClass:
 
 
 # The interpreter's own options that come before the script (``python -u train.py``); those taking a value.
-FLAGS = set("bBdEhiIOPqsSuvx")
+FLAGS = frozenset("bBdEhiIOPqsSuvx")
 VALUED = ("-X", "-W")
 
 

@@ -38,18 +38,24 @@ class Listener:
 
 
 @pytest.fixture()
-def hook(monkeypatch: pytest.MonkeyPatch) -> type:
-    monkeypatch.setattr(fit_hook, "_HOOK", Listeners(lambda: None))  # wrapped by hand below, never tf-keras's own
+def listeners() -> Listeners[fit_hook.Listener]:
+    return Listeners(lambda: None)  # this test's own table, the class wrapped by hand below (never tf-keras's)
+
+
+@pytest.fixture()
+def hook(listeners: Listeners[fit_hook.Listener]) -> type:
     cls = type("Model", (Model,), {})
-    fit_hook.wrap(cls)
+    fit_hook.wrap(cls, listeners)
     return cls
 
 
-def test_every_listener_runs_around_one_fit_in_order_and_sees_it_end(hook: type) -> None:
+def test_every_listener_runs_around_one_fit_in_order_and_sees_it_end(hook: type, listeners: Listeners) -> None:
     seen: list[str] = []
     assert hook().fit("data", epochs=3) == {"x": "data", "epochs": 3, "callbacks": [], "verbose": "auto"}  # none yet
-    fit_hook.add(Listener("a", seen))
-    fit_hook.add(Listener("b", seen))
+    first = Listener("a", seen)
+    listeners.add(first)
+    listeners.add(first)  # added once, however often
+    listeners.add(Listener("b", seen))
     out = hook().fit("data", None, 2, ["mine"])  # positional arguments are bound by name
     assert out == {"x": "data", "epochs": 2, "callbacks": ["mine", "a", "b"], "verbose": "auto"}
     assert seen == ["before a", "before b", "after b ok", "after a ok"]
@@ -61,7 +67,7 @@ def test_every_listener_runs_around_one_fit_in_order_and_sees_it_end(hook: type)
         hook().fit(nonsense=1)  # fit's own error for a wrong call, as without the hook
 
 
-def test_a_listener_may_change_the_arguments_or_end_the_process_before_fit(hook: type) -> None:
+def test_a_listener_may_change_the_arguments_or_end_the_process_before_fit(hook: type, listeners: Listeners) -> None:
     seen: list[str] = []
 
     class Stop(Listener):
@@ -71,9 +77,9 @@ def test_a_listener_may_change_the_arguments_or_end_the_process_before_fit(hook:
             if call.arguments["x"] == "stop":
                 raise SystemExit(0)
 
-    fit_hook.add(Listener("first", seen))
-    fit_hook.add(Stop("stop", seen))
-    fit_hook.add(Listener("never", seen))
+    listeners.add(Listener("first", seen))
+    listeners.add(Stop("stop", seen))
+    listeners.add(Listener("never", seen))
     assert hook().fit("data", epochs=9)["epochs"] == 1
     seen.clear()
     with pytest.raises(SystemExit):
@@ -82,8 +88,8 @@ def test_a_listener_may_change_the_arguments_or_end_the_process_before_fit(hook:
 
 
 def test_the_command_line_passes_every_listener_and_a_parsers_own_list_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
-    monkeypatch.setattr(arguments, "_HOOK", arguments.new_hook())
+    parser_cls = type("ArgumentParser", (argparse.ArgumentParser,), {})
+    listeners: Listeners[arguments.Listener] = Listeners(lambda: arguments.wrap(parser_cls, listeners))
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3", "--extra", "x"])
     seen: list[tuple[int, list[str]]] = []
 
@@ -91,9 +97,9 @@ def test_the_command_line_passes_every_listener_and_a_parsers_own_list_none(monk
         seen.append((ns.epochs, extras))
         return extras
 
-    arguments.add(keep)
-    arguments.add(lambda _ns, extras: [e for e in extras if e not in ("--extra", "x")])
-    parser = argparse.ArgumentParser()
+    listeners.add(keep)
+    listeners.add(lambda _ns, extras: [e for e in extras if e not in ("--extra", "x")])
+    parser = parser_cls()
     parser.add_argument("--epochs", type=int)
     assert parser.parse_args().epochs == 3  # the second listener dropped what the parser would refuse
     assert parser.parse_args(sys.argv[1:]).epochs == 3  # the command line given as a list is the command line
@@ -147,17 +153,16 @@ def test_tf_keras_hooks_narrow_the_model_replace_the_data_and_load_a_saved_model
     """The hooks on tf-keras itself, installed before TensorFlow loads as the observer does; in a process of
     its own so that this one stays unpatched."""
     code = textwrap.dedent('''
-        from labkit.instrument.hooks import conv, dataset
-        from labkit.instrument.hooks import fit as fit_hook
-        conv.narrow(lambda f: max(8, f // 8))
-        dataset.replace(lambda real: lambda: "replaced")
+        from labkit.instrument.observer import OBSERVER
+        OBSERVER.narrow(lambda f: max(8, f // 8))
+        OBSERVER.replace_data(lambda real: lambda: "replaced")
         class Note:
             def before(self, call):
                 call.arguments["epochs"] = 1
                 print("fit", call.arguments["x"].shape[0])
             def after(self, call):
                 print("after", call.error)
-        fit_hook.add(Note())
+        OBSERVER.fit.add(Note())
         import numpy as np
         import tensorflow as tf
         from tensorflow.keras.datasets import fashion_mnist

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.instrument import keras_reads, observe, shrink
+from labkit.instrument import keras_reads, observe, observer, shrink
 from labkit.instrument.start import command as probe_command
 from labkit.records import jobrecord, observation, runs, typed
 from labkit.records.observation import Observation
@@ -134,13 +134,17 @@ def test_when_imported_runs_before_anyone_imports_from_the_module(tmp_path: Path
     (tmp_path / "lk_target_mod.py").write_text("VALUE = 1\n")
     (tmp_path / "lk_user_mod.py").write_text("from lk_target_mod import VALUE\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    observe.when_imported("lk_target_mod", lambda m: setattr(m, "VALUE", 2))
+    own = observer.Observer()
+    own.when_imported("lk_target_mod", lambda m: setattr(m, "VALUE", 2))
     import lk_user_mod  # noqa: F401
 
     assert sys.modules["lk_user_mod"].VALUE == 2
     seen = []
-    observe.when_imported("lk_target_mod", lambda m: seen.append(m.VALUE))  # already loaded: at once
+    own.when_imported("lk_target_mod", lambda m: seen.append(m.VALUE))  # already loaded: at once
     assert seen == [2]
+    own.when_imported("lk_target_mod", lambda m: 1 / 0, noted=True)  # a noted hook's error goes to the record
+    assert own.run.record.observer_errors == ["lk_target_mod: ZeroDivisionError: division by zero"]
+    sys.meta_path.remove(own.finder)
 
 
 def test_batch_of_every_kind_of_input() -> None:

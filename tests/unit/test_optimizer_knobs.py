@@ -15,7 +15,7 @@ import pytest
 
 from labkit.cli import main as cli
 from labkit.core import contract
-from labkit.instrument import observe, optimizer_knobs, shrink
+from labkit.instrument import observe, observer, optimizer_knobs, shrink
 from labkit.instrument.start import command as probe_command
 from labkit.records import jobrecord, observation
 
@@ -99,11 +99,11 @@ def test_bench_checks_the_knobs_before_it_starts(tmp_path: Path, capsys: pytest.
 
 
 def test_a_bad_setting_from_outside_is_the_observers_error_never_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(observe, "OBSERVER", observe.Observer())
+    monkeypatch.setattr(observe, "OBSERVER", observer.Observer())
     observe._from_outside("optimizer_knobs", "compression=fp8", optimizer_knobs.from_spec)
     observe._from_outside("shrink", "6000,1000", shrink.from_spec)
-    assert observe.OBSERVER.record.optimizer_knobs is None and observe.OBSERVER.record.shrink is None
-    errors = observe.OBSERVER.record.observer_errors
+    assert observe.OBSERVER.run.record.optimizer_knobs is None and observe.OBSERVER.run.record.shrink is None
+    errors = observe.OBSERVER.run.record.observer_errors
     assert "compression=none|fp16" in errors[0] and "want TRAIN,TEST,DIVISOR" in errors[1]
     note, hooks = optimizer_knobs.from_spec("compression=fp16")
     assert note == {} and set(hooks) == set(optimizer_knobs.MODULES)  # filled as the script builds optimizers

@@ -86,11 +86,11 @@ def test_options_a_script_lacks_are_tolerated_only_on_its_command_line(monkeypat
     import argparse
     import sys
 
-    from labkit.instrument.hooks import arguments
+    from labkit.instrument import observer, probe_patches
     from labkit.instrument.probe_record import Rank
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", argparse.ArgumentParser.parse_known_args)
-    monkeypatch.setattr(arguments, "_HOOK", arguments.new_hook())  # this test's listener only, undone after it
+    monkeypatch.setattr(probe_patches, "OBSERVER", observer.Observer())  # this test's listener only, undone after it
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3", "--checkpoint-dir", "ck"])
     rank = Rank(".")
     probe.patch_arguments(rank, ["--checkpoint-dir"])

@@ -1,10 +1,11 @@
 """The one way convolutions are narrowed in a process (a probe's narrow model, ``labkit bench --shrink``).
 
-:func:`narrow` gives every ``Conv2D`` the script builds ``width(filters)`` filters, however it names the class
+:func:`hook`, run on tf-keras's module by the observer (:meth:`labkit.instrument.observer.Observer.narrow`), gives
+every ``Conv2D`` the script builds ``width(filters)`` filters, however it names the class
 (``tf.keras.layers.Conv2D``, ``Convolution2D``, a subclass of its own); tf-keras's other convolutions that derive
-from it (``Conv2DTranspose``) are left as they are, and a layer rebuilt from a saved configuration
-(``from_config``: loading a saved model, ``clone_model``) keeps the filters it was saved with. The class is
-patched when ``tf_keras.src.layers.convolutional.conv2d`` is executed (a private path, listed in
+from it (``Conv2DTranspose``) are left as they are, and a layer rebuilt from a saved configuration (``from_config``:
+loading a saved model, ``clone_model``) keeps the filters it was saved with. The class is patched when
+``tf_keras.src.layers.convolutional.conv2d`` is executed (a private path, listed in
 :mod:`labkit.instrument.private_names`).
 """
 
@@ -14,18 +15,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from labkit.core import patch
-
 MODULE = "tf_keras.src.layers.convolutional.conv2d"
 
 
-def narrow(width: Callable[[int], int]) -> None:
-    """Every ``Conv2D`` built from now on gets ``width(filters)`` filters."""
-    patch.when_imported(MODULE, hook(width))
-
-
 def hook(width: Callable[[int], int]) -> Callable[[Any], None]:
-    """What :func:`narrow` runs on tf-keras's module (for an observer that runs its module hooks guarded)."""
+    """What to run on tf-keras's module so that every ``Conv2D`` built from then on gets ``width(filters)``
+    filters."""
     return lambda module: narrow_class(module.Conv2D, width)
 
 

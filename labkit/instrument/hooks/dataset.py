@@ -1,10 +1,11 @@
 """The one way Fashion-MNIST's ``load_data`` is replaced in a process (a probe's tiny slice, the
 tf.distribute probe's tagged images, ``labkit bench --shrink``'s first images).
 
-:func:`replace` gives ``make(real)`` the loader in force and puts what it returns in every module a script may
-import ``load_data`` from: tf-keras's own module (``tf_keras.src.datasets.fashion_mnist``, a private path listed
-in :mod:`labkit.instrument.private_names`) as soon as it is executed, so the public modules that import the name
-from it get the replacement, and every already loaded module that holds the loader in force.
+:func:`hook` (run by :meth:`labkit.instrument.observer.Observer.replace_data`) gives ``make(real)`` the loader in
+force and puts what it returns in every module a script may import ``load_data`` from: tf-keras's own module
+(``tf_keras.src.datasets.fashion_mnist``, a private path listed in :mod:`labkit.instrument.private_names`) as soon
+as it is executed, so the public modules that import the name from it get the replacement, and every already loaded
+module that holds the loader in force.
 """
 
 from __future__ import annotations
@@ -13,19 +14,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from labkit.core import patch
-
 MODULE = "tf_keras.src.datasets.fashion_mnist"
 Loader = Callable[..., Any]
 
 
-def replace(make: Callable[[Loader], Loader]) -> None:
-    """Fashion-MNIST's ``load_data`` becomes ``make(the loader in force)`` wherever a script may import it from."""
-    patch.when_imported(MODULE, hook(make))
-
-
 def hook(make: Callable[[Loader], Loader]) -> Callable[[Any], None]:
-    """What :func:`replace` runs on tf-keras's module (for an observer that runs its module hooks guarded)."""
+    """What to run on tf-keras's module so that Fashion-MNIST's ``load_data`` becomes ``make(the loader in
+    force)`` wherever a script may import it from."""
 
     def on_module(module: Any) -> None:
         real = module.load_data

@@ -1,10 +1,11 @@
-"""The one wrapper on tf-keras's ``Model.fit``, shared by every observer of a process.
+"""The one wrapper on tf-keras's ``Model.fit``, shared by every probe of a process.
 
-An observer adds a :class:`Listener`; at each call of ``fit`` the wrapper binds fit's arguments by name (defaults
-filled in, ``callbacks`` always a list) into a :class:`FitCall`, runs every listener's ``before`` in the order
-they were added (each may change the arguments, typically to append its callback), calls the real ``fit``, and
-then every listener's ``after`` (also when ``fit`` raised: ``call.error`` says so). A listener's exception
-reaches the script: an observer that must never break the run catches its own.
+A probe adds a :class:`Listener` to its process's table (:attr:`labkit.instrument.observer.Observer.fit`); at each
+call of ``fit`` the wrapper binds fit's arguments by name (defaults filled in, ``callbacks`` always a list) into a
+:class:`FitCall`, runs every listener's ``before`` in the order they were added (each may change the arguments,
+typically to append its callback), calls the real ``fit``, and then every listener's ``after`` (also when ``fit``
+raised: ``call.error`` says so). A listener's exception reaches the script: an observer that must never break the
+run catches its own.
 
 The wrapper is installed once, when tf-keras's training module is executed: ``tf_keras.src.engine.training``
 is a private module path, listed in :mod:`labkit.instrument.private_names` (``Model.fit`` itself is public).
@@ -16,7 +17,6 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from labkit.core import patch
 from labkit.instrument.hooks.listeners import Listeners
 
 MODULE = "tf_keras.src.engine.training"
@@ -43,27 +43,14 @@ class Listener(Protocol):
     def after(self, call: FitCall) -> None: ...
 
 
-def new_hook() -> Listeners[Listener]:
-    """The listeners of ``fit``; the wrapper goes in with the first, when tf-keras's training module is executed."""
-    return Listeners(lambda: patch.when_imported(MODULE, lambda module: wrap(module.Model)))
-
-
-_HOOK = new_hook()
-
-
-def add(listener: Listener) -> None:
-    """Call ``listener`` around every ``fit`` of this process from now on (once, however often it is added)."""
-    _HOOK.add(listener)
-
-
-def wrap(model_cls: Any) -> None:
-    """Replace ``model_cls.fit`` by the wrapper (exposed for tests, which wrap a class of their own)."""
+def wrap(model_cls: Any, listeners: Listeners[Listener]) -> None:
+    """Replace ``model_cls.fit`` (tf-keras's ``Model``, or a test's class) by the wrapper calling ``listeners``."""
     real_fit = model_cls.fit
     signature = inspect.signature(real_fit)
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        listeners = list(_HOOK.items)
-        if not listeners:
+        around = list(listeners.items)
+        if not around:
             return real_fit(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)  # a wrong call raises fit's own TypeError, as without us
         bound.apply_defaults()
@@ -72,7 +59,7 @@ def wrap(model_cls: Any) -> None:
         call = FitCall(self, arguments)
         done: list[Listener] = []
         try:
-            for listener in listeners:
+            for listener in around:
                 done.append(listener)
                 listener.before(call)
             call.history = real_fit(self, **call.arguments)
