@@ -51,8 +51,12 @@ def _data(a: argparse.Namespace) -> int:
 
 def _gen(a: argparse.Namespace) -> int:
     try:
-        changed = sources.generate(check=a.check) + text_figures.generate(check=a.check)
-    except text_figures.FigureError as e:
+        root = Path(a.root).resolve() if a.root else sources.course_source()
+        if not sources.is_course_source(root):
+            raise FileNotFoundError(f"{a.root} is not a course source: it needs solutions/source/, labs/ and "
+                                    "pyproject.toml")
+        changed = sources.generate(check=a.check, root=root) + text_figures.generate(root, check=a.check)
+    except (OSError, LookupError) as e:  # no course there, a reference result it lacks (FigureError)
         print(f"labkit gen: {e}", file=sys.stderr)
         return 1
     if a.check:
@@ -81,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gen", help="write starter and solution scripts from their templates, and the figures "
                                    "in the course's texts from the reference results")
     g.add_argument("--check", action="store_true", help="only report files that are out of date")
+    g.add_argument("--root", metavar="DIR", help="the course source to work on (default: the checkout this labkit "
+                                                 "runs from, else the current folder or one above it)")
     g.set_defaults(func=_gen)
 
     for register in _extra():

@@ -55,43 +55,48 @@ class Plan:
     busy_ok: bool = False  # make them even on a busy machine (said in the README)
 
 
-def folder() -> Path:
-    """``reference/`` next to the notebook (cells run in ``labs/``), else the course's ``labs/reference``."""
+def folder(root: Path | None = None) -> Path:
+    """The reference results of the course at ``root`` (its ``labs/reference``); without one, ``reference/`` next to
+    the notebook (cells run in ``labs/``), else this course's ``labs/reference``."""
+    if root is not None:
+        return root / "labs" / "reference"
     here = Path("reference")
     return here if (here / RECORDS).is_file() else labs.ROOT / "labs" / "reference"
 
 
-def _results() -> dict[str, Any]:
-    path = folder() / RESULTS
+def _results(where: Path | None = None) -> dict[str, Any]:
+    path = (where or folder()) / RESULTS
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def records(name: str) -> list[RunRecord]:
-    """The reference run records called ``name`` (e.g. ``"learning-rate"``), oldest first."""
-    found = [r for r in runs.read(folder() / RECORDS, warn=False) if r.extra.get(TAG) == name]
+def records(name: str, where: Path | None = None) -> list[RunRecord]:
+    """The reference run records called ``name`` (e.g. ``"learning-rate"``) in the folder ``where`` (default:
+    :func:`folder`), oldest first."""
+    path = (where or folder()) / RECORDS
+    found = [r for r in runs.read(path, warn=False) if r.extra.get(TAG) == name]
     if not found:
-        raise LookupError(f"no reference records called {name!r} in {folder() / RECORDS}")
+        raise LookupError(f"no reference records called {name!r} in {path}")
     return found
 
 
-def record(name: str, **match: Any) -> RunRecord:
+def record(name: str, where: Path | None = None, **match: Any) -> RunRecord:
     """The reference run record called ``name`` whose fields equal ``match`` (e.g. ``workers=2``), the last
     if several; a sweep's independent copies (its ceiling) are left out."""
-    found = [r for r in runs.select(records(name), **match) if not sweep.is_ceiling(r)]
+    found = [r for r in runs.select(records(name, where), **match) if not sweep.is_ceiling(r)]
     if not found:
         raise LookupError(f"no reference record {name!r} with {match}")
     return found[-1]
 
 
-def labelled(name: str) -> dict[str, RunRecord]:
+def labelled(name: str, where: Path | None = None) -> dict[str, RunRecord]:
     """``{label: record}`` of the reference runs called ``name`` (for plots that name their runs)."""
-    return {str(r.extra.get("label") or r.run_id): r for r in records(name)}
+    return {str(r.extra.get("label") or r.run_id): r for r in records(name, where)}
 
 
-def sweep_of(name: str) -> sweep.Sweep:
+def sweep_of(name: str, where: Path | None = None) -> sweep.Sweep:
     """A reference benchmark sweep, read back from its records (prints and plots like a new one)."""
-    recs = records(name)
-    info = _results().get(name, {})
+    recs = records(name, where)
+    info = _results(where).get(name, {})
     return sweep.Sweep(info.get("script", str(recs[0].script)),
                        sweep.points_from_records(recs, info.get("conditions", {}).get("threads")),
                        info.get("conditions", {}), records=recs)

@@ -45,29 +45,32 @@ class FigureError(LookupError):
 
 
 class Measured:
-    """The course's reference results (:func:`labkit.measure.reference.folder`), read once."""
+    """The reference results in ``folder`` (default: :func:`labkit.measure.reference.folder`), read once."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder or reference.folder()
 
     @cached_property
     def communication(self) -> dict[str, Any]:
-        return json.loads((reference.folder() / "communication.json").read_text())
+        return json.loads((self.folder / "communication.json").read_text())
 
     def ips(self, name: str, workers: int) -> float:
-        point = next((p for p in reference.sweep_of(name).points if p.workers == workers), None)
+        point = next((p for p in reference.sweep_of(name, self.folder).points if p.workers == workers), None)
         if point is None or not point.images_per_sec:
             raise FigureError(f"the reference sweep {name!r} has no images/sec at {workers} worker(s)")
         return point.images_per_sec
 
     def point(self, name: str, workers: int) -> sweep.Point:
-        return next(p for p in reference.sweep_of(name).points if p.workers == workers)
+        return next(p for p in reference.sweep_of(name, self.folder).points if p.workers == workers)
 
     def mirrored(self, devices: int) -> float:
-        ips = reference.record("mirrored", label=f"{devices} device(s)").images_per_sec
+        ips = reference.record("mirrored", self.folder, label=f"{devices} device(s)").images_per_sec
         if ips is None:
             raise FigureError(f"the reference run on {devices} device(s) has no images/sec")
         return ips
 
     def lr_accuracy(self, run: str, epoch: int) -> int:
-        accuracy = reference.labelled("learning-rate")[LR_RUNS[run]].val_accuracy[epoch - 1]
+        accuracy = reference.labelled("learning-rate", self.folder)[LR_RUNS[run]].val_accuracy[epoch - 1]
         if accuracy is None:
             raise FigureError(f"the reference learning-rate run {LR_RUNS[run]!r} has no accuracy after epoch {epoch}")
         return round(100 * accuracy)
@@ -89,7 +92,7 @@ class Measured:
 
     @cached_property
     def precision_runs(self) -> precision.Reference:
-        found = precision.read(reference.folder())
+        found = precision.read(self.folder)
         if found is None:
             raise FigureError(f"no {precision.FILE} among the reference results")
         return found
@@ -99,7 +102,7 @@ class Measured:
 
     @cached_property
     def profile(self) -> tuple[profile_reference.Reference, step_profile.Step]:
-        found = profile_reference.read(reference.folder())
+        found = profile_reference.read(self.folder)
         typical = found[1].typical() if found else None
         if found is None or typical is None:
             raise FigureError(f"no {profile_reference.FILE} with a profiled training step among the reference results")
@@ -107,7 +110,7 @@ class Measured:
 
     @cached_property
     def large_batch(self) -> large_batch.Reference:
-        found = large_batch.read(reference.folder())
+        found = large_batch.read(self.folder)
         if found is None:
             raise FigureError(f"no {large_batch.FILE} among the reference results")
         return found
@@ -136,8 +139,8 @@ def _ttt(m: Measured, name: str, workers: int) -> float:
     return t
 
 
-def _epochs_to_target(name: str, workers: int) -> int:
-    epochs = reference.record(name, workers=workers).epochs_to_target
+def _epochs_to_target(m: Measured, name: str, workers: int) -> int:
+    epochs = reference.record(name, m.folder, workers=workers).epochs_to_target
     if epochs is None:
         raise FigureError(f"the reference sweep {name!r} did not reach its target at {workers} worker(s)")
     return epochs
@@ -181,8 +184,8 @@ FIGURES: dict[str, Callable[[Measured], str]] = {
     "lab6.step_ms": lambda m: _ms(_step_s(m)),
     "lab6.hvd_of_ceiling": lambda m: f"{round(100 * m.ips('horovod-sweep', 2) / (m.point('horovod-sweep', 2).ceiling_images_per_sec or float('nan')))}",  # noqa: E501
     "lab6.hvd_sooner": lambda m: f"{_ttt(m, 'horovod-sweep', 1) / _ttt(m, 'horovod-sweep', 2):.1f}",
-    "lab6.tf_epochs_1": lambda m: str(_epochs_to_target("tf-sweep", 1)),
-    "lab6.tf_epochs_2": lambda m: str(_epochs_to_target("tf-sweep", 2)),
+    "lab6.tf_epochs_1": lambda m: str(_epochs_to_target(m, "tf-sweep", 1)),
+    "lab6.tf_epochs_2": lambda m: str(_epochs_to_target(m, "tf-sweep", 2)),
     "lab6.both_cores_ips": lambda m: f"{round(m.mirrored(1), -1):,.0f}",
     "lab6.over_both_cores": lambda m: f"{m.ips('horovod-sweep', 2) / m.mirrored(1):.2f}",
     "lab6.over_both_cores_efficiency": lambda m: f"{round(50 * m.ips('horovod-sweep', 2) / m.mirrored(1))}",
@@ -287,9 +290,9 @@ def _render_file(path: Path, measured: Measured) -> str:
 
 
 def generate(root: Path = labs.ROOT, check: bool = False) -> list[str]:
-    """Rewrite the marked figures of :data:`TEXTS` under ``root``; the paths that changed (with ``check``: that
-    would change, nothing written)."""
-    measured = Measured()
+    """Rewrite the marked figures of :data:`TEXTS` under the course ``root`` from its own reference results; the
+    paths that changed (with ``check``: that would change, nothing written)."""
+    measured = Measured(reference.folder(root))
     changed = []
     for rel in TEXTS:
         path = root / rel

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.cli import main as cli
 from labkit.course import labs
 from labkit.measure import text_figures
 
@@ -96,8 +97,51 @@ def test_make_gen_check_fails_on_a_figure_out_of_date(tmp_path: Path) -> None:
     for rel in text_figures.TEXTS:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(labs.ROOT / rel, tmp_path / rel)
+    shutil.copytree(labs.ROOT / "labs" / "reference", tmp_path / "labs" / "reference")  # the figures' measurements
     guide = tmp_path / "course" / "INSTRUCTOR.md"
     guide.write_text(guide.read_text().replace("<!--fig:lab6.one_worker_ips-->944", "<!--fig:lab6.one_worker_ips-->1"))
     assert text_figures.generate(tmp_path, check=True) == ["course/INSTRUCTOR.md"]
     assert text_figures.generate(tmp_path) == ["course/INSTRUCTOR.md"]
     assert "<!--fig:lab6.one_worker_ips-->944<!--/fig-->" in guide.read_text()
+
+
+def _course_copy(tmp_path: Path) -> Path:
+    """A copy of this course source, as another course's checkout would be."""
+    root = tmp_path / "other-course"
+    for rel in ("labs", "solutions", "course"):
+        shutil.copytree(labs.ROOT / rel, root / rel)
+    shutil.copy(labs.ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_gen_works_on_another_course_root_from_its_own_reference_results(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _course_copy(tmp_path)
+    assert cli.main(["gen", "--check", "--root", str(root)]) == 0  # a faithful copy is in sync
+    results = root / "labs" / "reference" / "communication.json"
+    data = json.loads(results.read_text())
+    fused, unfused = data["knobs"]["fusion"]["variants"]
+    unfused["comm_s"] = fused["comm_s"] * 2  # that course measured other figures
+    results.write_text(json.dumps(data))
+    template = root / "solutions" / "source" / "fashion_mnist_ps.py.tmpl"
+    template.write_text(template.read_text() + "\n# that course's own line\n")
+    ours = {rel: (labs.ROOT / rel).read_bytes() for rel in text_figures.TEXTS}
+
+    capsys.readouterr()
+    assert cli.main(["gen", "--check", "--root", str(root)]) == 1
+    stale = capsys.readouterr().err
+    assert "labs/08_communication.ipynb" in stale and "labs/fashion_mnist_ps.py" in stale
+    assert cli.main(["gen", "--root", str(root)]) == 0
+    assert cli.main(["gen", "--check", "--root", str(root)]) == 0
+    assert "<!--fig:lab8.fusion_ratio-->2.0<!--/fig-->" in (root / "labs" / "08_communication.ipynb").read_text()
+    assert (root / "labs" / "fashion_mnist_ps.py").read_text().endswith("# that course's own line\n")
+    assert {rel: (labs.ROOT / rel).read_bytes() for rel in text_figures.TEXTS} == ours  # this course untouched
+
+
+def test_gen_refuses_a_folder_that_is_no_course_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["gen", "--check", "--root", str(tmp_path)]) == 1
+    assert "is not a course source: it needs solutions/source/" in capsys.readouterr().err
+    root = _course_copy(tmp_path)
+    (root / "labs" / "reference" / "communication.json").unlink()
+    assert cli.main(["gen", "--check", "--root", str(root)]) == 1
+    assert "communication.json" in capsys.readouterr().err  # the missing measurement named, no traceback
