@@ -35,6 +35,7 @@ from labkit.check import sbatch_dry
 from labkit.check.scale_out_evidence import Batch, DryRun, Hostfile, Request, ScaleOutEvidence
 from labkit.check.scale_out_ranks import ALONE, Launched, Rank, as_root, clean_env, launched, mpirun_path, run_mapper
 from labkit.check.verdict import Failed
+from labkit.core import pycommand
 from labkit.course import labs
 from labkit.launching import hosts, mpimap, slurm_alloc
 from labkit.launching import sbatch_read as sr
@@ -232,7 +233,7 @@ def batch_evidence(batch: Path, hostfile: Path, work: Path) -> Batch:
         return Batch(batch.name, exists=True, request=request_summary(request, None), refused=str(e))
     work.mkdir(parents=True, exist_ok=True)
     run = sbatch_dry.run(batch, alloc.environ("", CLUSTER), list(alloc.nodes), work, hostfile)
-    calls = [c for c in run.calls if c.tool in sbatch_dry.LAUNCHERS or c.tool in sbatch_dry.PYTHONS]
+    calls = [c for c in run.calls if c.tool in sbatch_dry.LAUNCHERS or c.tool in pycommand.NAMES]
     return Batch(batch.name, exists=True, request=request_summary(request, alloc), run=DryRun.of(run),
                  launches=[launched(c, alloc) for c in calls])
 

@@ -35,11 +35,10 @@ from typing import Any
 
 import psutil
 
-from labkit.core import contract, proc
+from labkit.core import contract, proc, pycommand
 
 SECONDS = 10.0  # the dry run's bound: the launchers return at once, so a script ends in well under a second (idle)
 LAUNCHERS = ("srun", "mpirun", "mpiexec", "orterun", "horovodrun")
-PYTHONS = ("python", "python3", *(f"python3.{minor}" for minor in range(8, 15)))
 QUIET = ("module", "ml", "squeue", "scancel", "sacct", "salloc", "sinfo", "sbcast")
 ANSWERS = ("sbatch", "scontrol", "hostname", "nvidia-smi")
 KEPT = ("PATH", "USER", "LOGNAME", contract.JOB_IDS, contract.JOB_ID)  # of the caller's environment
@@ -122,7 +121,7 @@ def write_shims(folder: Path, records: Path, nodes: list[str]) -> None:
     """The shims, executable, in ``folder``; each records into ``records``."""
     folder.mkdir(parents=True, exist_ok=True)
     records.mkdir(parents=True, exist_ok=True)
-    for tool in (*LAUNCHERS, *PYTHONS, *QUIET, *ANSWERS):
+    for tool in (*LAUNCHERS, *pycommand.NAMES, *QUIET, *ANSWERS):
         path = folder / tool
         path.write_text(SHIM.format(python=sys.executable, tool=tool, records=str(records), nodes=list(nodes)))
         path.chmod(0o755)
@@ -142,7 +141,7 @@ def environ(allocation_env: dict[str, str], shims: Path, cwd: Path) -> dict[str,
 
 # A launcher or python named by its path (/usr/bin/mpirun): the copy the dry run runs names it bare, so that the
 # shim answers (a real mpirun would look for the nodes, and a real python run the script).
-BY_PATH = re.compile(r"(?<![\w$.-])(?:\.?/[\w.+-]+)*/(" + "|".join(re.escape(t) for t in (*LAUNCHERS, *PYTHONS))
+BY_PATH = re.compile(r"(?<![\w$.-])(?:\.?/[\w.+-]+)*/(" + "|".join(re.escape(t) for t in (*LAUNCHERS, *pycommand.NAMES))
                      + r")(?=[\s;|&)]|$)")
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from labkit.core import pycommand
 from labkit.instrument.leave import leave
 
 MODULE = "labkit.instrument.start"
@@ -80,36 +81,11 @@ def probe_class(name: str) -> ProbeClass:
     return getattr(importlib.import_module(module), cls)
 
 
-# The interpreter's own options that come before the script (``python -u train.py``); those taking a value.
-FLAGS = frozenset("bBdEhiIOPqsSuvx")
-VALUED = ("-X", "-W")
-
-
 def is_this_python(program: str) -> bool:
     """Whether ``program`` is this interpreter, or another of its environment (``.venv/bin/python3``): only those
     have labkit to start a probe with; any other Python runs its command as it is."""
     found = program if os.sep in program else shutil.which(program)
     return bool(found) and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable))
-
-
-def _split(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
-    """``python [OPTIONS] SCRIPT ARGS`` as (``python OPTIONS``, ``SCRIPT ARGS``); None for any other command
-    (``-m``, ``-c``, ``-``, an option this module does not know)."""
-    head, i = [argv[0]], 1
-    while i < len(argv) and argv[i].startswith("-"):
-        arg = argv[i]
-        if arg in VALUED and i + 1 < len(argv):
-            head += argv[i:i + 2]
-            i += 2
-        elif len(arg) > 2 and arg[:2] in VALUED:  # -Xdev, -Wignore
-            head.append(arg)
-            i += 1
-        elif len(arg) > 1 and set(arg[1:]) <= FLAGS:
-            head.append(arg)
-            i += 1
-        else:
-            return None
-    return (head, list(argv[i:])) if i < len(argv) else None
 
 
 def command(name: str, out: str, script_command: Sequence[str], options: Sequence[str] = ()) -> list[str]:
@@ -119,7 +95,7 @@ def command(name: str, out: str, script_command: Sequence[str], options: Sequenc
     if name not in PROBES:
         raise KeyError(f"no probe {name!r}: one of {', '.join(PROBES)}")
     argv = list(script_command)
-    parts = _split(argv) if argv and is_this_python(argv[0]) else None
+    parts = pycommand.split(argv) if argv and is_this_python(argv[0]) else None
     if parts is None:
         return argv
     head, script = parts
@@ -133,7 +109,7 @@ def _probe_at(argv: Sequence[str]) -> int | None:
     while i < len(argv) - 2:
         if argv[i:i + 2] == ["-m", MODULE]:
             return i + 2 if "--" in argv[i + 4:] else None
-        if argv[i] in VALUED:
+        if argv[i] in pycommand.VALUED:
             i += 2
         elif argv[i].startswith("-") and argv[i] not in ("-m", "-c", "-", "--"):
             i += 1

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.core import pycommand
 from labkit.launching.sbatch_read import BatchError, Option, parse_options
 
 SRUN_LONG: dict[str, str] = {
@@ -68,9 +69,7 @@ HOROVODRUN_ONE = frozenset((
 HOROVODRUN_TWO = frozenset(("blacklist-cooldown-range",))
 HOROVODRUN_NAMES = {"num-proc": "np", "H": "hosts", "p": "ssh-port", "i": "ssh-identity-file"}
 LAUNCHERS = ("srun", "mpirun", "mpiexec", "horovodrun")
-PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 SHELLS = ("bash", "sh", "dash", "zsh")
-PY_VALUE_FLAGS = ("-W", "-X", "-Q")  # python options whose value is the next word
 
 
 @dataclass(frozen=True)
@@ -180,14 +179,8 @@ def python_script(command: Sequence[str]) -> str | None:
         return None
     if words[0].endswith(".py"):
         return words[0]
-    if not PYTHON.match(Path(words[0]).name):
-        return None
-    i = 1
-    while i < len(words) and words[i].startswith("-"):
-        if words[i] in ("-c", "-m"):
-            return None
-        i += 2 if words[i] in PY_VALUE_FLAGS else 1
-    return words[i] if i < len(words) else None
+    parts = pycommand.split(words, strict=False) if pycommand.is_python(words[0]) else None
+    return parts[1][0] if parts else None
 
 
 def is_launcher(command: Sequence[str]) -> bool:

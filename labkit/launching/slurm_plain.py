@@ -23,13 +23,13 @@ from pathlib import Path
 
 from labkit import __version__
 from labkit.core import env as lkenv
+from labkit.core import pycommand
 from labkit.instrument.start import unwrap
 from labkit.launching.launchers import mpirun_flags
 from labkit.launching.sbatch import SlurmOptions
 
 WRAPPER = "labkit.launching.rank"
 RULE = "# " + "-" * 98
-PYTHONS = ("python", "python3")
 # Why each default of labkit.core.env.DEFAULTS is set (a default without a reason here gets none).
 WHY = {"TF_USE_LEGACY_KERAS": "tf.keras must be Keras 2 (the tf-keras package), as Horovod needs: set before "
                               "TensorFlow loads",
@@ -123,7 +123,7 @@ def _rows(items: Sequence[str], n: int) -> list[Sequence[str]]:
 
 def start(o: SlurmOptions, command: Sequence[str], extra: Mapping[str, str], base_port: int) -> list[str]:
     """The section that starts the ranks."""
-    run = ('"$PYTHON" ' if command[0] in PYTHONS else shlex.quote(command[0]) + " ") + shlex.join(command[1:])
+    run = ('"$PYTHON" ' if command[0] in pycommand.NAMES else shlex.quote(command[0]) + " ") + shlex.join(command[1:])
     lines = section("start the workers", STARTS[o.start])
     if o.start == "mpirun":
         flags = [f for f in mpirun_flags(o.nodes * o.tasks_per_node, cores=1 << 30, as_root=False)
@@ -175,7 +175,7 @@ def plain_script(o: SlurmOptions, command: Sequence[str], env: Mapping[str, str]
     lines = [*head(o, command, name, directives), "", "set -euo pipefail"]
     lines += section("where", "The script's paths are relative to the folder sbatch was run in.")
     lines.append('cd "$SLURM_SUBMIT_DIR"')
-    if command[0] in PYTHONS:
+    if command[0] in pycommand.NAMES:
         lines += section("the Python",
                          "A Python with TensorFlow, tf-keras and Horovod, at the same path on every node: a virtual",
                          "environment on a shared file system, or one from `module load`. PYTHON=... sbatch ... "
