@@ -23,12 +23,13 @@ model at the end and compares its weights with the trained ones.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from pathlib import Path
 from typing import Any, ClassVar
 
 from labkit.core import contract, stacks
-from labkit.instrument import data
+from labkit.instrument import data, start
 from labkit.instrument.dprobe_record import Recorder, digest, model_variables, sample_batches
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import learning_rate
@@ -229,7 +230,7 @@ class DistributeProbe:
 
     def failed(self, error: BaseException) -> None:
         self.rec.record.error = "".join(traceback.format_exception_only(type(error), error)).strip()[-2000:]
-        traceback.print_exc()
+        print(start.format_error(error), end="", file=sys.stderr)
 
     def finish(self, code: int) -> None:
         rec = self.rec

@@ -31,13 +31,12 @@ import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from labkit.core import contract, env, files, identity
-from labkit.instrument import optimizer_knobs, shrink
+from labkit.instrument import optimizer_knobs, shrink, start
 from labkit.instrument.hooks import fit as fit_hook
 from labkit.instrument.keras_reads import batch_of
 from labkit.instrument.observer import OBSERVER
@@ -246,7 +245,7 @@ class RunProbe:
         begin(os.path.abspath(out))
 
     def failed(self, error: BaseException) -> None:
-        traceback.print_exc()  # as Python prints an exception nobody caught
+        print(start.format_error(error), end="", file=sys.stderr)  # as Python prints an exception nobody caught
 
     def finish(self, code: int) -> None:
         end()

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from labkit.core import env, stacks
+from labkit.instrument import start
 from labkit.instrument.probe_patches import (
     patch_arguments,
     patch_data,
@@ -131,7 +131,7 @@ class HorovodProbe:
             rank.watch_fit(fit_bound(self.factor, rank.state.times["patched"]), os.path.join(out, f"stack.{rank.rank}"))
 
     def failed(self, error: BaseException) -> None:
-        self.rank.state.error = Failure(type(error).__name__, str(error)[:2000], traceback.format_exc()[-4000:])
+        self.rank.state.error = Failure(type(error).__name__, str(error)[:2000], start.format_error(error)[-4000:])
 
     def finish(self, code: int) -> None:
         rank = self.rank

@@ -20,8 +20,10 @@ import os
 import runpy
 import shutil
 import sys
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Protocol
 
 from labkit.core import pycommand
@@ -60,7 +62,7 @@ class Probe(Protocol):
         """Before the script runs: its record under ``out`` (as given), stack dumps and library patches."""
 
     def failed(self, error: BaseException) -> None:
-        """The script raised ``error`` (called while it is handled: ``traceback.format_exc()`` shows it)."""
+        """The script raised ``error`` (:func:`format_error` shows it as Python would)."""
 
     def finish(self, code: int) -> None:
         """The script ended with exit code ``code`` (its output flushed): the final record."""
@@ -131,6 +133,24 @@ def dumps_stacks(argv: Sequence[str]) -> bool:
     at = _probe_at(argv)
     entry = PROBES.get(argv[at]) if at is not None else None
     return bool(entry and entry.stacks)
+
+
+def format_error(error: BaseException) -> str:
+    """``error`` as Python prints an exception a script did not catch: from the script's own frames on, without
+    the frames of whoever called :func:`run` and of ``runpy`` above them (none at all for an error of ``runpy``'s
+    own: a script not found). An error that never passed through ``runpy`` is shown whole."""
+    tb = error.__traceback__
+    while tb is not None and not _in_runpy(tb):  # the caller's frames, down to runpy.run_path
+        tb = tb.tb_next
+    if tb is None:
+        tb = error.__traceback__
+    while tb is not None and _in_runpy(tb):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _in_runpy(tb: TracebackType) -> bool:
+    return tb.tb_frame.f_globals.get("__name__") == "runpy"  # runpy may be frozen: no file to compare
 
 
 def run(probe: Probe, out: str, script: str, args: list[str], reraise: bool = False) -> int:

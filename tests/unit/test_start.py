@@ -108,3 +108,42 @@ def test_a_wrapped_command_unwraps_to_the_one_given() -> None:
     for given in ([py, "t.py", "--", "x"], ["bash", "go.sh"], [py, "-m", "pkg", "--", "a"], [py, "-X", "dev", "t.py"]):
         assert start.unwrap(start.command("horovod", "o", given, ["--epochs", "0"])) == given
         assert start.unwrap(start.command("run", "o", given)) == given
+
+
+def test_an_error_of_the_script_shows_its_frames_and_one_of_the_starter_none(tmp_path) -> None:  # noqa: ANN001
+    import subprocess
+    import sys
+
+    from labkit.instrument import start
+
+    script = tmp_path / "bad.py"
+    script.write_text("def f():\n    raise KeyError('x')\n\nf()\n")
+    try:
+        start.run(_Quiet(), str(tmp_path / "out"), str(script), [], reraise=True)
+    except KeyError as e:
+        shown = start.format_error(e)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60).stderr
+    assert shown == plain and 'line 4, in <module>' in shown and "start.py" not in shown
+    missing = FileNotFoundError(2, "No such file")  # raised by runpy itself: no frame of the script to show
+    assert start.format_error(missing) == "FileNotFoundError: [Errno 2] No such file\n"
+
+
+class _Quiet:
+    def prepare(self, out: str) -> None: ...
+
+    def failed(self, error: BaseException) -> None: ...
+
+    def finish(self, code: int) -> None: ...
+
+
+def test_an_error_that_never_reached_a_script_is_shown_whole() -> None:
+    from labkit.instrument import start
+
+    def prepare() -> None:
+        raise OSError("no room for the record")
+
+    try:
+        prepare()
+    except OSError as e:
+        shown = start.format_error(e)
+    assert "in prepare" in shown and shown.endswith("OSError: no room for the record\n")
