@@ -17,36 +17,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.core import pycommand
-from labkit.launching.sbatch_read import BatchError, Option, parse_options
+from labkit.launching.sbatch_read import JOB_LONG, JOB_SHORT, BatchError, Option, parse_options
 
+# srun's own options on top of those it shares with sbatch (Slurm 22.05, `man srun`).
 SRUN_LONG: dict[str, str] = {
+    **JOB_LONG,
     **dict.fromkeys((
-        "accel-bind", "account", "acctg-freq", "bb", "bbf", "begin", "bcast-exclude", "chdir", "cluster-constraint",
-        "clusters", "comment", "constraint", "container", "core-spec", "cores-per-socket", "cpu-bind", "cpu-freq",
-        "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution", "epilog", "error",
-        "exclude", "export", "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
-        "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "het-group", "hint", "input", "job-name", "jobid",
-        "licenses", "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu",
-        "mincpus", "mpi", "msg-timeout", "network", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core",
-        "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "partition", "power",
-        "prefer", "priority", "profile", "prolog", "qos", "relative", "reservation", "signal", "slurmd-debug",
-        "sockets-per-node", "switches", "task-epilog", "task-prolog", "thread-spec", "threads", "threads-per-core",
-        "time", "time-min", "tmp", "uid", "wait", "wckey", "tasks-per-node"), "="),
-    **dict.fromkeys(("bcast", "compress", "exclusive", "immediate", "kill-on-bad-exit", "nice", "no-kill",
-                     "propagate", "resv-ports", "send-libs", "x11"), "?"),
-    **dict.fromkeys(("contiguous", "disable-status", "exact", "help", "hold", "label", "multi-prog", "no-allocate",
-                     "overcommit", "overlap", "oversubscribe", "preserve-env", "pty", "quiet", "quit-on-interrupt",
-                     "reboot", "spread-job", "test-only", "unbuffered", "usage", "use-min-nodes", "verbose",
-                     "version"), ""),
+        "accel-bind", "bcast-exclude", "cpu-bind", "epilog", "het-group", "jobid", "mpi", "msg-timeout",
+        "prolog", "relative", "slurmd-debug", "task-epilog", "task-prolog", "threads", "wait"), "="),
+    **dict.fromkeys((
+        "bcast", "compress", "immediate", "kill-on-bad-exit", "resv-ports", "send-libs", "x11"), "?"),
+    **dict.fromkeys((
+        "disable-status", "exact", "label", "multi-prog", "no-allocate", "overlap", "preserve-env", "pty",
+        "quit-on-interrupt", "unbuffered"), ""),
 }
 SRUN_SHORT: dict[str, str] = {
-    "A": "account", "B": "extra-node-info", "b": "begin", "C": "constraint", "c": "cpus-per-task", "D": "chdir",
-    "d": "dependency", "E": "preserve-env", "e": "error", "F": "nodefile", "G": "gpus", "H": "hold", "h": "help",
-    "I": "immediate", "i": "input", "J": "job-name", "K": "kill-on-bad-exit", "k": "no-kill", "L": "licenses",
-    "l": "label", "M": "clusters", "m": "distribution", "N": "nodes", "n": "ntasks", "O": "overcommit", "o": "output",
-    "p": "partition", "Q": "quiet", "q": "qos", "r": "relative", "S": "core-spec", "s": "oversubscribe",
-    "T": "threads", "t": "time", "u": "unbuffered", "V": "version", "v": "verbose", "W": "wait", "w": "nodelist",
-    "X": "disable-status", "x": "exclude", "Z": "no-allocate",
+    **JOB_SHORT,
+    "E": "preserve-env", "I": "immediate", "K": "kill-on-bad-exit", "l": "label", "r": "relative", "T": "threads",
+    "u": "unbuffered", "X": "disable-status", "Z": "no-allocate",
 }
 # OpenMPI 4.1's mpirun: the options that take one value (spelled with one dash or two); the rest are flags.
 MPIRUN_ONE = frozenset((

@@ -15,33 +15,44 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-# sbatch's long options (Slurm 22.05, `man sbatch`), each with whether it takes a value: "=" it must, "?" it may
-# (only as --opt=value), "" it takes none. `--tasks-per-node` is the older spelling of `--ntasks-per-node`.
-SBATCH_LONG: dict[str, str] = {
+# The job options sbatch and srun share (Slurm 22.05, `man sbatch`, `man srun`), each with whether it takes a value:
+# "=" it must, "?" it may (only as --opt=value), "" it takes none. `--tasks-per-node` is the older spelling of
+# `--ntasks-per-node`.
+JOB_LONG: dict[str, str] = {
     **dict.fromkeys((
-        "account", "acctg-freq", "array", "batch", "bb", "bbf", "begin", "chdir", "cluster-constraint", "clusters",
-        "comment", "constraint", "container", "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu",
-        "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution", "error", "exclude", "export",
-        "export-file", "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket",
-        "gpus-per-task", "gres", "gres-flags", "hint", "input", "job-name", "kill-on-invalid-dep", "licenses",
-        "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network",
-        "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
-        "ntasks-per-socket", "open-mode", "output", "partition", "power", "prefer", "priority", "profile", "qos",
-        "reservation", "signal", "sockets-per-node", "switches", "thread-spec", "threads-per-core", "time",
-        "time-min", "tmp", "uid", "wait-all-nodes", "wckey", "wrap", "tasks-per-node"), "="),
-    **dict.fromkeys(("exclusive", "get-user-env", "nice", "no-kill", "propagate"), "?"),
-    **dict.fromkeys(("contiguous", "help", "hold", "ignore-pbs", "no-requeue", "overcommit", "oversubscribe",
-                     "parsable", "quiet", "reboot", "requeue", "spread-job", "test-only", "usage", "use-min-nodes",
-                     "verbose", "version", "wait"), ""),
+        "account", "acctg-freq", "bb", "bbf", "begin", "chdir", "cluster-constraint", "clusters", "comment",
+        "constraint", "container", "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "cpus-per-task",
+        "deadline", "delay-boot", "dependency", "distribution", "error", "exclude", "export", "extra-node-info",
+        "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres",
+        "gres-flags", "hint", "input", "job-name", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
+        "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "network", "nodefile", "nodelist", "nodes",
+        "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode",
+        "output", "partition", "power", "prefer", "priority", "profile", "qos", "reservation", "signal",
+        "sockets-per-node", "switches", "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid",
+        "wckey", "tasks-per-node"), "="),
+    **dict.fromkeys((
+        "exclusive", "nice", "no-kill", "propagate"), "?"),
+    **dict.fromkeys((
+        "contiguous", "help", "hold", "overcommit", "oversubscribe", "quiet", "reboot", "spread-job",
+        "test-only", "usage", "use-min-nodes", "verbose", "version"), ""),
 }
-SBATCH_SHORT: dict[str, str] = {
-    "A": "account", "a": "array", "B": "extra-node-info", "b": "begin", "C": "constraint", "c": "cpus-per-task",
-    "D": "chdir", "d": "dependency", "e": "error", "F": "nodefile", "G": "gpus", "H": "hold", "h": "help",
-    "i": "input", "J": "job-name", "k": "no-kill", "L": "licenses", "M": "clusters", "m": "distribution",
-    "N": "nodes", "n": "ntasks", "O": "overcommit", "o": "output", "p": "partition", "Q": "quiet", "q": "qos",
-    "S": "core-spec", "s": "oversubscribe", "t": "time", "V": "version", "v": "verbose", "W": "wait", "w": "nodelist",
-    "x": "exclude",
+JOB_SHORT: dict[str, str] = {
+    "A": "account", "B": "extra-node-info", "b": "begin", "C": "constraint", "c": "cpus-per-task", "D": "chdir",
+    "d": "dependency", "e": "error", "F": "nodefile", "G": "gpus", "H": "hold", "h": "help", "i": "input",
+    "J": "job-name", "k": "no-kill", "L": "licenses", "M": "clusters", "m": "distribution", "N": "nodes",
+    "n": "ntasks", "O": "overcommit", "o": "output", "p": "partition", "Q": "quiet", "q": "qos", "S": "core-spec",
+    "s": "oversubscribe", "t": "time", "V": "version", "v": "verbose", "W": "wait", "w": "nodelist", "x": "exclude",
 }
+# sbatch's own on top of them.
+SBATCH_LONG: dict[str, str] = {
+    **JOB_LONG,
+    **dict.fromkeys((
+        "array", "batch", "export-file", "kill-on-invalid-dep", "wait-all-nodes", "wrap"), "="),
+    **dict.fromkeys(("get-user-env",), "?"),
+    **dict.fromkeys((
+        "ignore-pbs", "no-requeue", "parsable", "requeue", "wait"), ""),
+}
+SBATCH_SHORT: dict[str, str] = {**JOB_SHORT, "a": "array"}
 ALIASES = {"tasks-per-node": "ntasks-per-node"}
 UNLIMITED = ("infinite", "unlimited")
 
