@@ -29,7 +29,7 @@ from labkit.core.cliargs import Parser, UsageError, script_of, split_dashdash
 from labkit.course import sources
 from labkit.instrument import data
 from labkit.launching import hosts, launch
-from labkit.measure import text_figures
+from labkit.measure import reference, text_figures
 
 
 def _doctor(a: argparse.Namespace) -> int:
@@ -56,7 +56,7 @@ def _gen(a: argparse.Namespace) -> int:
             raise FileNotFoundError(f"{a.root} is not a course source: it needs solutions/source/, labs/ and "
                                     "pyproject.toml")
         changed = sources.generate(check=a.check, root=root) + text_figures.generate(root, check=a.check)
-    except (OSError, LookupError) as e:  # no course there, a reference result it lacks (FigureError)
+    except (OSError, text_figures.FigureError, reference.Missing) as e:  # no course there, a result it lacks
         print(f"labkit gen: {e}", file=sys.stderr)
         return 1
     if a.check:

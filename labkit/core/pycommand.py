@@ -17,7 +17,8 @@ from collections.abc import Sequence
 NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 NAMES = ("python", "python3", *(f"python3.{minor}" for minor in range(8, 15)))  # the names a PATH may offer
 FLAGS = frozenset("bBdEhiIOPqsSuvx")  # the interpreter's options without a value (``-u``, ``-uB``)
-VALUED = ("-X", "-W", "-Q")  # those taking one, as the next word or joined (``-X dev``, ``-Wignore``)
+VALUED = ("-X", "-W")  # those taking one, as the next word or joined (``-X dev``, ``-Wignore``)
+OLD_VALUED = ("-Q",)  # Python 2's, read (lenient) in a batch script, never wrapped
 
 
 def is_python(program: str) -> bool:
@@ -27,17 +28,19 @@ def is_python(program: str) -> bool:
 
 def split(argv: Sequence[str], strict: bool = True) -> tuple[list[str], list[str]] | None:
     """``python [OPTIONS] SCRIPT ARGS`` as (``python OPTIONS``, ``SCRIPT ARGS``); None when it runs no script
-    (``-m``, ``-c``, ``-``, nothing after the options) or, ``strict``, has an option this grammar does not know.
-    Whether ``argv[0]`` is Python is the caller's question (:func:`is_python`)."""
+    (``-m``, ``-c``, ``-`` alone or joined to flags as in ``-um pkg``, nothing after the options) or, ``strict``,
+    has an option this grammar does not know. Whether ``argv[0]`` is Python is the caller's question
+    (:func:`is_python`)."""
     argv = list(argv)
+    valued = VALUED if strict else VALUED + OLD_VALUED
     i = 1
     while i < len(argv) and argv[i].startswith("-"):
         arg = argv[i]
-        if arg in ("-m", "-c", "-"):
+        if arg == "-" or next((c for c in arg[1:] if c not in FLAGS), "") in ("m", "c"):
             return None
-        if arg in VALUED:
+        if arg in valued:
             i += 2
-        elif len(arg) > 2 and arg[:2] in VALUED or set(arg[1:]) <= FLAGS or not strict:
+        elif len(arg) > 2 and arg[:2] in valued or set(arg[1:]) <= FLAGS or not strict:
             i += 1
         else:
             return None

@@ -11,7 +11,8 @@ Every probe of :mod:`labkit.instrument.start` changes library behaviour only thr
   :mod:`labkit.core.patch` it owns goes into ``sys.meta_path`` with the first);
 * :attr:`Observer.run` is the run probe's record being observed (:mod:`labkit.instrument.observe`).
 
-Nothing else in :mod:`labkit.instrument` keeps state at module level (``tests/unit/test_observer.py`` says so).
+Nothing else in :mod:`labkit.instrument` keeps state at module level, but for a bounded memo of the data set's files
+(:func:`labkit.instrument.data.load`); ``tests/unit/test_observer.py`` says so.
 """
 
 from __future__ import annotations
@@ -87,5 +88,5 @@ class Observer:
         self.when_imported(dataset.MODULE, dataset.hook(make))
 
 
-# The process's one observer: the only module-level state of labkit.instrument.
+# The process's one observer: with the data set's memo, the only module-level state of labkit.instrument.
 OBSERVER = Observer()

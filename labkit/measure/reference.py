@@ -55,6 +55,10 @@ class Plan:
     busy_ok: bool = False  # make them even on a busy machine (said in the README)
 
 
+class Missing(LookupError):
+    """A reference result the course does not have."""
+
+
 def folder(root: Path | None = None) -> Path:
     """The reference results of the course at ``root`` (its ``labs/reference``); without one, ``reference/`` next to
     the notebook (cells run in ``labs/``), else this course's ``labs/reference``."""
@@ -75,7 +79,7 @@ def records(name: str, where: Path | None = None) -> list[RunRecord]:
     path = (where or folder()) / RECORDS
     found = [r for r in runs.read(path, warn=False) if r.extra.get(TAG) == name]
     if not found:
-        raise LookupError(f"no reference records called {name!r} in {path}")
+        raise Missing(f"no reference records called {name!r} in {path}")
     return found
 
 
@@ -84,7 +88,7 @@ def record(name: str, where: Path | None = None, **match: Any) -> RunRecord:
     if several; a sweep's independent copies (its ceiling) are left out."""
     found = [r for r in runs.select(records(name, where), **match) if not sweep.is_ceiling(r)]
     if not found:
-        raise LookupError(f"no reference record {name!r} with {match}")
+        raise Missing(f"no reference record {name!r} with {match}")
     return found[-1]
 
 
@@ -106,7 +110,7 @@ def resume_report(name: str = "kill-and-resume") -> ResumeReport:
     """The reference kill-and-resume run: epochs before the kill and after the restart."""
     info = _results().get(name)
     if not info:
-        raise LookupError(f"no reference result called {name!r} in {folder() / RESULTS}")
+        raise Missing(f"no reference result called {name!r} in {folder() / RESULTS}")
     return ResumeReport(info["killed"], info["before"], info["after"])
 
 

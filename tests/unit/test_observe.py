@@ -136,6 +136,7 @@ def test_when_imported_runs_before_anyone_imports_from_the_module(tmp_path: Path
     (tmp_path / "lk_target_mod.py").write_text("VALUE = 1\n")
     (tmp_path / "lk_user_mod.py").write_text("from lk_target_mod import VALUE\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # this test's finder leaves with it
     own = observer.Observer()
     own.when_imported("lk_target_mod", lambda m: setattr(m, "VALUE", 2))
     import lk_user_mod  # noqa: F401
@@ -146,7 +147,6 @@ def test_when_imported_runs_before_anyone_imports_from_the_module(tmp_path: Path
     assert seen == [2]
     own.when_imported("lk_target_mod", lambda m: 1 / 0, noted=True)  # a noted hook's error goes to the record
     assert own.run.record.observer_errors == ["lk_target_mod: ZeroDivisionError: division by zero"]
-    sys.meta_path.remove(own.finder)
 
 
 def test_batch_of_every_kind_of_input() -> None:

@@ -24,11 +24,27 @@ def _call_name(node: ast.expr) -> str:
     return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
+def _module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements run at import: the module's own, and those inside its ``if``, ``try`` and ``with`` blocks (not
+    the ``if __name__ == "__main__":`` of a script)."""
+    out = []
+    for node in body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            continue
+        out.append(node)
+        for block in ("body", "orelse", "finalbody"):
+            if isinstance(node, (ast.If, ast.Try, ast.With)):
+                out += _module_level(getattr(node, block, []))
+        for handler in getattr(node, "handlers", []):
+            out += _module_level(handler.body)
+    return out
+
+
 def module_state(source: str) -> list[str]:
     """The module-level names ``source`` binds to something that can change (an empty container, an object made
-    by a call), the statements it runs at module level, and its ``global`` statements."""
+    by a call), its memoised functions, the statements it runs at module level, and its ``global`` statements."""
     found = []
-    for node in ast.parse(source).body:
+    for node in _module_level(ast.parse(source).body):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = ", ".join(ast.unparse(t) for t in targets)
@@ -38,6 +54,9 @@ def module_state(source: str) -> list[str]:
             made = isinstance(value, ast.Call) and _call_name(value) not in IMMUTABLE
             if empty or made:
                 found.append(f"{names} = {ast.unparse(value)}")
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            if any(_call_name(d) in ("lru_cache", "cache", "cached") for d in node.decorator_list):
+                found.append(f"memo {node.name}")
         elif isinstance(node, (ast.AugAssign, ast.Expr)) and not (
                 isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):  # a docstring is fine
             found.append(ast.unparse(node))
@@ -51,7 +70,8 @@ def test_the_observer_is_the_only_module_level_state_of_a_rank() -> None:
     found = {str(path.relative_to(PACKAGE)): module_state(path.read_text())
              for path in sorted(PACKAGE.rglob("*.py"))}
     found = {name: state for name, state in found.items() if state}
-    assert found == {"observer.py": ["OBSERVER = Observer()"]}
+    # The observer, and a bounded memo of the data set's files (the same bytes for every run of a process).
+    assert found == {"observer.py": ["OBSERVER = Observer()"], "data.py": ["memo _splits"]}
 
 
 @pytest.mark.parametrize("source", [
@@ -60,6 +80,11 @@ def test_the_observer_is_the_only_module_level_state_of_a_rank() -> None:
     "HOOKS = []",
     "def f():\n    global X\n    X = 1",
     "import sys\nsys.meta_path.insert(0, finder)",
+    "@functools.lru_cache(maxsize=None)\ndef load():\n    pass",
+    "@cache\ndef load():\n    pass",
+    "try:\n    import x\nexcept ImportError:\n    CACHE = {}",
+    "if True:\n    HOOK = make()",
+    "if __name__ == '__main__':\n    main()\nHOOK = make()",
 ])
 def test_the_module_state_test_finds_each_kind(source: str) -> None:
     assert module_state(source)

@@ -29,6 +29,9 @@ def test_every_name_the_dry_run_shims_is_python() -> None:
     (["python", "-"], None, None),
     (["python", "-u"], None, None),
     (["python", "--unknown", "t.py"], None, "t.py"),  # the starter leaves it unwrapped; the reader finds the script
+    (["python", "-Q", "new", "t.py"], None, "t.py"),  # Python 2's option: read in a batch script, never wrapped
+    (["python", "-um", "pkg"], None, None),  # -m joined to a flag still runs a module
+    (["python", "-Bc", "print(1)"], None, None),
 ])
 def test_the_script_after_the_interpreters_options(argv: list[str], strict: object, lenient: str | None) -> None:
     assert pycommand.split(argv) == strict

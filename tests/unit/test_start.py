@@ -124,8 +124,12 @@ def test_an_error_of_the_script_shows_its_frames_and_one_of_the_starter_none(tmp
         shown = start.format_error(e)
     plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60).stderr
     assert shown == plain and 'line 4, in <module>' in shown and "start.py" not in shown
-    missing = FileNotFoundError(2, "No such file")  # raised by runpy itself: no frame of the script to show
-    assert start.format_error(missing) == "FileNotFoundError: [Errno 2] No such file\n"
+    absent = tmp_path / "absent.py"
+    try:  # raised by runpy itself: no frame of a script to show
+        start.run(_Quiet(), str(tmp_path / "out"), str(absent), [], reraise=True)
+    except FileNotFoundError as e:
+        shown = start.format_error(e)
+    assert shown == f"FileNotFoundError: [Errno 2] No such file or directory: '{absent}'\n"
 
 
 class _Quiet:
